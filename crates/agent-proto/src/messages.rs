@@ -1,0 +1,444 @@
+//! Typed messages carried in frame headers.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use uuid::Uuid;
+
+/// The JSON header of every frame.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Header {
+    /// Request id chosen by the daemon; replies and events echo it.
+    pub id: u64,
+    /// What the frame says.
+    #[serde(flatten)]
+    pub body: Body,
+}
+
+/// The four kinds of frame.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "msg", rename_all = "snake_case")]
+pub enum Body {
+    /// Daemon → agent: start an operation (or, for uploads, continue one).
+    Request(Request),
+    /// Agent → daemon: the final, successful answer to request `id`.
+    Reply(Reply),
+    /// Agent → daemon: the final, failed answer to request `id`.
+    Error(AgentError),
+    /// Agent → daemon: an intermediate item of a streaming request.
+    Event(Event),
+    /// Daemon → agent: abandon request `id` (a stream whose client left).
+    Cancel,
+}
+
+/// A command to run: argv, per-call environment and working directory.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct CommandSpec {
+    /// Argument vector; `argv[0]` is resolved through `PATH` when it has no `/`.
+    pub argv: Vec<String>,
+    /// Merged over the sandbox environment for this command only.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Working directory; `None` means `/`.
+    #[serde(default)]
+    pub cwd: Option<String>,
+}
+
+/// Operations the agent performs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    /// Liveness check; answered with [`Reply::Pong`].
+    Ping,
+    /// Identify the agent; answered with [`Reply::Hello`].
+    Hello,
+    /// Replace the sandbox's base environment (configuration and secrets).
+    Configure {
+        /// Base environment layered over the guest defaults.
+        env: BTreeMap<String, String>,
+    },
+    /// Run a command to completion and capture its output.
+    Exec {
+        /// What to run.
+        #[serde(flatten)]
+        command: CommandSpec,
+        /// Kill the process group and fail with `timed_out` after this long.
+        timeout_ms: u64,
+        /// Fail with `output_too_large` (and kill) once stdout+stderr exceed this.
+        max_output_bytes: u64,
+    },
+    /// Start a background process; answered once it is running.
+    ProcessStart {
+        /// What to run.
+        #[serde(flatten)]
+        command: CommandSpec,
+    },
+    /// All processes the agent still has metadata for, sorted by id.
+    ProcessList,
+    /// One process.
+    ProcessGet {
+        /// Process id.
+        process: Uuid,
+    },
+    /// Send a signal to a process (and its group when asked).
+    ProcessSignal {
+        /// Process id.
+        process: Uuid,
+        /// Signal number 1–64.
+        signal: i32,
+        /// Signal the whole process group, not just the leader.
+        include_children: bool,
+    },
+    /// Long-poll until the process is terminal or the timeout passes.
+    ProcessWait {
+        /// Process id.
+        process: Uuid,
+        /// Give up with `timed_out` after this long.
+        timeout_ms: u64,
+    },
+    /// Retained output: whole chunks from the newest back until `tail_bytes` are covered (0 = all).
+    ProcessOutput {
+        /// Process id.
+        process: Uuid,
+        /// How much of the tail to return; 0 means everything retained.
+        tail_bytes: u64,
+    },
+    /// Retained tail (or everything from `from_offset`) as events, then live output until exit.
+    ProcessStream {
+        /// Process id.
+        process: Uuid,
+        /// How much of the tail to start with; 0 means everything retained.
+        tail_bytes: u64,
+        /// Resume point: send chunks whose offset is at or after this instead of a tail.
+        #[serde(default)]
+        from_offset: Option<u64>,
+    },
+    /// Begin an upload; followed by [`Request::FileWriteData`] frames and [`Request::FileWriteEnd`].
+    FileWriteBegin {
+        /// Absolute destination path.
+        path: String,
+        /// Permission bits of the new file.
+        mode: u32,
+        /// Abort with `too_large` past this many bytes.
+        max_bytes: u64,
+    },
+    /// Upload bytes (in the payload) for the upload with the same id.
+    FileWriteData,
+    /// Finish the upload: fsync and rename into place; answered with [`Reply::FileWritten`].
+    FileWriteEnd,
+    /// Abort the upload with the same id; the temp file is removed.
+    FileWriteAbort,
+    /// Download a regular file: [`Event::FileMeta`], then [`Event::FileData`] events, then [`Reply::FileRead`].
+    FileRead {
+        /// Absolute path.
+        path: String,
+        /// Fail with `too_large` if the file is bigger.
+        max_bytes: u64,
+    },
+    /// Metadata of a path (not following a final symlink).
+    Stat {
+        /// Absolute path.
+        path: String,
+    },
+    /// Entries of a directory, sorted by name.
+    ListDir {
+        /// Absolute path.
+        path: String,
+    },
+    /// Create a directory (and its parents).
+    Mkdir {
+        /// Absolute path.
+        path: String,
+    },
+    /// Remove a file, symlink or (empty, or with `recursive`) directory.
+    Remove {
+        /// Absolute path.
+        path: String,
+        /// Remove a directory with its contents.
+        recursive: bool,
+    },
+    /// Rename within the sandbox filesystem.
+    Rename {
+        /// Existing path.
+        from: String,
+        /// New path; replaced if it is a file.
+        to: String,
+    },
+    /// Flush filesystem buffers (before a snapshot).
+    Sync,
+}
+
+/// Successful final answers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Reply {
+    /// Answer to [`Request::Ping`].
+    Pong,
+    /// Answer to [`Request::Hello`].
+    Hello {
+        /// [`crate::PROTOCOL_VERSION`] of the agent.
+        version: u32,
+        /// Random id chosen when the agent booted; survives checkpoint/restore.
+        boot_id: Uuid,
+    },
+    /// A request with nothing to return succeeded.
+    Ok,
+    /// Exec finished; the payload is stdout bytes followed by stderr bytes.
+    Exec {
+        /// Exit code, or 128+signal when killed by a signal.
+        exit_code: i32,
+        /// Length of the stdout part of the payload.
+        stdout_len: u64,
+        /// Length of the stderr part of the payload.
+        stderr_len: u64,
+    },
+    /// One process.
+    Process {
+        /// The process.
+        process: ProcessInfo,
+    },
+    /// Several processes, sorted by id.
+    Processes {
+        /// The processes.
+        processes: Vec<ProcessInfo>,
+    },
+    /// Retained output; the payload is the chunks' bytes concatenated in order.
+    Output {
+        /// The chunks, oldest first.
+        chunks: Vec<ChunkMeta>,
+    },
+    /// A process stream ended because the process is terminal and all output was sent.
+    StreamEnd {
+        /// Offset just past the last byte sent (resume point).
+        next_offset: u64,
+    },
+    /// Upload committed.
+    FileWritten {
+        /// Bytes in the file.
+        bytes_written: u64,
+    },
+    /// Download finished.
+    FileRead {
+        /// Bytes sent.
+        bytes: u64,
+    },
+    /// Metadata of one path.
+    Stat {
+        /// The metadata.
+        stat: FileStat,
+    },
+    /// Directory entries.
+    Dir {
+        /// Entries sorted by name.
+        entries: Vec<FileStat>,
+    },
+}
+
+/// Intermediate items of streaming requests.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Event {
+    /// Output bytes (in the payload) of a streamed process.
+    Chunk {
+        /// Where the bytes sit in the process's output.
+        chunk: ChunkMeta,
+    },
+    /// First event of a download.
+    FileMeta {
+        /// The file being sent.
+        stat: FileStat,
+    },
+    /// Download bytes in the payload.
+    FileData,
+}
+
+/// Which output stream a chunk came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StreamKind {
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+}
+
+/// A run of output bytes; the bytes travel in the frame payload.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChunkMeta {
+    /// stdout or stderr.
+    pub stream: StreamKind,
+    /// Byte offset of this chunk in the process's combined output (monotonic, never reused).
+    pub offset: u64,
+    /// Number of bytes.
+    pub len: u64,
+    /// When the agent read the bytes, milliseconds since the Unix epoch.
+    pub at_ms: u64,
+}
+
+/// Lifecycle of a managed process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ProcessState {
+    /// Being started.
+    Starting,
+    /// Running.
+    Running,
+    /// Exited normally with an exit code.
+    Exited,
+    /// Ended by a signal.
+    Killed,
+    /// Could not be started.
+    Failed,
+    /// The agent lost track of it.
+    Lost,
+}
+
+impl ProcessState {
+    /// Whether the state is final.
+    pub fn is_terminal(self) -> bool {
+        !matches!(self, ProcessState::Starting | ProcessState::Running)
+    }
+}
+
+/// What the agent knows about a managed process.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProcessInfo {
+    /// Public id.
+    pub id: Uuid,
+    /// argv as run.
+    pub argv: Vec<String>,
+    /// Guest pid, once started.
+    #[serde(default)]
+    pub pid: Option<i32>,
+    /// Current state.
+    pub state: ProcessState,
+    /// Exit code, when `state` is `Exited`.
+    #[serde(default)]
+    pub exit_code: Option<i32>,
+    /// Terminating signal, when `state` is `Killed`.
+    #[serde(default)]
+    pub signal: Option<i32>,
+    /// Why it failed, when `state` is `Failed`.
+    #[serde(default)]
+    pub error: Option<String>,
+    /// Start time, ms since the epoch.
+    #[serde(default)]
+    pub started_at_ms: Option<u64>,
+    /// End time, ms since the epoch.
+    #[serde(default)]
+    pub ended_at_ms: Option<u64>,
+    /// False once the output ring was evicted.
+    pub output_retained: bool,
+    /// Total bytes of output produced so far (the next chunk's offset).
+    pub output_bytes: u64,
+}
+
+/// Kinds of filesystem object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FileKind {
+    /// Regular file.
+    File,
+    /// Directory.
+    Dir,
+    /// Symbolic link.
+    Symlink,
+    /// Device, fifo or socket.
+    Other,
+}
+
+/// Metadata of a path.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FileStat {
+    /// Absolute path (for directory entries: the entry's full path).
+    pub path: String,
+    /// Last path component.
+    pub name: String,
+    /// Object kind.
+    pub kind: FileKind,
+    /// Size in bytes.
+    pub size: u64,
+    /// Permission bits (`mode & 0o7777`).
+    pub mode: u32,
+    /// Modification time, ms since the epoch.
+    pub mtime_ms: u64,
+}
+
+/// Stable error codes returned by the agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentErrorCode {
+    /// Malformed or out-of-range request.
+    InvalidArgument,
+    /// No such process or path.
+    NotFound,
+    /// Exec or wait ran out of time.
+    TimedOut,
+    /// Exec output over `max_output_bytes`.
+    OutputTooLarge,
+    /// File over `max_bytes`.
+    TooLarge,
+    /// The path is not a regular file.
+    NotRegularFile,
+    /// The process's output ring was evicted.
+    OutputNotRetained,
+    /// A directory is not empty (remove without `recursive`).
+    NotEmpty,
+    /// Permission denied inside the sandbox.
+    PermissionDenied,
+    /// The command could not be started (no such executable, bad cwd...).
+    SpawnFailed,
+    /// No space left on the sandbox's disk.
+    NoSpace,
+    /// Any other I/O failure.
+    Io,
+    /// A protocol violation (unknown upload id, frame out of order).
+    Protocol,
+}
+
+/// A failed answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
+#[error("{code:?}: {message}")]
+pub struct AgentError {
+    /// Stable code.
+    pub code: AgentErrorCode,
+    /// Human-readable detail.
+    pub message: String,
+}
+
+impl AgentError {
+    /// Builds an error.
+    pub fn new(code: AgentErrorCode, message: impl Into<String>) -> Self {
+        AgentError {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_json_shape_is_stable() {
+        let h = Header {
+            id: 3,
+            body: Body::Request(Request::ProcessWait {
+                process: Uuid::nil(),
+                timeout_ms: 5,
+            }),
+        };
+        let json = serde_json::to_value(&h).unwrap();
+        assert_eq!(json["id"], 3);
+        assert_eq!(json["kind"], "request");
+        assert_eq!(json["msg"]["op"], "process_wait");
+        let back: Header = serde_json::from_value(json).unwrap();
+        assert_eq!(back, h);
+        let e = Header {
+            id: 4,
+            body: Body::Error(AgentError::new(AgentErrorCode::NotFound, "x")),
+        };
+        let json = serde_json::to_value(&e).unwrap();
+        assert_eq!(json["msg"]["code"], "not_found");
+    }
+}

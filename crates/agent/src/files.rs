@@ -1,0 +1,285 @@
+//! Filesystem requests: stat, list, mkdir, remove, rename, sync and download.
+//!
+//! Every path must be absolute. Symlinks are followed where the request says
+//! so (download); the sandbox is its own kernel, so a link cannot escape it.
+
+use crate::server::{Outcome, Sink};
+use sbx_agent_proto::{AgentError, AgentErrorCode, Event, FileKind, FileStat, Reply};
+use std::fs::Metadata;
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::time::UNIX_EPOCH;
+
+/// Largest payload of one `FileData` event.
+pub const FILE_DATA_CHUNK_BYTES: usize = 1024 * 1024;
+
+/// Filesystem request failures (reported to the daemon as [`AgentError`]s).
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    /// The path is not absolute (or empty).
+    #[error("path must be absolute: {0:?}")]
+    NotAbsolute(String),
+    /// An operation on `/` itself that makes no sense.
+    #[error("refusing to operate on /")]
+    Root,
+    /// The path exists but is not a regular file.
+    #[error("{0}: not a regular file")]
+    NotRegular(String),
+    /// The path exists but is not a directory.
+    #[error("{0}: exists and is not a directory")]
+    NotDirectory(String),
+    /// File larger than allowed.
+    #[error("{path}: {size} bytes exceeds the limit of {max}")]
+    TooLarge {
+        /// Path.
+        path: String,
+        /// Actual size.
+        size: u64,
+        /// Limit.
+        max: u64,
+    },
+    /// A system call failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// Path involved.
+        path: String,
+        /// Cause.
+        source: std::io::Error,
+    },
+}
+
+impl From<FileError> for AgentError {
+    fn from(e: FileError) -> Self {
+        let code = match &e {
+            FileError::NotAbsolute(_) | FileError::Root => AgentErrorCode::InvalidArgument,
+            FileError::NotRegular(_) => AgentErrorCode::NotRegularFile,
+            FileError::NotDirectory(_) => AgentErrorCode::Io,
+            FileError::TooLarge { .. } => AgentErrorCode::TooLarge,
+            FileError::Io { source, .. } => io_code(source),
+        };
+        AgentError::new(code, e.to_string())
+    }
+}
+
+/// Maps an I/O error to the protocol's error code.
+pub fn io_code(err: &std::io::Error) -> AgentErrorCode {
+    match err.raw_os_error() {
+        Some(libc::ENOENT) | Some(libc::ENOTDIR) => AgentErrorCode::NotFound,
+        Some(libc::EACCES) | Some(libc::EPERM) | Some(libc::EROFS) => AgentErrorCode::PermissionDenied,
+        Some(libc::ENOSPC) | Some(libc::EDQUOT) => AgentErrorCode::NoSpace,
+        Some(libc::ENOTEMPTY) => AgentErrorCode::NotEmpty,
+        _ => AgentErrorCode::Io,
+    }
+}
+
+/// Wraps an I/O error with its path.
+pub fn io_err(path: &str, source: std::io::Error) -> FileError {
+    FileError::Io {
+        path: path.to_string(),
+        source,
+    }
+}
+
+/// Checks that `path` is absolute.
+pub fn absolute(path: &str) -> Result<&Path, FileError> {
+    if path.starts_with('/') && !path.contains('\0') {
+        Ok(Path::new(path))
+    } else {
+        Err(FileError::NotAbsolute(path.to_string()))
+    }
+}
+
+/// Builds a [`FileStat`] from metadata.
+pub fn file_stat(path: &Path, meta: &Metadata) -> FileStat {
+    let ft = meta.file_type();
+    let kind = if ft.is_file() {
+        FileKind::File
+    } else if ft.is_dir() {
+        FileKind::Dir
+    } else if ft.is_symlink() {
+        FileKind::Symlink
+    } else {
+        FileKind::Other
+    };
+    let mtime_ms = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    FileStat {
+        path: path.to_string_lossy().into_owned(),
+        name: path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "/".to_string()),
+        kind,
+        size: meta.size(),
+        mode: meta.permissions().mode() & 0o7777,
+        mtime_ms,
+    }
+}
+
+/// Runs a blocking filesystem operation off the async workers.
+pub async fn blocking<F>(f: F) -> Outcome
+where
+    F: FnOnce() -> Result<Reply, FileError> + Send + 'static,
+{
+    match tokio::task::spawn_blocking(f).await {
+        Ok(Ok(reply)) => Ok((reply, Vec::new())),
+        Ok(Err(e)) => Err(e.into()),
+        Err(e) => Err(AgentError::new(AgentErrorCode::Io, format!("worker failed: {e}"))),
+    }
+}
+
+/// `Stat` (does not follow a final symlink).
+pub fn stat(path: &str) -> Result<Reply, FileError> {
+    let p = absolute(path)?;
+    let meta = std::fs::symlink_metadata(p).map_err(|e| io_err(path, e))?;
+    Ok(Reply::Stat {
+        stat: file_stat(p, &meta),
+    })
+}
+
+/// `ListDir`: entries sorted by name.
+pub fn list_dir(path: &str) -> Result<Reply, FileError> {
+    let p = absolute(path)?;
+    let meta = std::fs::metadata(p).map_err(|e| io_err(path, e))?;
+    if !meta.is_dir() {
+        return Err(FileError::NotDirectory(path.to_string()));
+    }
+    let mut entries = Vec::new();
+    for entry in std::fs::read_dir(p).map_err(|e| io_err(path, e))? {
+        let entry = entry.map_err(|e| io_err(path, e))?;
+        let full = entry.path();
+        // An entry removed while listing is skipped.
+        if let Ok(m) = std::fs::symlink_metadata(&full) {
+            entries.push(file_stat(&full, &m));
+        }
+    }
+    entries.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(Reply::Dir { entries })
+}
+
+/// `Mkdir`: create the directory and its parents; fine if it already is one.
+pub fn mkdir(path: &str) -> Result<Reply, FileError> {
+    let p = absolute(path)?;
+    match std::fs::metadata(p) {
+        Ok(m) if m.is_dir() => return Ok(Reply::Ok),
+        Ok(_) => return Err(FileError::NotDirectory(path.to_string())),
+        Err(_) => {}
+    }
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .create(p)
+        .map_err(|e| io_err(path, e))?;
+    Ok(Reply::Ok)
+}
+
+/// `Remove`: a file, a symlink, an empty directory, or a tree with `recursive`.
+pub fn remove(path: &str, recursive: bool) -> Result<Reply, FileError> {
+    let p = absolute(path)?;
+    if p.parent().is_none() {
+        return Err(FileError::Root);
+    }
+    let meta = std::fs::symlink_metadata(p).map_err(|e| io_err(path, e))?;
+    let result = if meta.is_dir() {
+        if recursive {
+            std::fs::remove_dir_all(p)
+        } else {
+            std::fs::remove_dir(p)
+        }
+    } else {
+        std::fs::remove_file(p)
+    };
+    result.map_err(|e| io_err(path, e))?;
+    Ok(Reply::Ok)
+}
+
+/// `Rename`.
+pub fn rename(from: &str, to: &str) -> Result<Reply, FileError> {
+    let f = absolute(from)?;
+    let t = absolute(to)?;
+    std::fs::rename(f, t).map_err(|e| io_err(from, e))?;
+    Ok(Reply::Ok)
+}
+
+/// `Sync`: flush all filesystem buffers.
+pub fn sync() -> Result<Reply, FileError> {
+    // SAFETY: sync(2) has no arguments and cannot fail.
+    unsafe { libc::sync() };
+    Ok(Reply::Ok)
+}
+
+/// Opens a download: must be a regular file (after following symlinks) no
+/// larger than `max_bytes`.
+fn open_for_read(path: &str, max_bytes: u64) -> Result<(std::fs::File, FileStat), FileError> {
+    let p = absolute(path)?;
+    // Check before opening: opening a FIFO would block.
+    if !std::fs::metadata(p).map_err(|e| io_err(path, e))?.is_file() {
+        return Err(FileError::NotRegular(path.to_string()));
+    }
+    let file = std::fs::File::open(p).map_err(|e| io_err(path, e))?;
+    let meta = file.metadata().map_err(|e| io_err(path, e))?;
+    if !meta.is_file() {
+        return Err(FileError::NotRegular(path.to_string()));
+    }
+    if meta.len() > max_bytes {
+        return Err(FileError::TooLarge {
+            path: path.to_string(),
+            size: meta.len(),
+            max: max_bytes,
+        });
+    }
+    Ok((file, file_stat(p, &meta)))
+}
+
+/// `FileRead`: `FileMeta`, then `FileData` events of at most
+/// [`FILE_DATA_CHUNK_BYTES`], then `Reply::FileRead`. A file that grows past
+/// `max_bytes` while being sent fails with `too_large`.
+pub async fn read(path: String, max_bytes: u64, sink: &Sink) -> Outcome {
+    let p = path.clone();
+    let opened = tokio::task::spawn_blocking(move || open_for_read(&p, max_bytes))
+        .await
+        .map_err(|e| AgentError::new(AgentErrorCode::Io, format!("worker failed: {e}")))?;
+    let (file, stat) = opened?;
+    sink.event(Event::FileMeta { stat }, Vec::new()).await?;
+    let mut file = file;
+    let mut sent: u64 = 0;
+    loop {
+        let p = path.clone();
+        let (f, chunk) = tokio::task::spawn_blocking(move || {
+            let mut buf = vec![0u8; FILE_DATA_CHUNK_BYTES];
+            let mut filled = 0;
+            while filled < buf.len() {
+                match file.read(&mut buf[filled..]) {
+                    Ok(0) => break,
+                    Ok(n) => filled += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return (file, Err(io_err(&p, e))),
+                }
+            }
+            buf.truncate(filled);
+            (file, Ok(buf))
+        })
+        .await
+        .map_err(|e| AgentError::new(AgentErrorCode::Io, format!("worker failed: {e}")))?;
+        file = f;
+        let chunk = chunk?;
+        if chunk.is_empty() {
+            break;
+        }
+        sent += chunk.len() as u64;
+        if sent > max_bytes {
+            return Err(FileError::TooLarge {
+                path,
+                size: sent,
+                max: max_bytes,
+            }
+            .into());
+        }
+        sink.event(Event::FileData, chunk).await?;
+    }
+    Ok((Reply::FileRead { bytes: sent }, Vec::new()))
+}

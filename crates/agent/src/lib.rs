@@ -1,0 +1,76 @@
+//! `sbx-agent`: PID 1 inside every sbx sandbox.
+//!
+//! The agent owns everything that lives inside the sandbox: the process table
+//! with bounded output rings, exec, file transfer and the environment. The
+//! daemon reaches it over a unix socket (through `sbx-agent relay` run by
+//! `runsc exec`) and speaks the framed protocol of `sbx-agent-proto`.
+//!
+//! Module map:
+//! * [`server`]: listening socket, connections, request dispatch.
+//! * [`table`]: process table, the zombie reaper, output retention.
+//! * [`ring`]: per-process output ring buffer.
+//! * [`spawn`]: environment merging, `argv[0]` resolution, spawning.
+//! * [`exec`]: run-to-completion commands.
+//! * [`procs`]: background process requests (start, wait, output, stream...).
+//! * [`files`]: stat, list, mkdir, remove, rename, download.
+//! * [`upload`]: chunked uploads finished by an atomic rename.
+//! * [`relay`]: stdio ⇄ socket bridge used by the daemon.
+
+pub mod exec;
+pub mod files;
+pub mod procs;
+pub mod relay;
+pub mod ring;
+pub mod server;
+pub mod spawn;
+pub mod table;
+pub mod upload;
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+use uuid::Uuid;
+
+/// Writes one line to the agent's stdout (the sandbox console log).
+///
+/// Errors are ignored: a closed console must never take the agent down.
+pub fn console_line(args: std::fmt::Arguments<'_>) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "sbx-agent: {args}");
+    let _ = out.flush();
+}
+
+/// `format!`-style logging to the console; never logs environment values.
+#[macro_export]
+macro_rules! console {
+    ($($arg:tt)*) => { $crate::console_line(format_args!($($arg)*)) };
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// State shared by every connection.
+pub struct Agent {
+    /// The process table (and reaper routing).
+    pub table: Arc<table::Table>,
+    /// Guest defaults plus the configured base environment.
+    pub env: spawn::Environment,
+    /// Random id chosen at start.
+    pub boot_id: Uuid,
+}
+
+impl Agent {
+    /// A fresh agent whose guest environment is this process's environment.
+    pub fn new() -> Arc<Agent> {
+        Arc::new(Agent {
+            table: Arc::new(table::Table::new()),
+            env: spawn::Environment::from_process(),
+            boot_id: Uuid::new_v4(),
+        })
+    }
+}

@@ -1,0 +1,98 @@
+//! `sbx-agent`: `init` (PID 1), `serve --socket PATH` (tests) and `relay`.
+
+use sbx_agent::{console, server, Agent};
+use sbx_agent_proto::AGENT_SOCKET_PATH;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+const USAGE: &str = "usage: sbx-agent init | serve --socket PATH | relay [--socket PATH] | version";
+
+#[derive(PartialEq)]
+enum Mode {
+    Init,
+    Serve,
+}
+
+fn socket_arg(args: &[String]) -> Result<Option<PathBuf>, String> {
+    match args {
+        [] => Ok(None),
+        [flag, path] if flag == "--socket" => Ok(Some(PathBuf::from(path))),
+        [flag] if flag.starts_with("--socket=") => Ok(Some(PathBuf::from(&flag["--socket=".len()..]))),
+        _ => Err(USAGE.to_string()),
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (cmd, rest) = match args.split_first() {
+        Some((c, r)) => (c.as_str(), r),
+        None => ("", &[][..]),
+    };
+    let result = match cmd {
+        "init" if rest.is_empty() => run_server(PathBuf::from(AGENT_SOCKET_PATH), Mode::Init),
+        "serve" => match socket_arg(rest) {
+            Ok(Some(path)) => run_server(path, Mode::Serve),
+            Ok(None) => Err(USAGE.to_string()),
+            Err(e) => Err(e),
+        },
+        "relay" => socket_arg(rest).and_then(|p| {
+            let path = p.unwrap_or_else(|| PathBuf::from(AGENT_SOCKET_PATH));
+            sbx_agent::relay::relay(&path).map_err(|e| e.to_string())
+        }),
+        "version" | "--version" => {
+            println!("sbx-agent {} (protocol {})", env!("CARGO_PKG_VERSION"), sbx_agent_proto::PROTOCOL_VERSION);
+            Ok(())
+        }
+        _ => Err(USAGE.to_string()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sbx-agent: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run_server(path: PathBuf, mode: Mode) -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start runtime: {e}"))?;
+    runtime.block_on(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        if mode == Mode::Serve {
+            // SAFETY: plain prctl with integer arguments.
+            if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+                console!("cannot become a child subreaper: {}", std::io::Error::last_os_error());
+            }
+        } else if std::process::id() != 1 {
+            console!("warning: init mode but pid is {}", std::process::id());
+        }
+        // Register SIGCHLD before any child can exist.
+        let sigchld = signal(SignalKind::child()).map_err(|e| format!("cannot watch SIGCHLD: {e}"))?;
+        let agent = Agent::new();
+        tokio::spawn(Arc::clone(&agent.table).run_reaper(sigchld));
+        console!("started (boot id {}, pid {})", agent.boot_id, std::process::id());
+        if mode == Mode::Serve {
+            let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
+            let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
+            tokio::select! {
+                r = server::serve(Arc::clone(&agent), &path) => r.map_err(|e| e.to_string()),
+                _ = term.recv() => { shutdown(&agent, &path); Ok(()) }
+                _ = int.recv() => { shutdown(&agent, &path); Ok(()) }
+            }
+        } else {
+            server::serve(agent, &path).await.map_err(|e| e.to_string())
+        }
+    })
+}
+
+/// `serve` mode shutdown: kill every process group the agent started.
+fn shutdown(agent: &Agent, path: &std::path::Path) {
+    console!("terminating: killing all processes");
+    agent.table.kill_all();
+    let _ = std::fs::remove_file(path);
+}

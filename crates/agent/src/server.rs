@@ -1,0 +1,407 @@
+//! The listening socket, one session per connection, and request dispatch.
+//!
+//! Each connection has a reader loop (this module), a writer task fed by a
+//! bounded channel, one task per in-flight request (registered by id so that
+//! [`Body::Cancel`] and connection loss can abort it), and one task per
+//! upload. When a connection drops, only its own requests are cancelled;
+//! processes, their output and the process table live on.
+
+use crate::upload::Upload;
+use crate::{console, exec, files, procs, Agent};
+use sbx_agent_proto::{
+    AgentError, AgentErrorCode, Body, CodecError, Event, Frame, Header, Reply, Request, MAX_FRAME_BYTES,
+    PROTOCOL_VERSION,
+};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
+use tokio::net::unix::OwnedWriteHalf;
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::mpsc;
+use tokio::task::AbortHandle;
+
+/// Frames queued per connection before request tasks wait for the writer.
+const OUTBOUND_QUEUE: usize = 64;
+/// Socket buffer sizes for the reader and writer.
+const IO_BUFFER_BYTES: usize = 256 * 1024;
+
+/// Final outcome of a request: a reply with its payload, or an error.
+pub type Outcome = Result<(Reply, Vec<u8>), AgentError>;
+
+/// Failures of the server and of reading frames.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// Binding or preparing the socket failed.
+    #[error("cannot listen on {path}: {source}")]
+    Listen {
+        /// Socket path.
+        path: String,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// A frame could not be read; the connection is closed.
+    #[error("bad frame: {0}")]
+    Frame(#[from] CodecError),
+    /// A well-framed message whose header names an id but is not understood.
+    #[error("request {id}: {message}")]
+    BadMessage {
+        /// The id found in the header.
+        id: u64,
+        /// Parser detail.
+        message: String,
+    },
+}
+
+/// Sends the frames of one request back on its connection.
+#[derive(Clone)]
+pub struct Sink {
+    id: u64,
+    tx: mpsc::Sender<Frame>,
+}
+
+impl Sink {
+    /// A sink for request `id`.
+    pub fn new(id: u64, tx: mpsc::Sender<Frame>) -> Self {
+        Sink { id, tx }
+    }
+
+    /// Sends an intermediate event; fails once the connection is gone.
+    pub async fn event(&self, event: Event, payload: Vec<u8>) -> Result<(), AgentError> {
+        let frame = Frame::with_payload(
+            Header {
+                id: self.id,
+                body: Body::Event(event),
+            },
+            payload,
+        );
+        self.tx
+            .send(frame)
+            .await
+            .map_err(|_| AgentError::new(AgentErrorCode::Io, "connection closed"))
+    }
+
+    /// Sends the final reply or error (ignored if the connection is gone).
+    pub async fn finish(&self, outcome: Outcome) {
+        let frame = match outcome {
+            Ok((reply, payload)) => Frame::with_payload(
+                Header {
+                    id: self.id,
+                    body: Body::Reply(reply),
+                },
+                payload,
+            ),
+            Err(e) => Frame::new(Header {
+                id: self.id,
+                body: Body::Error(e),
+            }),
+        };
+        let _ = self.tx.send(frame).await;
+    }
+}
+
+/// Binds `path` (removing a stale socket file and creating its parent) and
+/// serves connections forever.
+pub async fn serve(agent: Arc<Agent>, path: &Path) -> Result<(), ServerError> {
+    let listen_err = |source| ServerError::Listen {
+        path: path.display().to_string(),
+        source,
+    };
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(listen_err)?;
+    }
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(listen_err(e)),
+    }
+    let listener = UnixListener::bind(path).map_err(listen_err)?;
+    console!("listening on {}", path.display());
+    let mut conn_no: u64 = 0;
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                conn_no += 1;
+                let agent = Arc::clone(&agent);
+                tokio::spawn(serve_connection(agent, stream, conn_no));
+            }
+            Err(e) => {
+                console!("accept failed: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// Reads one frame. A header that is valid JSON with an `id` but an unknown
+/// message yields [`ServerError::BadMessage`]; anything worse is fatal.
+pub async fn read_frame_lenient<R: AsyncRead + Unpin>(reader: &mut R) -> Result<Frame, ServerError> {
+    let mut len = [0u8; 4];
+    let mut filled = 0;
+    while filled < 4 {
+        let n = reader.read(&mut len[filled..]).await.map_err(CodecError::Io)?;
+        if n == 0 {
+            return Err(if filled == 0 {
+                CodecError::Closed
+            } else {
+                CodecError::Truncated
+            }
+            .into());
+        }
+        filled += n;
+    }
+    let total = u32::from_be_bytes(len) as usize;
+    if total > MAX_FRAME_BYTES {
+        return Err(CodecError::FrameTooLarge(total).into());
+    }
+    let mut body = vec![0u8; total];
+    reader.read_exact(&mut body).await.map_err(|e| {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            CodecError::Truncated
+        } else {
+            CodecError::Io(e)
+        }
+    })?;
+    match Frame::decode_body(&body) {
+        Ok(frame) => Ok(frame),
+        Err(CodecError::Json(err)) => {
+            #[derive(serde::Deserialize)]
+            struct IdOnly {
+                id: u64,
+            }
+            let header = body
+                .get(..4)
+                .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize)
+                .and_then(|len| body.get(4..4usize.saturating_add(len)))
+                .unwrap_or_default();
+            match serde_json::from_slice::<IdOnly>(header) {
+                Ok(IdOnly { id }) => Err(ServerError::BadMessage {
+                    id,
+                    message: err.to_string(),
+                }),
+                Err(_) => Err(CodecError::Json(err).into()),
+            }
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn write_loop(writer: OwnedWriteHalf, mut rx: mpsc::Receiver<Frame>) {
+    let mut out = BufWriter::with_capacity(IO_BUFFER_BYTES, writer);
+    while let Some(frame) = rx.recv().await {
+        let bytes = match frame.encode() {
+            Ok(b) => b,
+            Err(e) => {
+                let id = frame.header.id;
+                console!("request {id}: reply cannot be encoded: {e}");
+                let fallback = Frame::new(Header {
+                    id,
+                    body: Body::Error(AgentError::new(
+                        AgentErrorCode::Io,
+                        format!("reply cannot be encoded: {e}"),
+                    )),
+                });
+                match fallback.encode() {
+                    Ok(b) => b,
+                    Err(_) => continue,
+                }
+            }
+        };
+        if out.write_all(&bytes).await.is_err() {
+            return;
+        }
+        if rx.is_empty() && out.flush().await.is_err() {
+            return;
+        }
+    }
+    let _ = out.flush().await;
+}
+
+/// In-flight request tasks of one connection, by request id.
+type Tasks = Arc<Mutex<HashMap<u64, (u64, AbortHandle)>>>;
+
+struct Connection {
+    agent: Arc<Agent>,
+    tx: mpsc::Sender<Frame>,
+    tasks: Tasks,
+    uploads: HashMap<u64, Upload>,
+    next_seq: u64,
+}
+
+async fn serve_connection(agent: Arc<Agent>, stream: UnixStream, conn_no: u64) {
+    let (rd, wr) = stream.into_split();
+    let (tx, rx) = mpsc::channel(OUTBOUND_QUEUE);
+    tokio::spawn(write_loop(wr, rx));
+    let mut reader = BufReader::with_capacity(IO_BUFFER_BYTES, rd);
+    let mut conn = Connection {
+        agent,
+        tx,
+        tasks: Arc::default(),
+        uploads: HashMap::new(),
+        next_seq: 0,
+    };
+    let why = loop {
+        match read_frame_lenient(&mut reader).await {
+            Ok(frame) => conn.handle(frame).await,
+            Err(ServerError::BadMessage { id, message }) => {
+                conn.error(id, AgentErrorCode::Protocol, format!("unknown message: {message}"))
+                    .await
+            }
+            Err(ServerError::Frame(CodecError::Closed)) => break None,
+            Err(e) => break Some(e),
+        }
+    };
+    if let Some(e) = why {
+        console!("connection {conn_no} closed: {e}");
+    }
+    let tasks: Vec<_> = {
+        let mut t = conn.tasks.lock().unwrap_or_else(|e| e.into_inner());
+        t.drain().map(|(_, (_, h))| h).collect()
+    };
+    for h in tasks {
+        h.abort();
+    }
+    // Dropping the upload handles makes each upload task remove its temp file.
+    conn.uploads.clear();
+}
+
+impl Connection {
+    async fn error(&self, id: u64, code: AgentErrorCode, message: String) {
+        Sink::new(id, self.tx.clone())
+            .finish(Err(AgentError::new(code, message)))
+            .await;
+    }
+
+    fn busy(&self, id: u64) -> bool {
+        self.uploads.contains_key(&id)
+            || self
+                .tasks
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains_key(&id)
+    }
+
+    async fn handle(&mut self, frame: Frame) {
+        let id = frame.header.id;
+        match frame.header.body {
+            Body::Request(req) => self.request(id, req, frame.payload).await,
+            Body::Cancel => {
+                let task = self.tasks.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+                if let Some((_, h)) = task {
+                    h.abort();
+                } else if let Some(up) = self.uploads.remove(&id) {
+                    up.cancel().await;
+                }
+            }
+            _ => {
+                self.error(id, AgentErrorCode::Protocol, "only requests and cancels are accepted".into())
+                    .await
+            }
+        }
+    }
+
+    async fn request(&mut self, id: u64, req: Request, payload: Vec<u8>) {
+        match req {
+            Request::FileWriteData => match self.uploads.get(&id) {
+                Some(up) => up.data(payload).await,
+                None => self.error(id, AgentErrorCode::Protocol, "no upload with this id".into()).await,
+            },
+            Request::FileWriteEnd => match self.uploads.remove(&id) {
+                Some(up) => up.end().await,
+                None => self.error(id, AgentErrorCode::Protocol, "no upload with this id".into()).await,
+            },
+            Request::FileWriteAbort => match self.uploads.remove(&id) {
+                Some(up) => up.abort().await,
+                None => self.error(id, AgentErrorCode::Protocol, "no upload with this id".into()).await,
+            },
+            _ if self.busy(id) => {
+                self.error(id, AgentErrorCode::Protocol, "request id already in flight".into())
+                    .await
+            }
+            Request::FileWriteBegin { path, mode, max_bytes } => {
+                let sink = Sink::new(id, self.tx.clone());
+                self.uploads.insert(id, Upload::begin(path, mode, max_bytes, sink));
+            }
+            req => self.spawn_request(id, req),
+        }
+    }
+
+    fn spawn_request(&mut self, id: u64, req: Request) {
+        self.next_seq += 1;
+        let seq = self.next_seq;
+        let sink = Sink::new(id, self.tx.clone());
+        let agent = Arc::clone(&self.agent);
+        let tasks = Arc::clone(&self.tasks);
+        // Hold the map lock across spawn + insert so a fast task cannot try
+        // to deregister before it is registered.
+        let mut map = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
+        let task = tokio::spawn(async move {
+            let outcome = dispatch(&agent, req, &sink).await;
+            {
+                let mut map = tasks.lock().unwrap_or_else(|e| e.into_inner());
+                if map.get(&id).is_some_and(|(s, _)| *s == seq) {
+                    map.remove(&id);
+                }
+            }
+            sink.finish(outcome).await;
+        });
+        map.insert(id, (seq, task.abort_handle()));
+    }
+}
+
+fn reply(r: Reply) -> Outcome {
+    Ok((r, Vec::new()))
+}
+
+/// Runs one (non-upload) request to its final outcome, sending events on `sink`.
+pub async fn dispatch(agent: &Arc<Agent>, req: Request, sink: &Sink) -> Outcome {
+    match req {
+        Request::Ping => reply(Reply::Pong),
+        Request::Hello => reply(Reply::Hello {
+            version: PROTOCOL_VERSION,
+            boot_id: agent.boot_id,
+        }),
+        Request::Configure { env } => {
+            agent.env.configure(env);
+            reply(Reply::Ok)
+        }
+        Request::Exec {
+            command,
+            timeout_ms,
+            max_output_bytes,
+        } => exec::exec(agent, command, timeout_ms, max_output_bytes).await,
+        Request::ProcessStart { command } => procs::start(agent, command).await,
+        Request::ProcessList => reply(Reply::Processes {
+            processes: agent.table.list(),
+        }),
+        Request::ProcessGet { process } => reply(Reply::Process {
+            process: agent.table.get(process)?,
+        }),
+        Request::ProcessSignal {
+            process,
+            signal,
+            include_children,
+        } => procs::signal(agent, process, signal, include_children),
+        Request::ProcessWait { process, timeout_ms } => procs::wait(agent, process, timeout_ms).await,
+        Request::ProcessOutput { process, tail_bytes } => procs::output(agent, process, tail_bytes),
+        Request::ProcessStream {
+            process,
+            tail_bytes,
+            from_offset,
+        } => procs::stream(agent, process, tail_bytes, from_offset, sink).await,
+        Request::FileRead { path, max_bytes } => files::read(path, max_bytes, sink).await,
+        Request::Stat { path } => files::blocking(move || files::stat(&path)).await,
+        Request::ListDir { path } => files::blocking(move || files::list_dir(&path)).await,
+        Request::Mkdir { path } => files::blocking(move || files::mkdir(&path)).await,
+        Request::Remove { path, recursive } => files::blocking(move || files::remove(&path, recursive)).await,
+        Request::Rename { from, to } => files::blocking(move || files::rename(&from, &to)).await,
+        Request::Sync => files::blocking(files::sync).await,
+        Request::FileWriteBegin { .. }
+        | Request::FileWriteData
+        | Request::FileWriteEnd
+        | Request::FileWriteAbort => Err(AgentError::new(
+            AgentErrorCode::Protocol,
+            "upload frames are handled by the connection",
+        )),
+    }
+}

@@ -1,0 +1,154 @@
+//! The error envelope and the stable error codes of the contract (§7).
+
+use serde::{Deserialize, Serialize};
+
+/// `{ "errors": [ {code, message} ] }`
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ErrorBody {
+    /// Non-empty list; the SDK reads the first item.
+    pub errors: Vec<ErrorItem>,
+}
+
+/// One error.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ErrorItem {
+    /// Stable code (see [`ErrorCode`]).
+    pub code: String,
+    /// Human-readable message.
+    pub message: String,
+}
+
+/// Every error code sbx emits, with its HTTP status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorCode {
+    /// 400: invalid JSON, unknown fields.
+    InvalidRequest,
+    /// 409: resource in the wrong state.
+    InvalidState,
+    /// 400: a required field is missing.
+    MissingField,
+    /// 400: a field is malformed or over a limit.
+    InvalidFieldFormat,
+    /// 401: no Authorization header.
+    AuthorizationHeaderMissing,
+    /// 401: unknown key.
+    InvalidApiKey,
+    /// 403: not allowed.
+    AccessDenied,
+    /// 403: snapshot quota.
+    SnapshotLimitExceeded,
+    /// 404: unknown sandbox.
+    SandboxNotFound,
+    /// 404: unknown process.
+    ProcessNotFound,
+    /// 404: output evicted.
+    ProcessOutputNotRetained,
+    /// 404: unknown snapshot.
+    SnapshotNotFound,
+    /// 404: no such file.
+    FileNotFound,
+    /// 404: no such route.
+    RouteNotFound,
+    /// 405: wrong method.
+    MethodNotAllowed,
+    /// 409: name held by another sandbox with another configuration.
+    NameTaken,
+    /// 409: snapshot name held.
+    SnapshotNameTaken,
+    /// 409: snapshot exists but is not READY.
+    SnapshotNotReady,
+    /// 409: outcome unknown.
+    OperationAmbiguous,
+    /// 413: exec output over the limit.
+    ExecOutputTooLarge,
+    /// 413: file over 100 MiB.
+    FileTooLarge,
+    /// 413: request body over the cap.
+    PayloadTooLarge,
+    /// 415/400: the path is not a regular file.
+    NotRegularFile,
+    /// 422: the start failed synchronously.
+    StartFailed,
+    /// 429: rate limited.
+    RateLimited,
+    /// 500: unexpected.
+    InternalError,
+    /// 501: not supported.
+    NotImplemented,
+    /// 503: capacity or a safe-to-repeat failure.
+    ComputeUnavailable,
+    /// 504: exec timeout.
+    ExecTimedOut,
+    /// 504: wait timeout.
+    ProcessWaitTimedOut,
+}
+
+impl ErrorCode {
+    /// The code string on the wire.
+    pub fn as_str(self) -> &'static str {
+        use ErrorCode::*;
+        match self {
+            InvalidRequest | InvalidState => "invalid_request",
+            MissingField => "missing_field",
+            InvalidFieldFormat | NotRegularFile => "invalid_field_format",
+            AuthorizationHeaderMissing => "authorization_header_missing",
+            InvalidApiKey => "invalid_api_key",
+            AccessDenied => "access_denied",
+            SnapshotLimitExceeded => "sandbox_snapshot_limit_exceeded",
+            SandboxNotFound => "sandbox_not_found",
+            ProcessNotFound => "sandbox_process_not_found",
+            ProcessOutputNotRetained => "sandbox_process_output_not_retained",
+            SnapshotNotFound => "sandbox_snapshot_not_found",
+            FileNotFound => "sandbox_file_not_found",
+            RouteNotFound => "not_found",
+            MethodNotAllowed => "method_not_allowed",
+            NameTaken => "sandbox_name_taken",
+            SnapshotNameTaken => "sandbox_snapshot_name_taken",
+            SnapshotNotReady => "sandbox_snapshot_not_ready",
+            OperationAmbiguous => "operation_ambiguous",
+            ExecOutputTooLarge => "sandbox_exec_output_too_large",
+            FileTooLarge => "sandbox_file_too_large",
+            PayloadTooLarge => "payload_too_large",
+            StartFailed => "sandbox_start_failed",
+            RateLimited => "rate_limited",
+            InternalError => "internal_error",
+            NotImplemented => "not_implemented",
+            ComputeUnavailable => "compute_unavailable",
+            ExecTimedOut => "sandbox_exec_timed_out",
+            ProcessWaitTimedOut => "sandbox_process_wait_timed_out",
+        }
+    }
+
+    /// The HTTP status for the code.
+    pub fn http_status(self) -> u16 {
+        use ErrorCode::*;
+        match self {
+            InvalidRequest | MissingField | InvalidFieldFormat | NotRegularFile => 400,
+            AuthorizationHeaderMissing | InvalidApiKey => 401,
+            AccessDenied | SnapshotLimitExceeded => 403,
+            SandboxNotFound | ProcessNotFound | ProcessOutputNotRetained | SnapshotNotFound
+            | FileNotFound | RouteNotFound => 404,
+            MethodNotAllowed => 405,
+            InvalidState | NameTaken | SnapshotNameTaken | SnapshotNotReady | OperationAmbiguous => 409,
+            ExecOutputTooLarge | FileTooLarge | PayloadTooLarge => 413,
+            StartFailed => 422,
+            RateLimited => 429,
+            InternalError => 500,
+            NotImplemented => 501,
+            ComputeUnavailable => 503,
+            ExecTimedOut | ProcessWaitTimedOut => 504,
+        }
+    }
+}
+
+impl ErrorBody {
+    /// A one-item envelope.
+    pub fn new(code: &str, message: impl Into<String>) -> Self {
+        ErrorBody {
+            errors: vec![ErrorItem {
+                code: code.to_string(),
+                message: message.into(),
+            }],
+        }
+    }
+}

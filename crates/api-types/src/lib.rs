@@ -1,0 +1,24 @@
+//! Wire types of the sbx HTTP API and the validation rules shared by server and clients.
+//!
+//! The `/v2` shapes follow `inngest-sandboxes-v2.md` (what the `inngest` SDK accepts);
+//! `/v1` holds sbx extras.
+
+pub mod errors;
+pub mod requests;
+pub mod resources;
+pub mod validate;
+
+pub use errors::{ErrorBody, ErrorCode, ErrorItem};
+pub use requests::*;
+pub use resources::*;
+
+/// Formats a timestamp the way the SDK accepts it (RFC 3339, `Z`, milliseconds).
+pub fn format_time(t: chrono::DateTime<chrono::Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// Formats milliseconds since the epoch as an SDK timestamp.
+pub fn format_unix_ms(ms: u64) -> String {
+    let t = chrono::DateTime::<chrono::Utc>::from_timestamp_millis(ms as i64).unwrap_or_default();
+    format_time(t)
+}

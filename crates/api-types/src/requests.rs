@@ -1,0 +1,79 @@
+//! Request bodies. Unknown fields are rejected (`invalid_request`).
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use uuid::Uuid;
+
+/// `POST /v2/sandboxes`: a fresh sandbox or a clone (`snapshotId`).
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateSandboxRequest {
+    /// Sandbox name (idempotency key while active).
+    pub name: Option<String>,
+    /// vCPUs (fresh sandboxes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vcpu: Option<u64>,
+    /// Memory in MiB (fresh sandboxes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mb: Option<u64>,
+    /// Base environment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<BTreeMap<String, String>>,
+    /// Names of workspace secrets to inject.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secrets: Option<Vec<String>>,
+    /// Clone source.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot_id: Option<Uuid>,
+}
+
+/// `POST /v2/sandboxes/{id}/exec`.
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ExecRequest {
+    /// argv (1–128 items).
+    pub command: Option<Vec<String>>,
+    /// Per-command environment, merged over the sandbox's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<BTreeMap<String, String>>,
+    /// Working directory; `""` means the default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// `"<n>ms"`, 1–300000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+}
+
+/// `POST /v2/sandboxes/{id}/processes`.
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ProcessStartRequest {
+    /// argv (1–128 items).
+    pub command: Option<Vec<String>>,
+    /// Per-process environment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<BTreeMap<String, String>>,
+    /// Working directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+}
+
+/// `POST /v2/sandboxes/{id}/processes/{pid}/signals`.
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SignalRequest {
+    /// Signal number 1–64.
+    pub signal: Option<i64>,
+    /// Signal the whole process group (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub include_children: Option<bool>,
+}
+
+/// `POST /v2/sandboxes/{id}/snapshots`.
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SnapshotCreateRequest {
+    /// Optional snapshot name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}

@@ -1,0 +1,301 @@
+//! Input rules of §8, mirrored from the SDK's client-side checks.
+
+use std::collections::BTreeMap;
+
+/// Why an input was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ValidationError {
+    /// A required field is absent.
+    #[error("{0} is required")]
+    Missing(&'static str),
+    /// A field is malformed or over a limit.
+    #[error("{field}: {reason}")]
+    Format {
+        /// Field name as on the wire.
+        field: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+fn bad(field: &'static str, reason: impl Into<String>) -> ValidationError {
+    ValidationError::Format {
+        field,
+        reason: reason.into(),
+    }
+}
+
+/// Most argv items.
+pub const MAX_ARGV_ITEMS: usize = 128;
+/// Most argv bytes.
+pub const MAX_ARGV_BYTES: usize = 32 * 1024;
+/// Most environment entries.
+pub const MAX_ENV_ENTRIES: usize = 256;
+/// Most environment bytes (Σ key + 1 + value).
+pub const MAX_ENV_BYTES: usize = 64 * 1024;
+/// Longest cwd or file path.
+pub const MAX_PATH_BYTES: usize = 4096;
+/// Longest name, in code points.
+pub const MAX_NAME_CHARS: usize = 255;
+/// Longest secret name, in bytes.
+pub const MAX_SECRET_NAME_BYTES: usize = 256;
+/// Largest timeout, in milliseconds.
+pub const MAX_TIMEOUT_MS: u64 = 300_000;
+/// Largest `tailBytes`.
+pub const MAX_TAIL_BYTES: u64 = 512 * 1024;
+
+/// Sandbox and snapshot names: 1–255 code points, no edge whitespace, no control characters.
+pub fn name(field: &'static str, value: &str) -> Result<(), ValidationError> {
+    if value.is_empty() {
+        return Err(bad(field, "must not be empty"));
+    }
+    if value.chars().count() > MAX_NAME_CHARS {
+        return Err(bad(field, "must be at most 255 characters"));
+    }
+    if value.starts_with(char::is_whitespace) || value.ends_with(char::is_whitespace) {
+        return Err(bad(field, "must not start or end with whitespace"));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(bad(field, "must not contain control characters"));
+    }
+    Ok(())
+}
+
+/// Secret names: ≤256 bytes, no edge whitespace, no CR/LF/NUL, valid environment key.
+pub fn secret_name(value: &str) -> Result<(), ValidationError> {
+    if value.is_empty() {
+        return Err(bad("secrets", "secret names must not be empty"));
+    }
+    if value.len() > MAX_SECRET_NAME_BYTES {
+        return Err(bad("secrets", "secret names must be at most 256 bytes"));
+    }
+    if value.starts_with(char::is_whitespace) || value.ends_with(char::is_whitespace) {
+        return Err(bad("secrets", "secret names must not start or end with whitespace"));
+    }
+    if value.contains(['\r', '\n', '\0', '=']) {
+        return Err(bad("secrets", "secret names must not contain CR, LF, NUL or '='"));
+    }
+    Ok(())
+}
+
+/// argv: 1–128 items, first non-empty, ≤32 KiB, no NUL.
+pub fn command(field: &'static str, argv: &[String]) -> Result<(), ValidationError> {
+    if argv.is_empty() {
+        return Err(bad(field, "must have at least one item"));
+    }
+    if argv.len() > MAX_ARGV_ITEMS {
+        return Err(bad(field, "must have at most 128 items"));
+    }
+    if argv[0].is_empty() {
+        return Err(bad(field, "the first item must not be empty"));
+    }
+    if argv.iter().map(String::len).sum::<usize>() > MAX_ARGV_BYTES {
+        return Err(bad(field, "must be at most 32768 bytes in total"));
+    }
+    if argv.iter().any(|a| a.contains('\0')) {
+        return Err(bad(field, "must not contain NUL"));
+    }
+    Ok(())
+}
+
+/// Environment: ≤256 entries (counting `extra_entries`), keys non-empty without `=`/NUL, ≤64 KiB.
+pub fn environment(
+    field: &'static str,
+    env: &BTreeMap<String, String>,
+    extra_entries: &[String],
+) -> Result<(), ValidationError> {
+    if env.len() + extra_entries.len() > MAX_ENV_ENTRIES {
+        return Err(bad(field, "must have at most 256 entries"));
+    }
+    let mut bytes = 0usize;
+    for (k, v) in env {
+        if k.is_empty() || k.contains(['=', '\0']) {
+            return Err(bad(field, format!("invalid key {k:?}")));
+        }
+        if v.contains('\0') {
+            return Err(bad(field, format!("value of {k:?} contains NUL")));
+        }
+        bytes += k.len() + 1 + v.len();
+    }
+    bytes += extra_entries.iter().map(|k| k.len() + 1).sum::<usize>();
+    if bytes > MAX_ENV_BYTES {
+        return Err(bad(field, "must be at most 65536 bytes"));
+    }
+    Ok(())
+}
+
+/// cwd: no NUL, ≤4096 bytes; `""` means default. Must be absolute when given.
+pub fn cwd(value: &str) -> Result<Option<String>, ValidationError> {
+    if value.is_empty() {
+        return Ok(None);
+    }
+    if value.len() > MAX_PATH_BYTES || value.contains('\0') {
+        return Err(bad("cwd", "must be at most 4096 bytes without NUL"));
+    }
+    if !value.starts_with('/') {
+        return Err(bad("cwd", "must be an absolute path"));
+    }
+    Ok(Some(value.to_string()))
+}
+
+/// File paths: absolute, ≤4096 bytes, no NUL.
+pub fn file_path(value: &str) -> Result<(), ValidationError> {
+    if value.is_empty() {
+        return Err(ValidationError::Missing("path"));
+    }
+    if !value.starts_with('/') {
+        return Err(bad("path", "must be an absolute path"));
+    }
+    if value.len() > MAX_PATH_BYTES || value.contains('\0') {
+        return Err(bad("path", "must be at most 4096 bytes without NUL"));
+    }
+    Ok(())
+}
+
+/// Durations: `"<n>ms"` (what the SDK sends), or a Go-style duration such as `30s`, `4m30s`.
+pub fn duration_ms(field: &'static str, value: &str) -> Result<u64, ValidationError> {
+    let err = || bad(field, format!("invalid duration {value:?}; use e.g. \"30000ms\""));
+    if value.is_empty() {
+        return Err(err());
+    }
+    let mut total: f64 = 0.0;
+    let mut rest = value;
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(err)?;
+        if num_len == 0 {
+            return Err(err());
+        }
+        let number: f64 = rest[..num_len].parse().map_err(|_| err())?;
+        rest = &rest[num_len..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let factor = match &rest[..unit_len] {
+            "ns" => 1e-6,
+            "us" | "µs" => 1e-3,
+            "ms" => 1.0,
+            "s" => 1e3,
+            "m" => 60e3,
+            "h" => 3600e3,
+            _ => return Err(err()),
+        };
+        total += number * factor;
+        rest = &rest[unit_len..];
+    }
+    let ms = total.round();
+    if !(1.0..=1e15).contains(&ms) {
+        return Err(bad(field, "must be a positive duration"));
+    }
+    Ok(ms as u64)
+}
+
+/// A timeout in 1..=300000 ms.
+pub fn timeout_ms(field: &'static str, value: &str) -> Result<u64, ValidationError> {
+    let ms = duration_ms(field, value)?;
+    if ms > MAX_TIMEOUT_MS {
+        return Err(bad(field, "must be at most 300000ms (5 minutes)"));
+    }
+    Ok(ms)
+}
+
+/// A list limit in 1..=250 (default 50).
+pub fn list_limit(value: Option<&str>) -> Result<u32, ValidationError> {
+    match value {
+        None => Ok(50),
+        Some(v) => match v.parse::<u32>() {
+            Ok(n) if (1..=250).contains(&n) => Ok(n),
+            _ => Err(bad("limit", "must be an integer from 1 to 250")),
+        },
+    }
+}
+
+/// File mode: octal, 1..=0o777 (default 0644).
+pub fn file_mode(value: Option<&str>) -> Result<u32, ValidationError> {
+    match value {
+        None => Ok(0o644),
+        Some(v) => match u32::from_str_radix(v, 8) {
+            Ok(m) if (1..=0o777).contains(&m) && !v.is_empty() && v.len() <= 4 => Ok(m),
+            _ => Err(bad("mode", "must be octal from 0001 to 0777")),
+        },
+    }
+}
+
+/// The resource shapes fresh sandboxes may have.
+pub const SHAPES: [(u32, u32); 3] = [(1, 1024), (2, 2048), (4, 4096)];
+
+/// Checks `vcpu`/`memoryMb` against [`SHAPES`].
+pub fn shape(vcpu: u64, memory_mb: u64) -> Result<(u32, u32), ValidationError> {
+    SHAPES
+        .iter()
+        .copied()
+        .find(|(c, m)| u64::from(*c) == vcpu && u64::from(*m) == memory_mb)
+        .ok_or_else(|| {
+            bad(
+                "resources",
+                format!("{vcpu} vCPU / {memory_mb} MiB is not offered; use 1/1024, 2/2048 or 4/4096"),
+            )
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_the_sdk_rule() {
+        assert!(name("name", "build-42").is_ok());
+        assert!(name("name", "Ünïcode name ok").is_ok());
+        assert!(name("name", "").is_err());
+        assert!(name("name", " lead").is_err());
+        assert!(name("name", "trail\u{00a0}").is_err());
+        assert!(name("name", "ctl\u{7}").is_err());
+        assert!(name("name", &"a".repeat(255)).is_ok());
+        assert!(name("name", &"é".repeat(256)).is_err());
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(duration_ms("t", "30000ms").unwrap(), 30000);
+        assert_eq!(duration_ms("t", "4m30s").unwrap(), 270000);
+        assert_eq!(duration_ms("t", "1.5s").unwrap(), 1500);
+        for bad_value in ["", "ms", "10", "-5ms", "0ms", "5 ms", "5xs", "abc"] {
+            assert!(duration_ms("t", bad_value).is_err(), "{bad_value}");
+        }
+        assert!(timeout_ms("t", "300001ms").is_err());
+        assert_eq!(timeout_ms("t", "300000ms").unwrap(), 300000);
+    }
+
+    #[test]
+    fn commands_and_env() {
+        assert!(command("command", &[]).is_err());
+        assert!(command("command", &["".into()]).is_err());
+        assert!(command("command", &vec!["x".to_string(); 129]).is_err());
+        assert!(command("command", &["a\0b".into()]).is_err());
+        assert!(command("command", &["true".into(), "".into()]).is_ok());
+        let mut env = BTreeMap::new();
+        env.insert("WITH.DOT".to_string(), "".to_string());
+        assert!(environment("environment", &env, &[]).is_ok());
+        env.insert("A=B".to_string(), "x".to_string());
+        assert!(environment("environment", &env, &[]).is_err());
+    }
+
+    #[test]
+    fn shapes_modes_paths() {
+        assert_eq!(shape(2, 2048).unwrap(), (2, 2048));
+        assert!(shape(2, 1024).is_err());
+        assert!(shape(8, 8192).is_err());
+        assert_eq!(file_mode(Some("0640")).unwrap(), 0o640);
+        assert!(file_mode(Some("0000")).is_err());
+        assert!(file_mode(Some("1777")).is_err());
+        assert!(file_mode(Some("9")).is_err());
+        assert!(file_path("relative").is_err());
+        assert!(file_path("/ok/../x").is_ok());
+        assert!(cwd("").unwrap().is_none());
+        assert!(cwd("tmp").is_err());
+        assert_eq!(list_limit(None).unwrap(), 50);
+        assert!(list_limit(Some("0")).is_err());
+        assert!(list_limit(Some("251")).is_err());
+    }
+}

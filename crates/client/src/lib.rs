@@ -1,0 +1,1 @@
+//! Rust client of the sbx HTTP API.

@@ -1,0 +1,120 @@
+//! HTTP routes. Handlers only parse into typed requests and call one service function.
+
+mod auth;
+mod envelope;
+mod error;
+mod files;
+mod processes;
+mod sandboxes;
+
+pub use error::ApiError;
+
+use crate::service::Service;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::HeaderValue;
+use axum::middleware::Next;
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Router;
+use sbx_api_types::ErrorCode;
+use serde::de::DeserializeOwned;
+use std::sync::Arc;
+use tracing::Instrument;
+use uuid::Uuid;
+
+/// Shared handler state.
+pub type AppState = Arc<Service>;
+
+/// The caller's workspace, set by the auth middleware.
+#[derive(Debug, Clone)]
+pub struct Workspace(pub String);
+
+/// Builds the router with every route and middleware.
+pub fn router(service: Arc<Service>) -> Router {
+    let json_limit = service.config().limits.json_body_bytes;
+    let v2 = Router::new()
+        .route("/v2/sandboxes", post(sandboxes::create).get(sandboxes::list))
+        .route("/v2/sandboxes/{id}", get(sandboxes::get).delete(sandboxes::destroy))
+        .route("/v2/sandboxes/{id}/exec", post(sandboxes::exec))
+        .route("/v2/sandboxes/{id}/logs", get(sandboxes::logs))
+        .route("/v2/sandboxes/{id}/processes", post(processes::start).get(processes::list))
+        .route("/v2/sandboxes/{id}/processes/{pid}", get(processes::get))
+        .route("/v2/sandboxes/{id}/processes/{pid}/signals", post(processes::signal))
+        .route("/v2/sandboxes/{id}/processes/{pid}/wait", post(processes::wait))
+        .route("/v2/sandboxes/{id}/processes/{pid}/output", get(processes::output))
+        .route("/v2/sandboxes/{id}/processes/{pid}/output/stream", get(processes::stream))
+        .route("/v1/sandboxes/{id}/fs/stat", get(files::stat))
+        .route("/v1/sandboxes/{id}/fs/list", get(files::list))
+        .route("/v1/sandboxes/{id}/fs/mkdir", post(files::mkdir))
+        .route("/v1/sandboxes/{id}/fs/remove", post(files::remove))
+        .route("/v1/sandboxes/{id}/fs/rename", post(files::rename))
+        .layer(DefaultBodyLimit::max(json_limit));
+    // Uploads stream their body and enforce the file limit themselves.
+    let uploads = Router::new()
+        .route("/v2/sandboxes/{id}/files", get(files::download).put(files::upload))
+        .layer(DefaultBodyLimit::disable());
+    Router::new()
+        .merge(v2)
+        .merge(uploads)
+        .route("/healthz", get(|| async { "ok" }))
+        .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(service.clone(), auth::authenticate))
+        .layer(axum::middleware::from_fn(request_context))
+        .with_state(service)
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(ErrorCode::RouteNotFound, "no such route")
+}
+
+/// Gives each request an id and a tracing span, and stamps the id and `no-store` on the response.
+async fn request_context(req: Request, next: Next) -> Response {
+    let request_id = Uuid::new_v4().to_string();
+    let span = tracing::info_span!("request", id = %request_id, method = %req.method(), path = %req.uri().path());
+    let mut resp = next.run(req).instrument(span.clone()).await;
+    span.in_scope(|| tracing::debug!(status = resp.status().as_u16(), "response"));
+    let headers = resp.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&request_id) {
+        headers.insert("x-request-id", v);
+    }
+    headers.insert("cache-control", HeaderValue::from_static("no-store"));
+    resp
+}
+
+/// Parses an optional JSON body: empty means "no body" (the SDK sends a JSON content type on bodiless requests).
+pub fn parse_body<T: DeserializeOwned + Default>(bytes: &Bytes) -> Result<T, ApiError> {
+    if bytes.iter().all(|b| b.is_ascii_whitespace()) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(bytes).map_err(|e| {
+        let msg = e.to_string();
+        if msg.starts_with("missing field") {
+            ApiError::new(ErrorCode::MissingField, msg)
+        } else {
+            ApiError::new(ErrorCode::InvalidRequest, format!("invalid JSON body: {msg}"))
+        }
+    })
+}
+
+/// Parses a path id: a canonical lowercase, non-nil UUID.
+pub fn parse_id(raw: &str, field: &'static str) -> Result<Uuid, ApiError> {
+    let ok = raw.len() == 36 && raw.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f' | b'-'));
+    match Uuid::parse_str(raw) {
+        Ok(id) if ok && !id.is_nil() && id.to_string() == raw => Ok(id),
+        _ => Err(ApiError::new(
+            ErrorCode::InvalidFieldFormat,
+            format!("{field}: must be a lowercase UUID"),
+        )),
+    }
+}
+
+/// Query strings decoded with form rules (`+` is a space).
+pub fn parse_query<T: DeserializeOwned>(query: Option<&str>) -> Result<T, ApiError> {
+    serde_urlencoded::from_str(query.unwrap_or("")).map_err(|e| {
+        ApiError::new(ErrorCode::InvalidFieldFormat, format!("invalid query string: {e}"))
+    })
+}
+
+/// Handler helper: the state and the caller's workspace.
+pub type Ctx = (State<AppState>, axum::Extension<Workspace>);

@@ -1,0 +1,129 @@
+//! Sandbox lifecycle, exec and logs routes.
+
+use super::envelope::{self, b64};
+use super::{parse_body, parse_id, parse_query, ApiError, AppState, Workspace};
+use crate::service::{CreateOutcome, DestroyOutcome};
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Extension;
+use sbx_api_types::{validate, CreateSandboxRequest, ExecRequest, ExecResult, SandboxStatus};
+use serde::Deserialize;
+
+/// `POST /v2/sandboxes`
+pub async fn create(State(svc): State<AppState>, Extension(ws): Extension<Workspace>, body: Bytes) -> Result<Response, ApiError> {
+    let req: CreateSandboxRequest = parse_body(&body)?;
+    let outcome = svc.create(&ws.0, req).await?;
+    let (record, fresh) = match outcome {
+        CreateOutcome::Created(r) => (r, true),
+        CreateOutcome::Existing(r) => (r, false),
+    };
+    let status = match record.status {
+        SandboxStatus::Running if fresh => StatusCode::CREATED,
+        SandboxStatus::Starting if fresh => StatusCode::ACCEPTED,
+        _ => StatusCode::OK,
+    };
+    Ok(envelope::data(status, envelope::sandbox(&record, svc.vpc_id())))
+}
+
+#[derive(Deserialize)]
+struct ListQuery {
+    limit: Option<String>,
+    cursor: Option<String>,
+}
+
+/// `GET /v2/sandboxes`
+pub async fn list(State(svc): State<AppState>, Extension(ws): Extension<Workspace>, RawQuery(q): RawQuery) -> Result<Response, ApiError> {
+    let q: ListQuery = parse_query(q.as_deref())?;
+    let limit = validate::list_limit(q.limit.as_deref())?;
+    let cursor = q.cursor.filter(|c| !c.is_empty());
+    let page = svc.list(&ws.0, limit, cursor.as_deref())?;
+    let items = page.items.iter().map(|r| envelope::sandbox(r, svc.vpc_id())).collect();
+    Ok(envelope::list(items, page.limit, page.next_cursor))
+}
+
+/// `GET /v2/sandboxes/{id}`
+pub async fn get(State(svc): State<AppState>, Extension(ws): Extension<Workspace>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let id = parse_id(&id, "sandboxId")?;
+    let record = svc.get(&ws.0, id)?;
+    Ok(envelope::data(StatusCode::OK, envelope::sandbox(&record, svc.vpc_id())))
+}
+
+/// `DELETE /v2/sandboxes/{id}`
+pub async fn destroy(State(svc): State<AppState>, Extension(ws): Extension<Workspace>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let id = parse_id(&id, "sandboxId")?;
+    Ok(match svc.destroy(&ws.0, id).await? {
+        DestroyOutcome::Terminating(r) => envelope::data(StatusCode::ACCEPTED, envelope::sandbox(&r, svc.vpc_id())),
+        DestroyOutcome::Terminated => StatusCode::NO_CONTENT.into_response(),
+    })
+}
+
+/// `POST /v2/sandboxes/{id}/exec`
+pub async fn exec(
+    State(svc): State<AppState>,
+    Extension(ws): Extension<Workspace>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let id = parse_id(&id, "sandboxId")?;
+    let req: ExecRequest = parse_body(&body)?;
+    let out = svc.exec(&ws.0, id, req).await?;
+    Ok(envelope::data(
+        StatusCode::OK,
+        ExecResult {
+            stdout: b64(&out.stdout),
+            stderr: b64(&out.stderr),
+            encoding: "base64".into(),
+            exit_code: out.exit_code,
+        },
+    ))
+}
+
+#[derive(Deserialize)]
+struct LogsQuery {
+    follow: Option<String>,
+}
+
+/// `GET /v2/sandboxes/{id}/logs?follow=`: the console log as NDJSON.
+pub async fn logs(
+    State(svc): State<AppState>,
+    Extension(ws): Extension<Workspace>,
+    Path(id): Path<String>,
+    RawQuery(q): RawQuery,
+) -> Result<Response, ApiError> {
+    let id = parse_id(&id, "sandboxId")?;
+    let q: LogsQuery = parse_query(q.as_deref())?;
+    let follow = match q.follow.as_deref() {
+        None | Some("false") | Some("0") | Some("") => false,
+        Some("true") | Some("1") => true,
+        Some(_) => {
+            return Err(ApiError::new(
+                sbx_api_types::ErrorCode::InvalidFieldFormat,
+                "follow: must be true or false",
+            ))
+        }
+    };
+    let chunks = svc.logs(&ws.0, id, follow).await?;
+    let lines = futures::StreamExt::map(chunks, |c| {
+        let frame = serde_json::json!({
+            "type": "log",
+            "stream": "STDOUT",
+            "data": b64(&c.bytes),
+            "encoding": "base64",
+            "at": sbx_api_types::format_unix_ms(c.at_ms),
+        });
+        let mut line = serde_json::to_vec(&frame).unwrap_or_default();
+        line.push(b'\n');
+        Ok::<_, std::convert::Infallible>(Bytes::from(line))
+    });
+    Ok(ndjson(Body::from_stream(lines)))
+}
+
+/// An NDJSON streaming response.
+pub fn ndjson(body: Body) -> Response {
+    let mut resp = (StatusCode::OK, body).into_response();
+    resp.headers_mut()
+        .insert("content-type", HeaderValue::from_static("application/x-ndjson"));
+    resp
+}

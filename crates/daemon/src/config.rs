@@ -1,0 +1,134 @@
+//! sbxd configuration: command-line flags and environment, with the defaults of DESIGN.md.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Everything sbxd needs to start.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// HTTP listen address.
+    pub listen: SocketAddr,
+    /// Root of sbxd's state (database, sandboxes, images).
+    pub data_dir: PathBuf,
+    /// Dev mode: loopback only, no key needed.
+    pub dev: bool,
+    /// Signing keys accepted (raw `signkey-...` values; hashed before comparison).
+    pub signing_keys: Vec<String>,
+    /// runsc binary.
+    pub runsc_binary: PathBuf,
+    /// Directory holding the `sbx-agent` binary, bind-mounted into sandboxes.
+    pub agent_dir: PathBuf,
+    /// Root filesystem of the default image.
+    pub image_rootfs: PathBuf,
+    /// Name shown as `imageRef`.
+    pub image_ref: String,
+    /// Limits and timers.
+    pub limits: Limits,
+    /// Extra global runsc flags (e.g. `--debug-log=`).
+    pub runsc_extra_flags: Vec<String>,
+}
+
+/// Tunable limits (DESIGN.md, "Limits").
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Active runtime per sandbox.
+    pub active_runtime: Duration,
+    /// How long create waits for RUNNING before answering 202 STARTING.
+    pub create_sync_wait: Duration,
+    /// Give up starting a sandbox after this long.
+    pub start_timeout: Duration,
+    /// Captured exec output across stdout and stderr.
+    pub exec_output_bytes: u64,
+    /// Largest file upload or download.
+    pub file_bytes: u64,
+    /// Largest JSON request body.
+    pub json_body_bytes: usize,
+    /// Processes per sandbox (pids cgroup limit).
+    pub pids_per_sandbox: i64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            active_runtime: Duration::from_secs(3600),
+            create_sync_wait: Duration::from_secs(20),
+            start_timeout: Duration::from_secs(120),
+            exec_output_bytes: 3 * 1024 * 1024,
+            file_bytes: 100 * 1024 * 1024,
+            json_body_bytes: 1024 * 1024,
+            pids_per_sandbox: 4096,
+        }
+    }
+}
+
+/// Why a configuration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// Dev mode may only listen on loopback.
+    #[error("dev mode refuses to listen on non-loopback address {0}; use 127.0.0.1 or configure signing keys")]
+    DevNotLoopback(SocketAddr),
+    /// Without dev mode at least one key is needed.
+    #[error("no signing keys configured; pass --signing-key (or SBX_SIGNING_KEYS) or use --dev on loopback")]
+    NoKeys,
+}
+
+impl Config {
+    /// Checks the rules that keep an operator from exposing an open daemon.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.dev && !self.listen.ip().is_loopback() {
+            return Err(ConfigError::DevNotLoopback(self.listen));
+        }
+        if !self.dev && self.signing_keys.is_empty() {
+            return Err(ConfigError::NoKeys);
+        }
+        Ok(())
+    }
+
+    /// SQLite database path.
+    pub fn database_path(&self) -> PathBuf {
+        self.data_dir.join("sbx.sqlite")
+    }
+
+    /// Per-sandbox state directories.
+    pub fn sandboxes_dir(&self) -> PathBuf {
+        self.data_dir.join("sandboxes")
+    }
+
+    /// runsc `--root`.
+    pub fn runsc_root(&self) -> PathBuf {
+        self.data_dir.join("runsc")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> Config {
+        Config {
+            listen: "127.0.0.1:8731".parse().unwrap(),
+            data_dir: "/tmp/x".into(),
+            dev: true,
+            signing_keys: vec![],
+            runsc_binary: "runsc".into(),
+            agent_dir: "/tmp".into(),
+            image_rootfs: "/tmp".into(),
+            image_ref: "default".into(),
+            limits: Limits::default(),
+            runsc_extra_flags: vec![],
+        }
+    }
+
+    #[test]
+    fn dev_mode_is_loopback_only() {
+        assert!(base().validate().is_ok());
+        let mut c = base();
+        c.listen = "0.0.0.0:8731".parse().unwrap();
+        assert!(matches!(c.validate(), Err(ConfigError::DevNotLoopback(_))));
+        c.dev = false;
+        assert!(matches!(c.validate(), Err(ConfigError::NoKeys)));
+        c.signing_keys = vec!["signkey-prod-00".into()];
+        assert!(c.validate().is_ok());
+    }
+}

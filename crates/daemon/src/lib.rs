@@ -1,0 +1,6 @@
+//! sbxd: HTTP API, lifecycle service and gVisor runtime of sbx.
+
+pub mod api;
+pub mod config;
+pub mod runtime;
+pub mod service;

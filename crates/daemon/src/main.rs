@@ -1,0 +1,101 @@
+//! `sbxd`: the sbx daemon.
+
+use anyhow::Context;
+use clap::Parser;
+use sbx_daemon::config::{Config, Limits};
+use sbx_daemon::runtime::gvisor::{GvisorConfig, GvisorRuntime};
+use sbx_daemon::service::Service;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// sbx daemon: runs untrusted code in gVisor sandboxes behind the Sandboxes v2 API.
+#[derive(Parser, Debug)]
+#[command(name = "sbxd", version)]
+struct Args {
+    /// Listen address.
+    #[arg(long, env = "SBX_LISTEN", default_value = "127.0.0.1:8731")]
+    listen: SocketAddr,
+    /// Data directory (database, sandboxes, runsc state).
+    #[arg(long, env = "SBX_DATA_DIR", default_value = "/var/lib/sbx")]
+    data_dir: PathBuf,
+    /// Dev mode: no key needed; loopback only.
+    #[arg(long, env = "SBX_DEV")]
+    dev: bool,
+    /// Accepted signing keys (comma-separated in SBX_SIGNING_KEYS).
+    #[arg(long = "signing-key", env = "SBX_SIGNING_KEYS", value_delimiter = ',')]
+    signing_keys: Vec<String>,
+    /// runsc binary.
+    #[arg(long, env = "SBX_RUNSC", default_value = "runsc")]
+    runsc: PathBuf,
+    /// Directory containing the static `sbx-agent` binary.
+    #[arg(long, env = "SBX_AGENT_DIR")]
+    agent_dir: PathBuf,
+    /// Root filesystem of the default image.
+    #[arg(long, env = "SBX_IMAGE_ROOTFS")]
+    image_rootfs: PathBuf,
+    /// Active runtime limit per sandbox, seconds.
+    #[arg(long, env = "SBX_ACTIVE_RUNTIME_SECS", default_value_t = 3600)]
+    active_runtime_secs: u64,
+    /// Extra global runsc flag (repeatable), e.g. --runsc-flag=--debug-log=/tmp/runsc/.
+    #[arg(long = "runsc-flag", allow_hyphen_values = true)]
+    runsc_flags: Vec<String>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SBX_LOG").unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let args = Args::parse();
+    let config = Config {
+        listen: args.listen,
+        data_dir: args.data_dir.clone(),
+        dev: args.dev,
+        signing_keys: args.signing_keys.into_iter().filter(|k| !k.is_empty()).collect(),
+        runsc_binary: args.runsc,
+        agent_dir: std::fs::canonicalize(&args.agent_dir).context("agent dir")?,
+        image_rootfs: std::fs::canonicalize(&args.image_rootfs).context("image rootfs")?,
+        image_ref: "default".into(),
+        limits: Limits {
+            active_runtime: Duration::from_secs(args.active_runtime_secs),
+            ..Limits::default()
+        },
+        runsc_extra_flags: args.runsc_flags,
+    };
+    config.validate()?;
+    std::fs::create_dir_all(&config.data_dir).context("creating data dir")?;
+    let store = Arc::new(sbx_store::SqliteStore::open(&config.database_path()).context("opening the store")?);
+    let runtime = Arc::new(GvisorRuntime::new(GvisorConfig {
+        runsc_binary: config.runsc_binary.clone(),
+        runsc_root: config.runsc_root(),
+        sandboxes_dir: config.sandboxes_dir(),
+        image_rootfs: config.image_rootfs.clone(),
+        agent_dir: config.agent_dir.clone(),
+        pids_limit: config.limits.pids_per_sandbox,
+        extra_flags: config.runsc_extra_flags.clone(),
+    })?);
+    let service = Service::new(config.clone(), store, runtime);
+    service.reconcile().await.context("reconciling with the host")?;
+    let sweeper = service.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            sweeper.enforce_runtime_limits().await;
+        }
+    });
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("binding {}", config.listen))?;
+    tracing::info!(listen = %config.listen, dev = config.dev, "sbxd ready");
+    axum::serve(listener, sbx_daemon::api::router(service))
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await?;
+    Ok(())
+}

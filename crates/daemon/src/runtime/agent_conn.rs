@@ -1,0 +1,385 @@
+//! A multiplexed connection to one sandbox's agent over a byte stream (the stdio
+//! of a `runsc exec ... sbx-agent relay` process).
+//!
+//! Many requests share the stream: each gets an id; one reader task routes
+//! replies and events back to the waiting caller.
+
+use sbx_agent_proto::{read_frame, write_frame, AgentError, Body, CodecError, Frame, Header, Reply, Request};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// Why a call to the agent failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentCallError {
+    /// The agent answered with an error.
+    #[error("agent: {0}")]
+    Agent(AgentError),
+    /// The connection closed before an answer arrived.
+    #[error("agent connection closed")]
+    Closed,
+    /// A frame could not be written.
+    #[error("agent protocol: {0}")]
+    Codec(#[from] CodecError),
+    /// The agent answered with a message the request does not expect.
+    #[error("unexpected agent reply: {0}")]
+    Unexpected(String),
+}
+
+/// A final answer: the reply and its payload.
+pub type Answer = (Reply, Vec<u8>);
+
+enum Pending {
+    Once(oneshot::Sender<Result<Answer, AgentError>>),
+    Stream(mpsc::Sender<StreamItem>),
+}
+
+/// One item of a streaming request.
+#[derive(Debug)]
+pub enum StreamItem {
+    /// An intermediate event with its payload.
+    Event(sbx_agent_proto::Event, Vec<u8>),
+    /// The final reply.
+    End(Reply, Vec<u8>),
+    /// The final error.
+    Failed(AgentError),
+}
+
+type Writer = Box<dyn AsyncWrite + Send + Unpin>;
+
+struct Inner {
+    writer: tokio::sync::Mutex<Writer>,
+    pending: Mutex<HashMap<u64, Pending>>,
+    next_id: AtomicU64,
+    closed: watch::Sender<bool>,
+}
+
+/// Cheap-to-clone handle to an agent connection.
+#[derive(Clone)]
+pub struct AgentConn {
+    inner: Arc<Inner>,
+}
+
+impl AgentConn {
+    /// Wraps a stream; spawns the reader task.
+    pub fn new<R, W>(reader: R, writer: W) -> Self
+    where
+        R: AsyncRead + Send + Unpin + 'static,
+        W: AsyncWrite + Send + Unpin + 'static,
+    {
+        let (closed, _) = watch::channel(false);
+        let inner = Arc::new(Inner {
+            writer: tokio::sync::Mutex::new(Box::new(writer)),
+            pending: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            closed,
+        });
+        tokio::spawn(read_loop(reader, inner.clone()));
+        AgentConn { inner }
+    }
+
+    /// Whether the stream has closed.
+    pub fn is_closed(&self) -> bool {
+        *self.inner.closed.borrow()
+    }
+
+    /// Resolves once the stream has closed.
+    pub async fn closed(&self) {
+        let mut rx = self.inner.closed.subscribe();
+        let _ = rx.wait_for(|c| *c).await;
+    }
+
+    fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Pending>> {
+        self.inner.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn next_id(&self) -> u64 {
+        self.inner.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    async fn send(&self, id: u64, body: Body, payload: Vec<u8>) -> Result<(), AgentCallError> {
+        if self.is_closed() {
+            return Err(AgentCallError::Closed);
+        }
+        let frame = Frame::with_payload(Header { id, body }, payload);
+        let mut w = self.inner.writer.lock().await;
+        write_frame(&mut *w, &frame).await.map_err(|e| match e {
+            CodecError::Io(_) => AgentCallError::Closed,
+            other => AgentCallError::Codec(other),
+        })
+    }
+
+    /// Sends a request and waits for its final answer.
+    pub async fn call(&self, request: Request) -> Result<Answer, AgentCallError> {
+        let id = self.next_id();
+        let rx = self.register_once(id);
+        if let Err(e) = self.send(id, Body::Request(request), Vec::new()).await {
+            self.pending().remove(&id);
+            return Err(e);
+        }
+        Self::await_once(rx).await
+    }
+
+    fn register_once(&self, id: u64) -> oneshot::Receiver<Result<Answer, AgentError>> {
+        let (tx, rx) = oneshot::channel();
+        self.pending().insert(id, Pending::Once(tx));
+        rx
+    }
+
+    async fn await_once(rx: oneshot::Receiver<Result<Answer, AgentError>>) -> Result<Answer, AgentCallError> {
+        match rx.await {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(e)) => Err(AgentCallError::Agent(e)),
+            Err(_) => Err(AgentCallError::Closed),
+        }
+    }
+
+    /// Starts a streaming request; events arrive on the returned stream.
+    pub async fn stream(&self, request: Request) -> Result<AgentStream, AgentCallError> {
+        let id = self.next_id();
+        let (tx, rx) = mpsc::channel(16);
+        self.pending().insert(id, Pending::Stream(tx));
+        if let Err(e) = self.send(id, Body::Request(request), Vec::new()).await {
+            self.pending().remove(&id);
+            return Err(e);
+        }
+        Ok(AgentStream {
+            id,
+            rx,
+            conn: self.clone(),
+            finished: false,
+        })
+    }
+
+    /// Starts an upload: returns a sender for data and a receiver for the final answer.
+    pub async fn begin_upload(&self, begin: Request) -> Result<Upload, AgentCallError> {
+        let id = self.next_id();
+        let rx = self.register_once(id);
+        if let Err(e) = self.send(id, Body::Request(begin), Vec::new()).await {
+            self.pending().remove(&id);
+            return Err(e);
+        }
+        Ok(Upload {
+            id,
+            conn: self.clone(),
+            answer: Some(rx),
+        })
+    }
+}
+
+/// An upload in progress (see [`AgentConn::begin_upload`]).
+pub struct Upload {
+    id: u64,
+    conn: AgentConn,
+    answer: Option<oneshot::Receiver<Result<Answer, AgentError>>>,
+}
+
+impl Upload {
+    /// Sends one chunk. Fails early if the agent already refused the upload.
+    pub async fn send(&mut self, bytes: Vec<u8>) -> Result<(), AgentCallError> {
+        if let Some(rx) = self.answer.as_mut() {
+            if let Ok(result) = rx.try_recv() {
+                self.answer = None;
+                return Err(match result {
+                    Ok((reply, _)) => AgentCallError::Unexpected(format!("{reply:?}")),
+                    Err(e) => AgentCallError::Agent(e),
+                });
+            }
+        }
+        self.conn
+            .send(self.id, Body::Request(Request::FileWriteData), bytes)
+            .await
+    }
+
+    /// Commits the upload and waits for the agent's answer.
+    pub async fn finish(mut self) -> Result<Answer, AgentCallError> {
+        let rx = self.answer.take().ok_or(AgentCallError::Closed)?;
+        self.conn
+            .send(self.id, Body::Request(Request::FileWriteEnd), Vec::new())
+            .await?;
+        AgentConn::await_once(rx).await
+    }
+}
+
+impl Drop for Upload {
+    fn drop(&mut self) {
+        // Not finished: tell the agent to discard the temp file.
+        if self.answer.is_some() {
+            self.conn.pending().remove(&self.id);
+            let conn = self.conn.clone();
+            let id = self.id;
+            tokio::spawn(async move {
+                let _ = conn.send(id, Body::Request(Request::FileWriteAbort), Vec::new()).await;
+            });
+        }
+    }
+}
+
+/// Receiving side of a streaming request; cancels the request when dropped early.
+pub struct AgentStream {
+    id: u64,
+    rx: mpsc::Receiver<StreamItem>,
+    conn: AgentConn,
+    finished: bool,
+}
+
+impl AgentStream {
+    /// Next item; `None` when the connection closed before the stream ended.
+    pub async fn next(&mut self) -> Option<StreamItem> {
+        let item = self.rx.recv().await;
+        if matches!(item, Some(StreamItem::End(..)) | Some(StreamItem::Failed(_)) | None) {
+            self.finished = true;
+        }
+        item
+    }
+}
+
+impl Drop for AgentStream {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.conn.pending().remove(&self.id);
+            let conn = self.conn.clone();
+            let id = self.id;
+            tokio::spawn(async move {
+                let _ = conn.send(id, Body::Cancel, Vec::new()).await;
+            });
+        }
+    }
+}
+
+async fn read_loop<R: AsyncRead + Unpin>(mut reader: R, inner: Arc<Inner>) {
+    loop {
+        let frame = match read_frame(&mut reader).await {
+            Ok(f) => f,
+            Err(CodecError::Closed) => break,
+            Err(e) => {
+                tracing::warn!(error = %e, "agent stream broken");
+                break;
+            }
+        };
+        let id = frame.header.id;
+        let payload = frame.payload;
+        let (item, terminal) = match frame.header.body {
+            Body::Reply(reply) => (Ok((reply, payload)), true),
+            Body::Error(err) => (Err(err), true),
+            Body::Event(event) => {
+                let sender = {
+                    let pending = inner.pending.lock().unwrap_or_else(|p| p.into_inner());
+                    match pending.get(&id) {
+                        Some(Pending::Stream(tx)) => Some(tx.clone()),
+                        _ => None,
+                    }
+                };
+                if let Some(tx) = sender {
+                    // Bounded: a slow consumer slows this agent's stream instead of growing memory.
+                    let _ = tx.send(StreamItem::Event(event, payload)).await;
+                }
+                continue;
+            }
+            Body::Request(_) | Body::Cancel => continue,
+        };
+        let waiter = if terminal {
+            inner.pending.lock().unwrap_or_else(|p| p.into_inner()).remove(&id)
+        } else {
+            None
+        };
+        match waiter {
+            Some(Pending::Once(tx)) => {
+                let _ = tx.send(item);
+            }
+            Some(Pending::Stream(tx)) => {
+                let end = match item {
+                    Ok((reply, payload)) => StreamItem::End(reply, payload),
+                    Err(e) => StreamItem::Failed(e),
+                };
+                let _ = tx.send(end).await;
+            }
+            None => {}
+        }
+    }
+    let _ = inner.closed.send(true);
+    // Dropping the senders wakes every waiter with "closed".
+    inner.pending.lock().unwrap_or_else(|p| p.into_inner()).clear();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sbx_agent_proto::{AgentErrorCode, Event};
+
+    /// A fake agent on the other end of a duplex pipe.
+    fn fake_agent() -> (AgentConn, tokio::task::JoinHandle<()>) {
+        let (client, server) = tokio::io::duplex(1 << 20);
+        let (cr, cw) = tokio::io::split(client);
+        let conn = AgentConn::new(cr, cw);
+        let task = tokio::spawn(async move {
+            let (mut sr, mut sw) = tokio::io::split(server);
+            while let Ok(frame) = read_frame(&mut sr).await {
+                let id = frame.header.id;
+                let reply = match frame.header.body {
+                    Body::Request(Request::Ping) => Body::Reply(Reply::Pong),
+                    Body::Request(Request::Sync) => {
+                        Body::Error(AgentError::new(AgentErrorCode::Io, "nope"))
+                    }
+                    Body::Request(Request::ProcessList) => {
+                        for i in 0..3u8 {
+                            let ev = Frame::with_payload(
+                                Header { id, body: Body::Event(Event::FileData) },
+                                vec![i],
+                            );
+                            write_frame(&mut sw, &ev).await.unwrap();
+                        }
+                        Body::Reply(Reply::Ok)
+                    }
+                    _ => continue,
+                };
+                write_frame(&mut sw, &Frame::new(Header { id, body: reply })).await.unwrap();
+            }
+        });
+        (conn, task)
+    }
+
+    #[tokio::test]
+    async fn calls_errors_and_streams_are_routed_by_id() {
+        let (conn, _task) = fake_agent();
+        let (a, b) = tokio::join!(conn.call(Request::Ping), conn.call(Request::Ping));
+        assert_eq!(a.unwrap().0, Reply::Pong);
+        assert_eq!(b.unwrap().0, Reply::Pong);
+        match conn.call(Request::Sync).await {
+            Err(AgentCallError::Agent(e)) => assert_eq!(e.code, AgentErrorCode::Io),
+            other => panic!("unexpected {other:?}"),
+        }
+        let mut s = conn.stream(Request::ProcessList).await.unwrap();
+        let mut got = Vec::new();
+        while let Some(item) = s.next().await {
+            match item {
+                StreamItem::Event(_, p) => got.extend(p),
+                StreamItem::End(..) => break,
+                StreamItem::Failed(e) => panic!("{e}"),
+            }
+        }
+        assert_eq!(got, vec![0, 1, 2]);
+    }
+
+    #[tokio::test]
+    async fn pending_calls_fail_when_the_stream_closes() {
+        let (client, server) = tokio::io::duplex(1024);
+        let (cr, cw) = tokio::io::split(client);
+        let conn = AgentConn::new(cr, cw);
+        let call = tokio::spawn({
+            let conn = conn.clone();
+            async move { conn.call(Request::Hello).await }
+        });
+        // Wait until the request reached the "agent", then hang up.
+        let (mut sr, _sw) = tokio::io::split(server);
+        read_frame(&mut sr).await.unwrap();
+        drop(sr);
+        drop(_sw);
+        assert!(matches!(call.await.unwrap(), Err(AgentCallError::Closed)));
+        conn.closed().await;
+        assert!(conn.is_closed());
+        assert!(matches!(conn.call(Request::Ping).await, Err(AgentCallError::Closed)));
+    }
+}

@@ -1,0 +1,207 @@
+//! The gVisor runtime: one runsc container per sandbox, the agent as PID 1,
+//! reached through a long-lived `runsc exec sbx-agent relay` process.
+
+use super::{AgentConn, Runtime, RuntimeError, SandboxSpec};
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use sbx_agent_proto::{Reply, Request, AGENT_BINARY_PATH};
+use sbx_runsc::oci::SpecBuilder;
+use sbx_runsc::{ExecOptions, GlobalOptions, Network, ProcessIo, RunOptions, Runsc};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use uuid::Uuid;
+
+/// Prefix of every container id sbxd creates; anything else under its runsc root is not ours.
+pub const CONTAINER_PREFIX: &str = "sbx-";
+/// Parent cgroup of every sandbox.
+pub const CGROUP_PARENT: &str = "sbx";
+/// How long `start` waits for the agent to answer after runsc reports running.
+const AGENT_READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Host-side settings of the gVisor runtime.
+#[derive(Debug, Clone)]
+pub struct GvisorConfig {
+    /// runsc binary.
+    pub runsc_binary: PathBuf,
+    /// runsc `--root`.
+    pub runsc_root: PathBuf,
+    /// Per-sandbox directories (bundle, overlay, console log).
+    pub sandboxes_dir: PathBuf,
+    /// Image root filesystem shared read-only by all sandboxes.
+    pub image_rootfs: PathBuf,
+    /// Host directory holding `sbx-agent`.
+    pub agent_dir: PathBuf,
+    /// pids cgroup limit.
+    pub pids_limit: i64,
+    /// Extra global runsc flags.
+    pub extra_flags: Vec<String>,
+}
+
+/// [`Runtime`] on gVisor.
+pub struct GvisorRuntime {
+    config: GvisorConfig,
+    runsc: Runsc,
+}
+
+fn container_id(id: Uuid) -> String {
+    format!("{CONTAINER_PREFIX}{id}")
+}
+
+fn parse_container_id(cid: &str) -> Option<Uuid> {
+    cid.strip_prefix(CONTAINER_PREFIX).and_then(|s| Uuid::parse_str(s).ok())
+}
+
+impl GvisorRuntime {
+    /// Builds the runtime; creates its directories.
+    pub fn new(config: GvisorConfig) -> Result<Self, RuntimeError> {
+        std::fs::create_dir_all(&config.runsc_root)?;
+        std::fs::create_dir_all(&config.sandboxes_dir)?;
+        let global = GlobalOptions {
+            network: Network::None,
+            extra: config.extra_flags.clone(),
+            ..GlobalOptions::default()
+        };
+        let runsc = Runsc::new(&config.runsc_binary, &config.runsc_root)
+            .with_global(global)
+            .with_timeout(Some(Duration::from_secs(60)));
+        Ok(GvisorRuntime { config, runsc })
+    }
+
+    fn dir(&self, id: Uuid) -> PathBuf {
+        self.config.sandboxes_dir.join(id.to_string())
+    }
+
+    async fn start_inner(&self, spec: SandboxSpec) -> Result<AgentConn, RuntimeError> {
+        let dir = self.dir(spec.id);
+        if dir.exists() {
+            tokio::fs::remove_dir_all(&dir).await?;
+        }
+        let bundle = dir.join("bundle");
+        let overlay = dir.join("overlay");
+        tokio::fs::create_dir_all(&bundle).await?;
+        tokio::fs::create_dir_all(&overlay).await?;
+        let cid = container_id(spec.id);
+        SpecBuilder::new(&self.config.image_rootfs)
+            .args([AGENT_BINARY_PATH, "init"])
+            .hostname("sandbox")
+            .bind_mount(&self.config.agent_dir, "/.sbx/bin", true)
+            .memory_limit(u64::from(spec.memory_mb) * 1024 * 1024)
+            .vcpus(spec.vcpu)
+            .pids_limit(self.config.pids_limit)
+            .cgroups_path(format!("/{CGROUP_PARENT}/{cid}"))
+            .write_bundle(&bundle)?;
+        let opts = RunOptions {
+            bundle: bundle.clone(),
+            io: ProcessIo::console_log(dir.join("console.log")),
+            overlay2: Some(format!("root:dir={}", overlay.display())),
+            ..RunOptions::default()
+        };
+        self.runsc.run(&cid, &opts).await?;
+        let deadline = Instant::now() + AGENT_READY_TIMEOUT;
+        loop {
+            match self.connect_inner(spec.id).await {
+                Ok(conn) => return Ok(conn),
+                Err(e) if Instant::now() >= deadline => return Err(RuntimeError::AgentNotReady(e.to_string())),
+                // The agent binds its socket a few milliseconds after PID 1 starts.
+                Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+            }
+        }
+    }
+
+    async fn connect_inner(&self, id: Uuid) -> Result<AgentConn, RuntimeError> {
+        let opts = ExecOptions {
+            argv: vec![AGENT_BINARY_PATH.to_string(), "relay".to_string()],
+            ..ExecOptions::default()
+        };
+        let mut cmd = self.runsc.exec_command(&container_id(id), &opts);
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null());
+        let mut child = cmd.spawn()?;
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            return Err(RuntimeError::AgentNotReady("relay has no stdio".into()));
+        };
+        // Reap the relay when it exits (connection closed either way).
+        tokio::spawn(async move {
+            let _ = child.wait().await;
+        });
+        let conn = AgentConn::new(stdout, stdin);
+        match conn.call(Request::Hello).await {
+            Ok((Reply::Hello { .. }, _)) => Ok(conn),
+            Ok((other, _)) => Err(RuntimeError::AgentNotReady(format!("unexpected hello reply {other:?}"))),
+            Err(e) => Err(RuntimeError::AgentNotReady(e.to_string())),
+        }
+    }
+
+    async fn destroy_inner(&self, id: Uuid) -> Result<(), RuntimeError> {
+        let cid = container_id(id);
+        match self.runsc.delete(&cid, true).await {
+            Ok(()) => {}
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e.into()),
+        }
+        sbx_runsc::cleanup::remove_cgroups(
+            Path::new(sbx_runsc::cleanup::DEFAULT_CGROUP_MOUNT),
+            CGROUP_PARENT,
+            |name| name == cid,
+        );
+        let dir = self.dir(id);
+        match tokio::fs::remove_dir_all(&dir).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn list_inner(&self) -> Result<Vec<Uuid>, RuntimeError> {
+        let mut ids: Vec<Uuid> = self
+            .runsc
+            .list()
+            .await?
+            .into_iter()
+            .filter_map(|c| parse_container_id(&c.id))
+            .collect();
+        if let Ok(mut entries) = tokio::fs::read_dir(&self.config.sandboxes_dir).await {
+            while let Ok(Some(e)) = entries.next_entry().await {
+                if let Some(id) = e.file_name().to_str().and_then(|s| Uuid::parse_str(s).ok()) {
+                    ids.push(id);
+                }
+            }
+        }
+        ids.sort();
+        ids.dedup();
+        Ok(ids)
+    }
+}
+
+impl Runtime for GvisorRuntime {
+    fn start(&self, spec: SandboxSpec) -> BoxFuture<'_, Result<AgentConn, RuntimeError>> {
+        self.start_inner(spec).boxed()
+    }
+
+    fn connect(&self, id: Uuid) -> BoxFuture<'_, Result<AgentConn, RuntimeError>> {
+        self.connect_inner(id).boxed()
+    }
+
+    fn is_alive(&self, id: Uuid) -> BoxFuture<'_, Result<bool, RuntimeError>> {
+        async move {
+            match self.runsc.state(&container_id(id)).await {
+                Ok(s) => Ok(matches!(s.status, sbx_runsc::Status::Running | sbx_runsc::Status::Paused)),
+                Err(e) if e.is_not_found() => Ok(false),
+                Err(e) => Err(e.into()),
+            }
+        }
+        .boxed()
+    }
+
+    fn destroy(&self, id: Uuid) -> BoxFuture<'_, Result<(), RuntimeError>> {
+        self.destroy_inner(id).boxed()
+    }
+
+    fn list(&self) -> BoxFuture<'_, Result<Vec<Uuid>, RuntimeError>> {
+        self.list_inner().boxed()
+    }
+
+    fn console_log(&self, id: Uuid) -> PathBuf {
+        self.dir(id).join("console.log")
+    }
+}

@@ -1,0 +1,57 @@
+//! The sandbox runtime: boots sandboxes and connects to their agents.
+//!
+//! [`Runtime`] is the seam between the lifecycle service and the isolation
+//! technology; [`gvisor::GvisorRuntime`] drives the runsc CLI.
+
+pub mod agent_conn;
+pub mod gvisor;
+
+pub use agent_conn::{AgentCallError, AgentConn, AgentStream, StreamItem, Upload};
+
+use futures::future::BoxFuture;
+use std::path::PathBuf;
+use uuid::Uuid;
+
+/// What the runtime needs to boot one sandbox.
+#[derive(Debug, Clone)]
+pub struct SandboxSpec {
+    /// Sandbox id.
+    pub id: Uuid,
+    /// vCPUs (cgroup CPU quota).
+    pub vcpu: u32,
+    /// Memory limit in MiB.
+    pub memory_mb: u32,
+}
+
+/// Runtime failures.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// runsc failed.
+    #[error("runsc: {0}")]
+    Runsc(#[from] sbx_runsc::Error),
+    /// Host file system work failed.
+    #[error("host i/o: {0}")]
+    Io(#[from] std::io::Error),
+    /// The agent did not answer in time.
+    #[error("agent did not become ready: {0}")]
+    AgentNotReady(String),
+    /// The sandbox is not running.
+    #[error("sandbox is not running")]
+    NotRunning,
+}
+
+/// Boots, attaches to and tears down sandboxes.
+pub trait Runtime: Send + Sync {
+    /// Boots a fresh sandbox and returns a connection to its agent.
+    fn start(&self, spec: SandboxSpec) -> BoxFuture<'_, Result<AgentConn, RuntimeError>>;
+    /// Opens a new connection to a running sandbox's agent.
+    fn connect(&self, id: Uuid) -> BoxFuture<'_, Result<AgentConn, RuntimeError>>;
+    /// Whether the sandbox's container is running (or paused).
+    fn is_alive(&self, id: Uuid) -> BoxFuture<'_, Result<bool, RuntimeError>>;
+    /// Stops the sandbox and removes everything it left on the host. Safe to repeat.
+    fn destroy(&self, id: Uuid) -> BoxFuture<'_, Result<(), RuntimeError>>;
+    /// Ids of every sandbox the runtime has on this host (running or not).
+    fn list(&self) -> BoxFuture<'_, Result<Vec<Uuid>, RuntimeError>>;
+    /// Host path of the sandbox's console log (PID 1's stdout and stderr).
+    fn console_log(&self, id: Uuid) -> PathBuf;
+}

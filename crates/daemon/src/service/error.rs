@@ -1,0 +1,69 @@
+//! Errors of the service layer; `api::error` turns each into an HTTP status and code.
+
+use sbx_api_types::validate::ValidationError;
+
+/// Everything a service call can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    /// Input broke a rule of the contract.
+    #[error(transparent)]
+    Invalid(#[from] ValidationError),
+    /// The request as a whole is malformed (bad JSON, unknown fields, bad cursor).
+    #[error("{0}")]
+    BadRequest(String),
+    /// No such sandbox (or hidden from the caller).
+    #[error("sandbox not found")]
+    SandboxNotFound,
+    /// No such process in the sandbox.
+    #[error("process not found")]
+    ProcessNotFound,
+    /// The process exists but its output was evicted.
+    #[error("the process's output is no longer retained")]
+    OutputNotRetained,
+    /// No such file.
+    #[error("file not found: {0}")]
+    FileNotFound(String),
+    /// The path is not a regular file.
+    #[error("{0}")]
+    NotRegularFile(String),
+    /// A file over the size limit.
+    #[error("file is larger than the {0}-byte limit")]
+    FileTooLarge(u64),
+    /// A filesystem operation failed inside the sandbox (not found, not empty...).
+    #[error("{0}")]
+    FileOperation(String),
+    /// The name is held by an active sandbox with another configuration.
+    #[error("sandbox name {0:?} is already in use by an active sandbox with a different configuration")]
+    NameTaken(String),
+    /// The sandbox is not in a state that allows the operation.
+    #[error("sandbox is {0}; this operation needs RUNNING")]
+    WrongState(&'static str),
+    /// Exec ran out of time (the command was killed).
+    #[error("command did not finish within {0} ms and was stopped")]
+    ExecTimedOut(u64),
+    /// Exec output over the limit (the command was killed).
+    #[error("command output exceeded {0} bytes across stdout and stderr")]
+    ExecOutputTooLarge(u64),
+    /// Process wait ran out of time.
+    #[error("process did not finish within {0} ms")]
+    WaitTimedOut(u64),
+    /// The start failed synchronously.
+    #[error("sandbox failed to start: {0}")]
+    StartFailed(String),
+    /// The outcome of an unsafe operation is unknown.
+    #[error("{0}")]
+    Ambiguous(String),
+    /// Capacity or a transient, safe-to-repeat failure.
+    #[error("{0}")]
+    Unavailable(String),
+    /// A bug or an unexpected host failure.
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl From<sbx_store::StoreError> for ServiceError {
+    fn from(e: sbx_store::StoreError) -> Self {
+        // Store failures (disk full, locked) are transient from the caller's view.
+        ServiceError::Unavailable(format!("metadata store unavailable: {e}"))
+    }
+}

@@ -1,0 +1,386 @@
+//! Create, get, list and destroy; booting and tearing down in the background.
+
+use super::{Result, Service, ServiceError};
+use crate::runtime::{AgentConn, SandboxSpec};
+use chrono::Utc;
+use sbx_agent_proto::Request;
+use sbx_api_types::{validate, CreateSandboxRequest, SandboxStatus};
+use sbx_store::{SandboxCursor, SandboxRecord};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use uuid::Uuid;
+
+/// What create did.
+#[derive(Debug)]
+pub enum CreateOutcome {
+    /// A new sandbox (RUNNING if it booted within the sync wait, else STARTING).
+    Created(SandboxRecord),
+    /// The name is held by an active sandbox with the same configuration.
+    Existing(SandboxRecord),
+}
+
+/// What destroy did.
+#[derive(Debug)]
+pub enum DestroyOutcome {
+    /// Teardown is in progress.
+    Terminating(SandboxRecord),
+    /// Nothing is left.
+    Terminated,
+}
+
+/// One page of sandboxes.
+#[derive(Debug)]
+pub struct SandboxPage {
+    /// Items, newest first.
+    pub items: Vec<SandboxRecord>,
+    /// Cursor for the next page.
+    pub next_cursor: Option<String>,
+    /// Limit applied.
+    pub limit: u32,
+}
+
+impl Service {
+    /// `POST /v2/sandboxes`.
+    pub async fn create(self: &Arc<Self>, workspace: &str, req: CreateSandboxRequest) -> Result<CreateOutcome> {
+        let name = req.name.clone().ok_or(validate::ValidationError::Missing("name"))?;
+        validate::name("name", &name)?;
+        if req.snapshot_id.is_some() {
+            if req.vcpu.is_some() || req.memory_mb.is_some() || req.environment.is_some() || req.secrets.is_some() {
+                return Err(ServiceError::BadRequest(
+                    "a clone takes its resources, environment and secrets from the snapshot; send only name and snapshotId".into(),
+                ));
+            }
+            return Err(ServiceError::Unavailable(
+                "snapshots are not available on this server yet".into(),
+            ));
+        }
+        let vcpu = req.vcpu.ok_or(validate::ValidationError::Missing("vcpu"))?;
+        let memory_mb = req.memory_mb.ok_or(validate::ValidationError::Missing("memoryMb"))?;
+        let (vcpu, memory_mb) = validate::shape(vcpu, memory_mb)?;
+        let environment = req.environment.clone().unwrap_or_default();
+        let mut secrets = req.secrets.clone().unwrap_or_default();
+        for s in &secrets {
+            validate::secret_name(s)?;
+            if environment.contains_key(s) {
+                return Err(validate::ValidationError::Format {
+                    field: "secrets",
+                    reason: format!("{s:?} is also a key in environment"),
+                }
+                .into());
+            }
+        }
+        validate::environment("environment", &environment, &secrets)?;
+        secrets.sort();
+        if secrets.windows(2).any(|w| w[0] == w[1]) {
+            return Err(validate::ValidationError::Format {
+                field: "secrets",
+                reason: "duplicate secret name".into(),
+            }
+            .into());
+        }
+        if let Some(unknown) = secrets.first() {
+            return Err(validate::ValidationError::Format {
+                field: "secrets",
+                reason: format!("unknown secret {unknown:?}"),
+            }
+            .into());
+        }
+
+        let now = Utc::now();
+        let record = SandboxRecord {
+            id: Uuid::new_v4(),
+            workspace: workspace.to_string(),
+            name: name.clone(),
+            status: SandboxStatus::Starting,
+            vcpu,
+            memory_mb,
+            environment,
+            secrets,
+            snapshot_id: None,
+            image_ref: self.config.image_ref.clone(),
+            created_at: now,
+            started_at: None,
+            ended_at: None,
+            error: None,
+            active_ms: 0,
+            running_since: None,
+        };
+        match self.store.create_sandbox(&record)? {
+            sbx_store::CreateOutcome::NameHeld(existing) => {
+                if same_config(&existing, &record) {
+                    Ok(CreateOutcome::Existing(existing))
+                } else {
+                    Err(ServiceError::NameTaken(name))
+                }
+            }
+            sbx_store::CreateOutcome::Created => {
+                let done = self.spawn_boot(record.id);
+                let wait = self.config.limits.create_sync_wait;
+                let _ = tokio::time::timeout(wait, wait_done(done)).await;
+                Ok(CreateOutcome::Created(self.load(workspace, record.id)?))
+            }
+        }
+    }
+
+    /// `GET /v2/sandboxes/{id}`.
+    pub fn get(&self, workspace: &str, id: Uuid) -> Result<SandboxRecord> {
+        self.load(workspace, id)
+    }
+
+    /// `GET /v2/sandboxes`.
+    pub fn list(&self, workspace: &str, limit: u32, cursor: Option<&str>) -> Result<SandboxPage> {
+        let after = cursor.map(parse_cursor).transpose()?;
+        let mut items = self.store.list_sandboxes(workspace, limit + 1, after.as_ref())?;
+        let has_more = items.len() > limit as usize;
+        items.truncate(limit as usize);
+        let next_cursor = if has_more {
+            items
+                .last()
+                .map(|r| format!("{}_{}", r.created_at.timestamp_millis(), r.id.simple()))
+        } else {
+            None
+        };
+        Ok(SandboxPage {
+            items,
+            next_cursor,
+            limit,
+        })
+    }
+
+    /// `DELETE /v2/sandboxes/{id}`: records the intent, then tears down in the background.
+    pub async fn destroy(self: &Arc<Self>, workspace: &str, id: Uuid) -> Result<DestroyOutcome> {
+        let record = self.load(workspace, id)?;
+        if !record.status.is_active() {
+            return Ok(DestroyOutcome::Terminated);
+        }
+        if record.status != SandboxStatus::Terminating {
+            self.transition(id, |r| {
+                    if r.status.is_active() && r.status != SandboxStatus::Terminating {
+                        stop_clock(r);
+                        r.status = SandboxStatus::Terminating;
+                    }
+                })
+                .await?;
+        }
+        let done = self.spawn_teardown(id, None);
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), wait_done(done)).await;
+        let now = self.load(workspace, id)?;
+        Ok(match now.status {
+            SandboxStatus::Terminating => DestroyOutcome::Terminating(now),
+            _ => DestroyOutcome::Terminated,
+        })
+    }
+
+    /// Reads, changes and writes a sandbox under its transition lock.
+    pub(super) async fn transition(&self, id: Uuid, change: impl FnOnce(&mut SandboxRecord)) -> Result<SandboxRecord> {
+        let lock = self.lock_for(id);
+        let _guard = lock.lock().await;
+        let mut record = self.store.get_sandbox(id)?.ok_or(ServiceError::SandboxNotFound)?;
+        change(&mut record);
+        self.store.update_sandbox(&record)?;
+        Ok(record)
+    }
+
+    /// Boots a STARTING sandbox in the background; the receiver turns true when done.
+    pub(super) fn spawn_boot(self: &Arc<Self>, id: Uuid) -> tokio::sync::watch::Receiver<bool> {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        self.boots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, rx.clone());
+        let this = self.clone();
+        tokio::spawn(async move {
+            this.boot(id).await;
+            this.boots.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+            let _ = tx.send(true);
+        });
+        rx
+    }
+
+    async fn boot(self: &Arc<Self>, id: Uuid) {
+        let Ok(Some(record)) = self.store.get_sandbox(id) else { return };
+        let spec = SandboxSpec {
+            id,
+            vcpu: record.vcpu,
+            memory_mb: record.memory_mb,
+        };
+        let started = tokio::time::timeout(self.config.limits.start_timeout, self.runtime.start(spec)).await;
+        let conn = match started {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(e)) => return self.fail(id, format!("sandbox failed to start: {e}")).await,
+            Err(_) => return self.fail(id, "sandbox did not start in time".into()).await,
+        };
+        let env = self.sandbox_environment(&record);
+        if let Err(e) = conn.call(Request::Configure { env }).await {
+            return self.fail(id, format!("sandbox agent refused its configuration: {e}")).await;
+        }
+        let result = self
+            .transition(id, |r| {
+                if r.status == SandboxStatus::Starting {
+                    let now = Utc::now();
+                    r.status = SandboxStatus::Running;
+                    r.started_at.get_or_insert(now);
+                    r.running_since = Some(now);
+                }
+            })
+            .await;
+        match result {
+            Ok(r) if r.status == SandboxStatus::Running => {
+                self.agents
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(id, conn.clone());
+                tracing::info!(sandbox = %id, "sandbox running");
+                self.spawn_monitor(id, conn);
+            }
+            // Destroyed while booting: whoever tears down may have run before the
+            // container existed, so clean up here too.
+            _ => {
+                let _ = self.runtime.destroy(id).await;
+            }
+        }
+    }
+
+    /// The base environment of a sandbox: configuration plus secret values.
+    fn sandbox_environment(&self, record: &SandboxRecord) -> BTreeMap<String, String> {
+        record.environment.clone()
+    }
+
+    /// Marks a sandbox FAILED (unless it is already ending) and removes its runtime state.
+    pub(super) async fn fail(self: &Arc<Self>, id: Uuid, reason: String) {
+        tracing::warn!(sandbox = %id, %reason, "sandbox failed");
+        self.forget_agent(id);
+        let _ = self
+            .transition(id, |r| {
+                if r.status.is_active() && r.status != SandboxStatus::Terminating {
+                    stop_clock(r);
+                    r.status = SandboxStatus::Failed;
+                    r.error = Some(reason);
+                    r.ended_at = Some(Utc::now());
+                }
+            })
+            .await;
+        if let Err(e) = self.runtime.destroy(id).await {
+            tracing::error!(sandbox = %id, error = %e, "cleanup of failed sandbox");
+        }
+    }
+
+    /// Tears a TERMINATING sandbox down in the background; `reason` is recorded as `error`.
+    pub(super) fn spawn_teardown(self: &Arc<Self>, id: Uuid, reason: Option<String>) -> tokio::sync::watch::Receiver<bool> {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        let this = self.clone();
+        tokio::spawn(async move {
+            this.teardown(id, reason).await;
+            let _ = tx.send(true);
+        });
+        rx
+    }
+
+    async fn teardown(self: &Arc<Self>, id: Uuid, reason: Option<String>) {
+        self.forget_agent(id);
+        let lock = self.lock_for(id);
+        let _guard = lock.lock().await;
+        let Ok(Some(mut record)) = self.store.get_sandbox(id) else { return };
+        if record.status != SandboxStatus::Terminating {
+            return;
+        }
+        if let Err(e) = self.runtime.destroy(id).await {
+            // Stay TERMINATING: reconciliation retries at the next start.
+            tracing::error!(sandbox = %id, error = %e, "teardown failed");
+            return;
+        }
+        record.status = SandboxStatus::Terminated;
+        record.ended_at = Some(Utc::now());
+        if reason.is_some() {
+            record.error = reason;
+        }
+        if let Err(e) = self.store.update_sandbox(&record) {
+            tracing::error!(sandbox = %id, error = %e, "recording TERMINATED");
+        }
+        drop(_guard);
+        self.locks.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+        tracing::info!(sandbox = %id, "sandbox terminated");
+    }
+
+    /// Watches an agent connection; when it drops, reconnects or fails the sandbox.
+    pub(super) fn spawn_monitor(self: &Arc<Self>, id: Uuid, conn: AgentConn) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            let mut conn = conn;
+            loop {
+                conn.closed().await;
+                let still_running = matches!(this.store.get_sandbox(id), Ok(Some(r)) if r.status == SandboxStatus::Running);
+                if !still_running {
+                    return;
+                }
+                match this.runtime.is_alive(id).await {
+                    Ok(true) => match this.runtime.connect(id).await {
+                        Ok(new_conn) => {
+                            this.agents
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .insert(id, new_conn.clone());
+                            conn = new_conn;
+                        }
+                        Err(e) => return this.fail(id, format!("sandbox agent stopped answering: {e}")).await,
+                    },
+                    _ => return this.fail(id, "sandbox stopped unexpectedly".into()).await,
+                }
+            }
+        });
+    }
+
+    /// Ends sandboxes whose active runtime is used up; runs every second.
+    pub async fn enforce_runtime_limits(self: &Arc<Self>) {
+        let limit = self.config.limits.active_runtime;
+        let Ok(running) = self.store.sandboxes_in_status(&[SandboxStatus::Running]) else { return };
+        let now = Utc::now();
+        for r in running {
+            if r.active_runtime_ms(now) >= limit.as_millis() as u64 {
+                let reason = format!("active runtime limit of {}s reached", limit.as_secs());
+                let moved = self
+                    .transition(r.id, |r| {
+                        if r.status == SandboxStatus::Running {
+                            stop_clock(r);
+                            r.status = SandboxStatus::Terminating;
+                        }
+                    })
+                    .await;
+                if matches!(moved, Ok(ref m) if m.status == SandboxStatus::Terminating) {
+                    tracing::info!(sandbox = %r.id, "{reason}");
+                    self.spawn_teardown(r.id, Some(reason));
+                }
+            }
+        }
+    }
+}
+
+/// Folds the current running period into `active_ms`.
+pub(super) fn stop_clock(r: &mut SandboxRecord) {
+    r.active_ms = r.active_runtime_ms(Utc::now());
+    r.running_since = None;
+}
+
+async fn wait_done(mut rx: tokio::sync::watch::Receiver<bool>) {
+    let _ = rx.wait_for(|d| *d).await;
+}
+
+fn same_config(a: &SandboxRecord, b: &SandboxRecord) -> bool {
+    a.vcpu == b.vcpu
+        && a.memory_mb == b.memory_mb
+        && a.environment == b.environment
+        && a.secrets == b.secrets
+        && a.snapshot_id == b.snapshot_id
+}
+
+fn parse_cursor(cursor: &str) -> Result<SandboxCursor> {
+    let bad = || ServiceError::Invalid(validate::ValidationError::Format {
+        field: "cursor",
+        reason: "not a cursor this server issued".into(),
+    });
+    let (ms, id) = cursor.split_once('_').ok_or_else(bad)?;
+    Ok(SandboxCursor {
+        created_at_ms: ms.parse().map_err(|_| bad())?,
+        id: Uuid::parse_str(id).map_err(|_| bad())?,
+    })
+}

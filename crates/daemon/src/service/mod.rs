@@ -1,0 +1,154 @@
+//! The lifecycle service: every API action is one function here.
+//!
+//! Rules (DESIGN.md): every state change is written to the store before it is
+//! acted on; transitions of one sandbox are serialised by a per-sandbox lock;
+//! the daemon can die at any point and `reconcile` puts things right.
+
+mod commands;
+mod error;
+mod files;
+mod lifecycle;
+mod logs;
+mod reconcile;
+
+pub use commands::{ExecOutcome, OutputSelection};
+pub use error::ServiceError;
+pub use lifecycle::{CreateOutcome, DestroyOutcome, SandboxPage};
+pub use logs::LogChunk;
+
+use crate::config::Config;
+use crate::runtime::{AgentCallError, AgentConn, Runtime};
+use sbx_agent_proto::{AgentError, AgentErrorCode};
+use sbx_api_types::SandboxStatus;
+use sbx_store::{SandboxRecord, Store};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use uuid::Uuid;
+
+/// Shared state behind every API call.
+pub struct Service {
+    config: Config,
+    store: Arc<dyn Store>,
+    runtime: Arc<dyn Runtime>,
+    /// Open agent connections of RUNNING sandboxes.
+    agents: Mutex<HashMap<Uuid, AgentConn>>,
+    /// Per-sandbox transition locks.
+    locks: Mutex<HashMap<Uuid, Arc<tokio::sync::Mutex<()>>>>,
+    /// Boots in progress: create waits on these.
+    boots: Mutex<HashMap<Uuid, tokio::sync::watch::Receiver<bool>>>,
+    /// The fixed network id shown as `vpcId`.
+    vpc_id: Uuid,
+}
+
+/// Result type of service calls.
+pub type Result<T, E = ServiceError> = std::result::Result<T, E>;
+
+impl Service {
+    /// Builds the service; call [`Service::reconcile`] before serving.
+    pub fn new(config: Config, store: Arc<dyn Store>, runtime: Arc<dyn Runtime>) -> Arc<Self> {
+        Arc::new(Service {
+            config,
+            store,
+            runtime,
+            agents: Mutex::new(HashMap::new()),
+            locks: Mutex::new(HashMap::new()),
+            boots: Mutex::new(HashMap::new()),
+            vpc_id: Uuid::from_u128(0x5bd0_0000_0000_4000_8000_0000_0000_0001),
+        })
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The `vpcId` every sandbox of this node shows.
+    pub fn vpc_id(&self) -> Uuid {
+        self.vpc_id
+    }
+
+    fn lock_for(&self, id: Uuid) -> Arc<tokio::sync::Mutex<()>> {
+        self.locks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(id)
+            .or_default()
+            .clone()
+    }
+
+    /// Loads a sandbox of the workspace, or `SandboxNotFound`.
+    fn load(&self, workspace: &str, id: Uuid) -> Result<SandboxRecord> {
+        match self.store.get_sandbox(id)? {
+            Some(r) if r.workspace == workspace => Ok(r),
+            _ => Err(ServiceError::SandboxNotFound),
+        }
+    }
+
+    /// The agent of a RUNNING sandbox, reconnecting if the old connection dropped.
+    async fn agent(&self, workspace: &str, id: Uuid) -> Result<AgentConn> {
+        let record = self.load(workspace, id)?;
+        if record.status != SandboxStatus::Running {
+            return Err(ServiceError::WrongState(record.status.as_str()));
+        }
+        if let Some(conn) = self.cached_agent(id) {
+            return Ok(conn);
+        }
+        let lock = self.lock_for(id);
+        let _guard = lock.lock().await;
+        if let Some(conn) = self.cached_agent(id) {
+            return Ok(conn);
+        }
+        let conn = self
+            .runtime
+            .connect(id)
+            .await
+            .map_err(|e| ServiceError::Unavailable(format!("sandbox agent unreachable: {e}")))?;
+        self.agents
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, conn.clone());
+        Ok(conn)
+    }
+
+    fn cached_agent(&self, id: Uuid) -> Option<AgentConn> {
+        let agents = self.agents.lock().unwrap_or_else(|p| p.into_inner());
+        agents.get(&id).filter(|c| !c.is_closed()).cloned()
+    }
+
+    fn forget_agent(&self, id: Uuid) {
+        self.agents.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+    }
+}
+
+/// Maps an agent failure for an operation that is safe to repeat.
+fn agent_error(e: AgentCallError) -> ServiceError {
+    match e {
+        AgentCallError::Agent(err) => agent_code_error(err),
+        AgentCallError::Closed => ServiceError::Unavailable("the sandbox's agent connection closed; retry".into()),
+        other => ServiceError::Internal(other.to_string()),
+    }
+}
+
+/// Maps an agent failure for an operation that is unsafe to repeat (exec, start, signal).
+fn agent_error_unsafe(e: AgentCallError, what: &str) -> ServiceError {
+    match e {
+        AgentCallError::Closed => ServiceError::Ambiguous(format!(
+            "the connection to the sandbox closed during {what}; it may or may not have happened"
+        )),
+        other => agent_error(other),
+    }
+}
+
+fn agent_code_error(err: AgentError) -> ServiceError {
+    match err.code {
+        AgentErrorCode::NotFound => ServiceError::FileOperation(err.message),
+        AgentErrorCode::InvalidArgument => ServiceError::BadRequest(err.message),
+        AgentErrorCode::NotRegularFile => ServiceError::NotRegularFile(err.message),
+        AgentErrorCode::OutputNotRetained => ServiceError::OutputNotRetained,
+        AgentErrorCode::NotEmpty | AgentErrorCode::PermissionDenied | AgentErrorCode::SpawnFailed => {
+            ServiceError::FileOperation(err.message)
+        }
+        AgentErrorCode::NoSpace => ServiceError::FileOperation(format!("sandbox disk full: {}", err.message)),
+        _ => ServiceError::Internal(format!("agent: {}", err.message)),
+    }
+}

@@ -1,0 +1,321 @@
+//! Embedded SQLite implementation (WAL, embedded migrations).
+
+use crate::{CreateOutcome, SandboxCursor, SandboxRecord, Store, StoreError};
+use chrono::{DateTime, Utc};
+use rusqlite::{params, Connection, OptionalExtension, Row};
+use sbx_api_types::SandboxStatus;
+use std::path::Path;
+use std::sync::Mutex;
+use uuid::Uuid;
+
+/// Schema versions, applied in order; `PRAGMA user_version` records how many ran.
+const MIGRATIONS: &[&str] = &[r#"
+CREATE TABLE sandboxes (
+    id            TEXT PRIMARY KEY,
+    workspace     TEXT NOT NULL,
+    name          TEXT NOT NULL,
+    status        TEXT NOT NULL,
+    vcpu          INTEGER NOT NULL,
+    memory_mb     INTEGER NOT NULL,
+    environment   TEXT NOT NULL,
+    secrets       TEXT NOT NULL,
+    snapshot_id   TEXT,
+    image_ref     TEXT NOT NULL,
+    created_at_ms INTEGER NOT NULL,
+    started_at_ms INTEGER,
+    ended_at_ms   INTEGER,
+    error         TEXT,
+    active_ms     INTEGER NOT NULL DEFAULT 0,
+    running_since_ms INTEGER,
+    active        INTEGER NOT NULL
+);
+CREATE UNIQUE INDEX sandboxes_active_name ON sandboxes (workspace, name) WHERE active = 1;
+CREATE INDEX sandboxes_list ON sandboxes (workspace, created_at_ms DESC, id DESC);
+CREATE INDEX sandboxes_status ON sandboxes (status);
+"#];
+
+/// SQLite-backed [`Store`].
+pub struct SqliteStore {
+    conn: Mutex<Connection>,
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database file and applies migrations.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let conn = Connection::open(path)?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        Self::migrate(conn)
+    }
+
+    /// An in-memory database (tests).
+    pub fn in_memory() -> Result<Self, StoreError> {
+        Self::migrate(Connection::open_in_memory()?)
+    }
+
+    fn migrate(mut conn: Connection) -> Result<Self, StoreError> {
+        let version: usize = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+        if version > MIGRATIONS.len() {
+            return Err(StoreError::Corrupt(format!(
+                "database schema version {version} is newer than this sbxd ({})",
+                MIGRATIONS.len()
+            )));
+        }
+        for (i, sql) in MIGRATIONS.iter().enumerate().skip(version) {
+            let tx = conn.transaction()?;
+            tx.execute_batch(sql)?;
+            tx.pragma_update(None, "user_version", i + 1)?;
+            tx.commit()?;
+        }
+        Ok(SqliteStore { conn: Mutex::new(conn) })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Connection> {
+        // A panic while holding the lock cannot leave a half-written row (SQLite
+        // transactions roll back), so a poisoned lock is safe to reuse.
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+const SANDBOX_COLUMNS: &str = "id, workspace, name, status, vcpu, memory_mb, environment, secrets, snapshot_id, \
+     image_ref, created_at_ms, started_at_ms, ended_at_ms, error, active_ms, running_since_ms";
+
+fn ms(t: DateTime<Utc>) -> i64 {
+    t.timestamp_millis()
+}
+
+fn from_ms(v: Option<i64>) -> Option<DateTime<Utc>> {
+    v.and_then(DateTime::<Utc>::from_timestamp_millis)
+}
+
+fn corrupt(what: impl std::fmt::Display) -> rusqlite::Error {
+    rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, what.to_string().into())
+}
+
+fn sandbox_from_row(row: &Row<'_>) -> rusqlite::Result<SandboxRecord> {
+    let id: String = row.get(0)?;
+    let status: String = row.get(3)?;
+    let environment: String = row.get(6)?;
+    let secrets: String = row.get(7)?;
+    let snapshot_id: Option<String> = row.get(8)?;
+    Ok(SandboxRecord {
+        id: Uuid::parse_str(&id).map_err(corrupt)?,
+        workspace: row.get(1)?,
+        name: row.get(2)?,
+        status: SandboxStatus::parse(&status).ok_or_else(|| corrupt(format!("status {status}")))?,
+        vcpu: row.get(4)?,
+        memory_mb: row.get(5)?,
+        environment: serde_json::from_str(&environment).map_err(corrupt)?,
+        secrets: serde_json::from_str(&secrets).map_err(corrupt)?,
+        snapshot_id: snapshot_id
+            .map(|s| Uuid::parse_str(&s))
+            .transpose()
+            .map_err(corrupt)?,
+        image_ref: row.get(9)?,
+        created_at: from_ms(Some(row.get(10)?)).ok_or_else(|| corrupt("created_at"))?,
+        started_at: from_ms(row.get(11)?),
+        ended_at: from_ms(row.get(12)?),
+        error: row.get(13)?,
+        active_ms: row.get::<_, i64>(14)?.max(0) as u64,
+        running_since: from_ms(row.get(15)?),
+    })
+}
+
+fn json(v: &impl serde::Serialize) -> String {
+    serde_json::to_string(v).unwrap_or_else(|_| "null".into())
+}
+
+impl Store for SqliteStore {
+    fn create_sandbox(&self, r: &SandboxRecord) -> Result<CreateOutcome, StoreError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        let existing = tx
+            .query_row(
+                &format!("SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE workspace = ?1 AND name = ?2 AND active = 1"),
+                params![r.workspace, r.name],
+                sandbox_from_row,
+            )
+            .optional()?;
+        if let Some(existing) = existing {
+            return Ok(CreateOutcome::NameHeld(existing));
+        }
+        tx.execute(
+            &format!("INSERT INTO sandboxes ({SANDBOX_COLUMNS}, active) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17)"),
+            params![
+                r.id.to_string(),
+                r.workspace,
+                r.name,
+                r.status.as_str(),
+                r.vcpu,
+                r.memory_mb,
+                json(&r.environment),
+                json(&r.secrets),
+                r.snapshot_id.map(|s| s.to_string()),
+                r.image_ref,
+                ms(r.created_at),
+                r.started_at.map(ms),
+                r.ended_at.map(ms),
+                r.error,
+                r.active_ms as i64,
+                r.running_since.map(ms),
+                r.status.is_active(),
+            ],
+        )?;
+        tx.commit()?;
+        Ok(CreateOutcome::Created)
+    }
+
+    fn get_sandbox(&self, id: Uuid) -> Result<Option<SandboxRecord>, StoreError> {
+        let conn = self.lock();
+        Ok(conn
+            .query_row(
+                &format!("SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE id = ?1"),
+                params![id.to_string()],
+                sandbox_from_row,
+            )
+            .optional()?)
+    }
+
+    fn update_sandbox(&self, r: &SandboxRecord) -> Result<(), StoreError> {
+        let conn = self.lock();
+        let n = conn.execute(
+            "UPDATE sandboxes SET status = ?2, started_at_ms = ?3, ended_at_ms = ?4, error = ?5, \
+             active_ms = ?6, running_since_ms = ?7, active = ?8, environment = ?9, secrets = ?10 WHERE id = ?1",
+            params![
+                r.id.to_string(),
+                r.status.as_str(),
+                r.started_at.map(ms),
+                r.ended_at.map(ms),
+                r.error,
+                r.active_ms as i64,
+                r.running_since.map(ms),
+                r.status.is_active(),
+                json(&r.environment),
+                json(&r.secrets),
+            ],
+        )?;
+        if n == 0 {
+            return Err(StoreError::NotFound);
+        }
+        Ok(())
+    }
+
+    fn list_sandboxes(
+        &self,
+        workspace: &str,
+        limit: u32,
+        after: Option<&SandboxCursor>,
+    ) -> Result<Vec<SandboxRecord>, StoreError> {
+        let conn = self.lock();
+        let (cursor_ms, cursor_id) = match after {
+            Some(c) => (c.created_at_ms, c.id.to_string()),
+            None => (i64::MAX, String::new()),
+        };
+        let mut stmt = conn.prepare(&format!(
+            "SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE workspace = ?1 \
+             AND (created_at_ms < ?2 OR (created_at_ms = ?2 AND id < ?3) OR ?4 = 0) \
+             ORDER BY created_at_ms DESC, id DESC LIMIT ?5"
+        ))?;
+        let rows = stmt.query_map(
+            params![workspace, cursor_ms, cursor_id, after.is_some(), limit],
+            sandbox_from_row,
+        )?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
+    fn sandboxes_in_status(&self, statuses: &[SandboxStatus]) -> Result<Vec<SandboxRecord>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare(&format!("SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE status = ?1"))?;
+        let mut out = Vec::new();
+        for s in statuses {
+            let rows = stmt.query_map(params![s.as_str()], sandbox_from_row)?;
+            for row in rows {
+                out.push(row?);
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn record(name: &str, created_ms: i64) -> SandboxRecord {
+        SandboxRecord {
+            id: Uuid::new_v4(),
+            workspace: "default".into(),
+            name: name.into(),
+            status: SandboxStatus::Pending,
+            vcpu: 1,
+            memory_mb: 1024,
+            environment: BTreeMap::from([("A".to_string(), "1".to_string())]),
+            secrets: vec![],
+            snapshot_id: None,
+            image_ref: "default".into(),
+            created_at: DateTime::from_timestamp_millis(created_ms).unwrap(),
+            started_at: None,
+            ended_at: None,
+            error: None,
+            active_ms: 0,
+            running_since: None,
+        }
+    }
+
+    #[test]
+    fn active_name_is_held_until_terminated() {
+        let store = SqliteStore::in_memory().unwrap();
+        let a = record("n", 1);
+        assert_eq!(store.create_sandbox(&a).unwrap(), CreateOutcome::Created);
+        let b = record("n", 2);
+        assert_eq!(store.create_sandbox(&b).unwrap(), CreateOutcome::NameHeld(a.clone()));
+        let mut done = a.clone();
+        done.status = SandboxStatus::Terminated;
+        store.update_sandbox(&done).unwrap();
+        assert_eq!(store.create_sandbox(&b).unwrap(), CreateOutcome::Created);
+        assert_eq!(store.get_sandbox(a.id).unwrap().unwrap().status, SandboxStatus::Terminated);
+    }
+
+    #[test]
+    fn listing_pages_newest_first_without_gaps() {
+        let store = SqliteStore::in_memory().unwrap();
+        let mut ids = Vec::new();
+        for i in 0..7 {
+            let r = record(&format!("s{i}"), 1000 + (i / 2)); // ties on created_at
+            ids.push(r.id);
+            store.create_sandbox(&r).unwrap();
+        }
+        let mut seen = Vec::new();
+        let mut cursor = None;
+        loop {
+            let page = store.list_sandboxes("default", 3, cursor.as_ref()).unwrap();
+            if page.is_empty() {
+                break;
+            }
+            let last = page.last().unwrap();
+            cursor = Some(SandboxCursor {
+                created_at_ms: last.created_at.timestamp_millis(),
+                id: last.id,
+            });
+            seen.extend(page.iter().map(|r| r.id));
+        }
+        assert_eq!(seen.len(), 7);
+        ids.sort();
+        let mut sorted = seen.clone();
+        sorted.sort();
+        assert_eq!(sorted, ids);
+        assert!(store.list_sandboxes("other", 10, None).unwrap().is_empty());
+    }
+
+    #[test]
+    fn reopening_a_file_keeps_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db.sqlite");
+        let r = record("keep", 5);
+        SqliteStore::open(&path).unwrap().create_sandbox(&r).unwrap();
+        let again = SqliteStore::open(&path).unwrap();
+        assert_eq!(again.get_sandbox(r.id).unwrap().unwrap(), r);
+    }
+}
