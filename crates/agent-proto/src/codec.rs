@@ -5,8 +5,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Largest frame (header + payload + the 4-byte header length) either side accepts.
 pub const MAX_FRAME_BYTES: usize = 8 * 1024 * 1024;
-/// Largest JSON header either side accepts.
-pub const MAX_HEADER_BYTES: usize = 256 * 1024;
+/// Largest JSON header either side accepts. Large enough for a directory
+/// listing of ~30k entries or a process list of 1000 processes.
+pub const MAX_HEADER_BYTES: usize = 4 * 1024 * 1024;
 
 /// One protocol frame: a JSON header plus opaque payload bytes.
 #[derive(Debug, Clone, PartialEq)]
@@ -62,7 +63,8 @@ impl Frame {
         if header_len > rest.len() {
             return Err(CodecError::Truncated);
         }
-        let header: Header = serde_json::from_slice(&rest[..header_len]).map_err(CodecError::Json)?;
+        let header: Header =
+            serde_json::from_slice(&rest[..header_len]).map_err(CodecError::Json)?;
         Ok(Frame {
             header,
             payload: rest[header_len..].to_vec(),
@@ -124,7 +126,10 @@ pub async fn read_frame<R: AsyncReadExt + Unpin>(reader: &mut R) -> Result<Frame
 }
 
 /// Writes one frame and flushes it.
-pub async fn write_frame<W: AsyncWriteExt + Unpin>(writer: &mut W, frame: &Frame) -> Result<(), CodecError> {
+pub async fn write_frame<W: AsyncWriteExt + Unpin>(
+    writer: &mut W,
+    frame: &Frame,
+) -> Result<(), CodecError> {
     let bytes = frame.encode()?;
     writer.write_all(&bytes).await?;
     writer.flush().await?;
@@ -139,33 +144,54 @@ mod tests {
     #[tokio::test]
     async fn round_trip_with_payload() {
         let frame = Frame::with_payload(
-            Header { id: 7, body: Body::Request(Request::Ping) },
+            Header {
+                id: 7,
+                body: Body::Request(Request::Ping),
+            },
             b"hello".to_vec(),
         );
         let bytes = frame.encode().unwrap();
         let mut reader = &bytes[..];
         let back = read_frame(&mut reader).await.unwrap();
         assert_eq!(back, frame);
-        assert!(matches!(read_frame(&mut reader).await, Err(CodecError::Closed)));
+        assert!(matches!(
+            read_frame(&mut reader).await,
+            Err(CodecError::Closed)
+        ));
     }
 
     #[tokio::test]
     async fn rejects_oversized_and_truncated_frames() {
         let huge = ((MAX_FRAME_BYTES + 1) as u32).to_be_bytes();
-        assert!(matches!(read_frame(&mut &huge[..]).await, Err(CodecError::FrameTooLarge(_))));
-        let frame = Frame::new(Header { id: 1, body: Body::Request(Request::Ping) });
+        assert!(matches!(
+            read_frame(&mut &huge[..]).await,
+            Err(CodecError::FrameTooLarge(_))
+        ));
+        let frame = Frame::new(Header {
+            id: 1,
+            body: Body::Request(Request::Ping),
+        });
         let bytes = frame.encode().unwrap();
         let cut = &bytes[..bytes.len() - 1];
-        assert!(matches!(read_frame(&mut &cut[..]).await, Err(CodecError::Truncated)));
+        assert!(matches!(
+            read_frame(&mut &cut[..]).await,
+            Err(CodecError::Truncated)
+        ));
         // A header length that points past the body.
         let mut lying = vec![0, 0, 0, 8, 0, 0, 0, 99];
         lying.extend_from_slice(b"{}{}");
-        assert!(matches!(read_frame(&mut &lying[..]).await, Err(CodecError::Truncated)));
+        assert!(matches!(
+            read_frame(&mut &lying[..]).await,
+            Err(CodecError::Truncated)
+        ));
     }
 
     #[test]
     fn garbage_header_is_an_error_not_a_panic() {
         let body = [0, 0, 0, 3, b'{', b'x', b'}'];
-        assert!(matches!(Frame::decode_body(&body), Err(CodecError::Json(_))));
+        assert!(matches!(
+            Frame::decode_body(&body),
+            Err(CodecError::Json(_))
+        ));
     }
 }

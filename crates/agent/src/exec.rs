@@ -75,19 +75,30 @@ impl Drop for KillOnDrop {
 }
 
 /// Runs `spec` and captures its output.
-pub async fn exec(agent: &Agent, spec: CommandSpec, timeout_ms: u64, max_output_bytes: u64) -> Outcome {
+pub async fn exec(
+    agent: &Agent,
+    spec: CommandSpec,
+    timeout_ms: u64,
+    max_output_bytes: u64,
+) -> Outcome {
     let env = agent.env.merged(&spec.env);
     let prepared = match spawn::prepare(&spec, env) {
         Ok(p) => p,
         Err(e) if e.is_invalid_request() => {
-            return Err(AgentError::new(AgentErrorCode::InvalidArgument, e.to_string()))
+            return Err(AgentError::new(
+                AgentErrorCode::InvalidArgument,
+                e.to_string(),
+            ))
         }
         Err(e) => return spawn_failure_reply(&e),
     };
     let max_output = max_output_bytes.min(MAX_EXEC_OUTPUT_BYTES);
     let mut child = match agent.table.spawn_exec(spawn::command(&prepared)) {
         Ok(c) => c,
-        Err(e) => return spawn_failure_reply(&SpawnError::from_io(&spec.argv[0], &e)),
+        Err(e) => {
+            let argv0 = spec.argv.first().map(String::as_str).unwrap_or_default();
+            return spawn_failure_reply(&SpawnError::from_io(argv0, &e));
+        }
     };
     let pid = child.pid;
     console!("exec pid {pid} argv={:?}", spec.argv);

@@ -66,7 +66,9 @@ impl From<FileError> for AgentError {
 pub fn io_code(err: &std::io::Error) -> AgentErrorCode {
     match err.raw_os_error() {
         Some(libc::ENOENT) | Some(libc::ENOTDIR) => AgentErrorCode::NotFound,
-        Some(libc::EACCES) | Some(libc::EPERM) | Some(libc::EROFS) => AgentErrorCode::PermissionDenied,
+        Some(libc::EACCES) | Some(libc::EPERM) | Some(libc::EROFS) => {
+            AgentErrorCode::PermissionDenied
+        }
         Some(libc::ENOSPC) | Some(libc::EDQUOT) => AgentErrorCode::NoSpace,
         Some(libc::ENOTEMPTY) => AgentErrorCode::NotEmpty,
         _ => AgentErrorCode::Io,
@@ -129,7 +131,10 @@ where
     match tokio::task::spawn_blocking(f).await {
         Ok(Ok(reply)) => Ok((reply, Vec::new())),
         Ok(Err(e)) => Err(e.into()),
-        Err(e) => Err(AgentError::new(AgentErrorCode::Io, format!("worker failed: {e}"))),
+        Err(e) => Err(AgentError::new(
+            AgentErrorCode::Io,
+            format!("worker failed: {e}"),
+        )),
     }
 }
 

@@ -18,7 +18,9 @@ fn socket_arg(args: &[String]) -> Result<Option<PathBuf>, String> {
     match args {
         [] => Ok(None),
         [flag, path] if flag == "--socket" => Ok(Some(PathBuf::from(path))),
-        [flag] if flag.starts_with("--socket=") => Ok(Some(PathBuf::from(&flag["--socket=".len()..]))),
+        [flag] if flag.starts_with("--socket=") => {
+            Ok(Some(PathBuf::from(&flag["--socket=".len()..])))
+        }
         _ => Err(USAGE.to_string()),
     }
 }
@@ -41,7 +43,11 @@ fn main() -> ExitCode {
             sbx_agent::relay::relay(&path).map_err(|e| e.to_string())
         }),
         "version" | "--version" => {
-            println!("sbx-agent {} (protocol {})", env!("CARGO_PKG_VERSION"), sbx_agent_proto::PROTOCOL_VERSION);
+            println!(
+                "sbx-agent {} (protocol {})",
+                env!("CARGO_PKG_VERSION"),
+                sbx_agent_proto::PROTOCOL_VERSION
+            );
             Ok(())
         }
         _ => Err(USAGE.to_string()),
@@ -66,16 +72,24 @@ fn run_server(path: PathBuf, mode: Mode) -> Result<(), String> {
         if mode == Mode::Serve {
             // SAFETY: plain prctl with integer arguments.
             if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
-                console!("cannot become a child subreaper: {}", std::io::Error::last_os_error());
+                console!(
+                    "cannot become a child subreaper: {}",
+                    std::io::Error::last_os_error()
+                );
             }
         } else if std::process::id() != 1 {
             console!("warning: init mode but pid is {}", std::process::id());
         }
         // Register SIGCHLD before any child can exist.
-        let sigchld = signal(SignalKind::child()).map_err(|e| format!("cannot watch SIGCHLD: {e}"))?;
+        let sigchld =
+            signal(SignalKind::child()).map_err(|e| format!("cannot watch SIGCHLD: {e}"))?;
         let agent = Agent::new();
         tokio::spawn(Arc::clone(&agent.table).run_reaper(sigchld));
-        console!("started (boot id {}, pid {})", agent.boot_id, std::process::id());
+        console!(
+            "started (boot id {}, pid {})",
+            agent.boot_id,
+            std::process::id()
+        );
         if mode == Mode::Serve {
             let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
             let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;

@@ -41,9 +41,14 @@ pub async fn start(agent: &Agent, command: CommandSpec) -> Outcome {
         Ok(p) => agent
             .table
             .spawn_managed(spawn::command(&p), argv.clone())
-            .map_err(|e| SpawnError::from_io(&argv[0], &e)),
+            .map_err(|e| {
+                SpawnError::from_io(argv.first().map(String::as_str).unwrap_or_default(), &e)
+            }),
         Err(e) if e.is_invalid_request() => {
-            return Err(AgentError::new(AgentErrorCode::InvalidArgument, e.to_string()))
+            return Err(AgentError::new(
+                AgentErrorCode::InvalidArgument,
+                e.to_string(),
+            ))
         }
         Err(e) => Err(e),
     };
@@ -122,7 +127,13 @@ pub async fn stream(
         let view = agent.table.stream_view(process, next)?;
         for chunk in view.chunks {
             next = chunk.end();
-            sink.event(Event::Chunk { chunk: chunk.meta() }, chunk.bytes).await?;
+            sink.event(
+                Event::Chunk {
+                    chunk: chunk.meta(),
+                },
+                chunk.bytes,
+            )
+            .await?;
         }
         if view.terminal {
             return Ok((

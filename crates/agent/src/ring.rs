@@ -178,7 +178,10 @@ mod tests {
         r.push(StreamKind::Stdout, 1, b"ab");
         r.push(StreamKind::Stderr, 2, b"cde");
         r.push(StreamKind::Stdout, 3, b"f");
-        let c: Vec<_> = r.chunks().map(|c| (c.stream, c.offset, c.bytes.clone())).collect();
+        let c: Vec<_> = r
+            .chunks()
+            .map(|c| (c.stream, c.offset, c.bytes.clone()))
+            .collect();
         assert_eq!(
             c,
             vec![

@@ -9,8 +9,8 @@
 use crate::upload::Upload;
 use crate::{console, exec, files, procs, Agent};
 use sbx_agent_proto::{
-    AgentError, AgentErrorCode, Body, CodecError, Event, Frame, Header, Reply, Request, MAX_FRAME_BYTES,
-    PROTOCOL_VERSION,
+    AgentError, AgentErrorCode, Body, CodecError, Event, Frame, Header, Reply, Request,
+    MAX_FRAME_BYTES, PROTOCOL_VERSION,
 };
 use std::collections::HashMap;
 use std::path::Path;
@@ -21,8 +21,9 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
-/// Frames queued per connection before request tasks wait for the writer.
-const OUTBOUND_QUEUE: usize = 64;
+/// Frames queued per connection before request tasks wait for the writer
+/// (bounds memory: downloads queue at most this many 1 MiB frames).
+const OUTBOUND_QUEUE: usize = 8;
 /// Socket buffer sizes for the reader and writer.
 const IO_BUFFER_BYTES: usize = 256 * 1024;
 
@@ -135,11 +136,16 @@ pub async fn serve(agent: Arc<Agent>, path: &Path) -> Result<(), ServerError> {
 
 /// Reads one frame. A header that is valid JSON with an `id` but an unknown
 /// message yields [`ServerError::BadMessage`]; anything worse is fatal.
-pub async fn read_frame_lenient<R: AsyncRead + Unpin>(reader: &mut R) -> Result<Frame, ServerError> {
+pub async fn read_frame_lenient<R: AsyncRead + Unpin>(
+    reader: &mut R,
+) -> Result<Frame, ServerError> {
     let mut len = [0u8; 4];
     let mut filled = 0;
     while filled < 4 {
-        let n = reader.read(&mut len[filled..]).await.map_err(CodecError::Io)?;
+        let n = reader
+            .read(&mut len[filled..])
+            .await
+            .map_err(CodecError::Io)?;
         if n == 0 {
             return Err(if filled == 0 {
                 CodecError::Closed
@@ -244,8 +250,12 @@ async fn serve_connection(agent: Arc<Agent>, stream: UnixStream, conn_no: u64) {
         match read_frame_lenient(&mut reader).await {
             Ok(frame) => conn.handle(frame).await,
             Err(ServerError::BadMessage { id, message }) => {
-                conn.error(id, AgentErrorCode::Protocol, format!("unknown message: {message}"))
-                    .await
+                conn.error(
+                    id,
+                    AgentErrorCode::Protocol,
+                    format!("unknown message: {message}"),
+                )
+                .await
             }
             Err(ServerError::Frame(CodecError::Closed)) => break None,
             Err(e) => break Some(e),
@@ -286,7 +296,11 @@ impl Connection {
         match frame.header.body {
             Body::Request(req) => self.request(id, req, frame.payload).await,
             Body::Cancel => {
-                let task = self.tasks.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+                let task = self
+                    .tasks
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&id);
                 if let Some((_, h)) = task {
                     h.abort();
                 } else if let Some(up) = self.uploads.remove(&id) {
@@ -294,8 +308,12 @@ impl Connection {
                 }
             }
             _ => {
-                self.error(id, AgentErrorCode::Protocol, "only requests and cancels are accepted".into())
-                    .await
+                self.error(
+                    id,
+                    AgentErrorCode::Protocol,
+                    "only requests and cancels are accepted".into(),
+                )
+                .await
             }
         }
     }
@@ -304,23 +322,53 @@ impl Connection {
         match req {
             Request::FileWriteData => match self.uploads.get(&id) {
                 Some(up) => up.data(payload).await,
-                None => self.error(id, AgentErrorCode::Protocol, "no upload with this id".into()).await,
+                None => {
+                    self.error(
+                        id,
+                        AgentErrorCode::Protocol,
+                        "no upload with this id".into(),
+                    )
+                    .await
+                }
             },
             Request::FileWriteEnd => match self.uploads.remove(&id) {
                 Some(up) => up.end().await,
-                None => self.error(id, AgentErrorCode::Protocol, "no upload with this id".into()).await,
+                None => {
+                    self.error(
+                        id,
+                        AgentErrorCode::Protocol,
+                        "no upload with this id".into(),
+                    )
+                    .await
+                }
             },
             Request::FileWriteAbort => match self.uploads.remove(&id) {
                 Some(up) => up.abort().await,
-                None => self.error(id, AgentErrorCode::Protocol, "no upload with this id".into()).await,
+                None => {
+                    self.error(
+                        id,
+                        AgentErrorCode::Protocol,
+                        "no upload with this id".into(),
+                    )
+                    .await
+                }
             },
             _ if self.busy(id) => {
-                self.error(id, AgentErrorCode::Protocol, "request id already in flight".into())
-                    .await
+                self.error(
+                    id,
+                    AgentErrorCode::Protocol,
+                    "request id already in flight".into(),
+                )
+                .await
             }
-            Request::FileWriteBegin { path, mode, max_bytes } => {
+            Request::FileWriteBegin {
+                path,
+                mode,
+                max_bytes,
+            } => {
                 let sink = Sink::new(id, self.tx.clone());
-                self.uploads.insert(id, Upload::begin(path, mode, max_bytes, sink));
+                self.uploads
+                    .insert(id, Upload::begin(path, mode, max_bytes, sink));
             }
             req => self.spawn_request(id, req),
         }
@@ -382,8 +430,14 @@ pub async fn dispatch(agent: &Arc<Agent>, req: Request, sink: &Sink) -> Outcome 
             signal,
             include_children,
         } => procs::signal(agent, process, signal, include_children),
-        Request::ProcessWait { process, timeout_ms } => procs::wait(agent, process, timeout_ms).await,
-        Request::ProcessOutput { process, tail_bytes } => procs::output(agent, process, tail_bytes),
+        Request::ProcessWait {
+            process,
+            timeout_ms,
+        } => procs::wait(agent, process, timeout_ms).await,
+        Request::ProcessOutput {
+            process,
+            tail_bytes,
+        } => procs::output(agent, process, tail_bytes),
         Request::ProcessStream {
             process,
             tail_bytes,
@@ -393,7 +447,9 @@ pub async fn dispatch(agent: &Arc<Agent>, req: Request, sink: &Sink) -> Outcome 
         Request::Stat { path } => files::blocking(move || files::stat(&path)).await,
         Request::ListDir { path } => files::blocking(move || files::list_dir(&path)).await,
         Request::Mkdir { path } => files::blocking(move || files::mkdir(&path)).await,
-        Request::Remove { path, recursive } => files::blocking(move || files::remove(&path, recursive)).await,
+        Request::Remove { path, recursive } => {
+            files::blocking(move || files::remove(&path, recursive)).await
+        }
         Request::Rename { from, to } => files::blocking(move || files::rename(&from, &to)).await,
         Request::Sync => files::blocking(files::sync).await,
         Request::FileWriteBegin { .. }

@@ -177,12 +177,18 @@ pub fn resolve(argv0: &str, cwd: &Path, path_var: &str) -> Result<PathBuf, Errno
 pub fn prepare(spec: &CommandSpec, env: BTreeMap<String, String>) -> Result<Prepared, SpawnError> {
     let argv0 = spec.argv.first().ok_or(SpawnError::EmptyArgv)?;
     let has_nul = spec.argv.iter().any(|a| a.contains('\0'))
-        || env.iter().any(|(k, v)| k.contains('\0') || k.contains('=') || v.contains('\0'))
+        || env
+            .iter()
+            .any(|(k, v)| k.contains('\0') || k.contains('=') || v.contains('\0'))
         || spec.cwd.as_deref().is_some_and(|c| c.contains('\0'));
     if has_nul {
         return Err(SpawnError::Nul);
     }
-    let cwd_str = spec.cwd.clone().filter(|c| !c.is_empty()).unwrap_or_else(|| "/".into());
+    let cwd_str = spec
+        .cwd
+        .clone()
+        .filter(|c| !c.is_empty())
+        .unwrap_or_else(|| "/".into());
     let cwd = Path::new("/").join(&cwd_str);
     match std::fs::metadata(&cwd) {
         Ok(m) if m.is_dir() => {}
@@ -246,8 +252,14 @@ mod tests {
     fn resolves_through_path_and_reports_missing() {
         let sh = resolve("sh", Path::new("/"), DEFAULT_PATH).unwrap();
         assert!(sh.ends_with("sh"));
-        assert_eq!(resolve("definitely-not-here-xyz", Path::new("/"), DEFAULT_PATH), Err(Errno::ENOENT));
-        assert_eq!(resolve("/tmp", Path::new("/"), DEFAULT_PATH), Err(Errno::EISDIR));
+        assert_eq!(
+            resolve("definitely-not-here-xyz", Path::new("/"), DEFAULT_PATH),
+            Err(Errno::ENOENT)
+        );
+        assert_eq!(
+            resolve("/tmp", Path::new("/"), DEFAULT_PATH),
+            Err(Errno::EISDIR)
+        );
     }
 
     #[test]
@@ -267,7 +279,13 @@ mod tests {
             guest: [("A".to_string(), "g".to_string()), ("B".into(), "g".into())].into(),
             base: Mutex::new(BTreeMap::new()),
         };
-        e.configure([("B".to_string(), "base".to_string()), ("C".into(), "base".into())].into());
+        e.configure(
+            [
+                ("B".to_string(), "base".to_string()),
+                ("C".into(), "base".into()),
+            ]
+            .into(),
+        );
         let m = e.merged(&[("C".to_string(), "call".to_string())].into());
         assert_eq!(m["A"], "g");
         assert_eq!(m["B"], "base");

@@ -129,11 +129,16 @@ fn not_retained(id: Uuid) -> AgentError {
     )
 }
 
-fn take_pipes(child: &mut std::process::Child) -> std::io::Result<(pipe::Receiver, pipe::Receiver)> {
+fn take_pipes(
+    child: &mut std::process::Child,
+) -> std::io::Result<(pipe::Receiver, pipe::Receiver)> {
     let missing = || std::io::Error::other("child pipe missing");
     let out: OwnedFd = child.stdout.take().ok_or_else(missing)?.into();
     let err: OwnedFd = child.stderr.take().ok_or_else(missing)?.into();
-    Ok((pipe::Receiver::from_owned_fd(out)?, pipe::Receiver::from_owned_fd(err)?))
+    Ok((
+        pipe::Receiver::from_owned_fd(out)?,
+        pipe::Receiver::from_owned_fd(err)?,
+    ))
 }
 
 impl Table {
@@ -149,7 +154,11 @@ impl Table {
     /// Spawns a managed background process and records it as RUNNING.
     ///
     /// Must run inside the tokio runtime (pipe readers are tasks).
-    pub fn spawn_managed(self: &Arc<Self>, mut cmd: Command, argv: Vec<String>) -> std::io::Result<ProcessInfo> {
+    pub fn spawn_managed(
+        self: &Arc<Self>,
+        mut cmd: Command,
+        argv: Vec<String>,
+    ) -> std::io::Result<ProcessInfo> {
         let mut inner = self.lock();
         let mut child = cmd.spawn()?;
         let pid = child.id() as i32;
@@ -287,7 +296,9 @@ impl Table {
 
     fn append(&self, id: Uuid, stream: StreamKind, data: &[u8]) {
         let mut inner = self.lock();
-        let Some(p) = inner.procs.get_mut(&id) else { return };
+        let Some(p) = inner.procs.get_mut(&id) else {
+            return;
+        };
         if p.info.state.is_terminal() {
             return;
         }
@@ -312,7 +323,9 @@ impl Table {
                 }
                 break;
             }
-            let Some(exit) = Exit::from_wait_status(status) else { continue };
+            let Some(exit) = Exit::from_wait_status(status) else {
+                continue;
+            };
             match inner.by_pid.remove(&pid) {
                 Some(Owner::Exec(tx)) => {
                     let _ = tx.send(exit);
@@ -324,7 +337,9 @@ impl Table {
     }
 
     fn record_exit(self: &Arc<Self>, inner: &mut Inner, id: Uuid, exit: Exit) {
-        let Some(p) = inner.procs.get_mut(&id) else { return };
+        let Some(p) = inner.procs.get_mut(&id) else {
+            return;
+        };
         p.status = Some(exit);
         p.info.ended_at_ms = Some(now_ms());
         if p.open_pipes == 0 {
@@ -334,7 +349,11 @@ impl Table {
             tokio::spawn(async move {
                 tokio::time::sleep(PIPE_GRACE).await;
                 let mut inner = table.lock();
-                if inner.procs.get(&id).is_some_and(|p| !p.info.state.is_terminal()) {
+                if inner
+                    .procs
+                    .get(&id)
+                    .is_some_and(|p| !p.info.state.is_terminal())
+                {
                     inner.finalize(id);
                 }
             });
@@ -358,7 +377,11 @@ impl Table {
     /// One process.
     pub fn get(&self, id: Uuid) -> Result<ProcessInfo, AgentError> {
         let inner = self.lock();
-        inner.procs.get(&id).map(|p| p.info.clone()).ok_or_else(|| not_found(id))
+        inner
+            .procs
+            .get(&id)
+            .map(|p| p.info.clone())
+            .ok_or_else(|| not_found(id))
     }
 
     /// All processes, sorted by id.
@@ -369,7 +392,11 @@ impl Table {
     /// A receiver that changes whenever the process gets output or changes state.
     pub fn subscribe(&self, id: Uuid) -> Result<watch::Receiver<()>, AgentError> {
         let inner = self.lock();
-        inner.procs.get(&id).map(|p| p.changed.subscribe()).ok_or_else(|| not_found(id))
+        inner
+            .procs
+            .get(&id)
+            .map(|p| p.changed.subscribe())
+            .ok_or_else(|| not_found(id))
     }
 
     /// Sends `signal` to the process (or its group). A process whose status
@@ -403,7 +430,12 @@ impl Table {
 
     /// Offset a stream starts at: the first byte of the requested tail, or
     /// `from_offset` clamped to the bytes produced so far.
-    pub fn stream_start(&self, id: Uuid, tail_bytes: u64, from_offset: Option<u64>) -> Result<u64, AgentError> {
+    pub fn stream_start(
+        &self,
+        id: Uuid,
+        tail_bytes: u64,
+        from_offset: Option<u64>,
+    ) -> Result<u64, AgentError> {
         let inner = self.lock();
         let p = inner.procs.get(&id).ok_or_else(|| not_found(id))?;
         let ring = p.ring.as_ref().ok_or_else(|| not_retained(id))?;
@@ -446,7 +478,9 @@ impl Inner {
     /// Marks the process terminal: output is final, waiters wake up, and the
     /// retention limits are applied.
     fn finalize(&mut self, id: Uuid) {
-        let Some(p) = self.procs.get_mut(&id) else { return };
+        let Some(p) = self.procs.get_mut(&id) else {
+            return;
+        };
         for r in p.readers.drain(..) {
             r.abort();
         }
@@ -483,7 +517,9 @@ impl Inner {
     /// Drops the oldest finished records while over [`MAX_PROCESS_RECORDS`].
     fn evict_metadata(&mut self) {
         while self.procs.len() > MAX_PROCESS_RECORDS {
-            let Some(old) = self.finished_all.pop_front() else { break };
+            let Some(old) = self.finished_all.pop_front() else {
+                break;
+            };
             self.procs.remove(&old);
             self.finished_output.retain(|x| *x != old);
         }

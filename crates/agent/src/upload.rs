@@ -183,11 +183,18 @@ fn commit(mut t: Temp) -> Result<(), FileError> {
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, UploadError> + Send + 'static,
 ) -> Result<T, UploadError> {
-    tokio::task::spawn_blocking(f).await.map_err(|_| UploadError::Worker)?
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|_| UploadError::Worker)?
 }
 
 /// Runs one upload to its outcome; `None` means "send nothing".
-async fn run(path: String, mode: u32, max_bytes: u64, mut rx: mpsc::Receiver<Msg>) -> Option<Outcome> {
+async fn run(
+    path: String,
+    mode: u32,
+    max_bytes: u64,
+    mut rx: mpsc::Receiver<Msg>,
+) -> Option<Outcome> {
     let p = path.clone();
     let mut temp = match blocking(move || Ok(open_temp(&p, mode)?)).await {
         Ok(t) => t,
@@ -215,7 +222,12 @@ async fn run(path: String, mode: u32, max_bytes: u64, mut rx: mpsc::Receiver<Msg
             }
             Msg::End => {
                 return Some(match blocking(move || Ok(commit(temp)?)).await {
-                    Ok(()) => Ok((Reply::FileWritten { bytes_written: written }, Vec::new())),
+                    Ok(()) => Ok((
+                        Reply::FileWritten {
+                            bytes_written: written,
+                        },
+                        Vec::new(),
+                    )),
                     Err(e) => Err(e.into()),
                 });
             }

@@ -126,10 +126,15 @@ impl ErrorCode {
             InvalidRequest | MissingField | InvalidFieldFormat | NotRegularFile => 400,
             AuthorizationHeaderMissing | InvalidApiKey => 401,
             AccessDenied | SnapshotLimitExceeded => 403,
-            SandboxNotFound | ProcessNotFound | ProcessOutputNotRetained | SnapshotNotFound
-            | FileNotFound | RouteNotFound => 404,
+            SandboxNotFound
+            | ProcessNotFound
+            | ProcessOutputNotRetained
+            | SnapshotNotFound
+            | FileNotFound
+            | RouteNotFound => 404,
             MethodNotAllowed => 405,
-            InvalidState | NameTaken | SnapshotNameTaken | SnapshotNotReady | OperationAmbiguous => 409,
+            InvalidState | NameTaken | SnapshotNameTaken | SnapshotNotReady
+            | OperationAmbiguous => 409,
             ExecOutputTooLarge | FileTooLarge | PayloadTooLarge => 413,
             StartFailed => 422,
             RateLimited => 429,

@@ -70,10 +70,16 @@ pub fn secret_name(value: &str) -> Result<(), ValidationError> {
         return Err(bad("secrets", "secret names must be at most 256 bytes"));
     }
     if value.starts_with(char::is_whitespace) || value.ends_with(char::is_whitespace) {
-        return Err(bad("secrets", "secret names must not start or end with whitespace"));
+        return Err(bad(
+            "secrets",
+            "secret names must not start or end with whitespace",
+        ));
     }
     if value.contains(['\r', '\n', '\0', '=']) {
-        return Err(bad("secrets", "secret names must not contain CR, LF, NUL or '='"));
+        return Err(bad(
+            "secrets",
+            "secret names must not contain CR, LF, NUL or '='",
+        ));
     }
     Ok(())
 }
@@ -154,7 +160,12 @@ pub fn file_path(value: &str) -> Result<(), ValidationError> {
 
 /// Durations: `"<n>ms"` (what the SDK sends), or a Go-style duration such as `30s`, `4m30s`.
 pub fn duration_ms(field: &'static str, value: &str) -> Result<u64, ValidationError> {
-    let err = || bad(field, format!("invalid duration {value:?}; use e.g. \"30000ms\""));
+    let err = || {
+        bad(
+            field,
+            format!("invalid duration {value:?}; use e.g. \"30000ms\""),
+        )
+    };
     if value.is_empty() {
         return Err(err());
     }
@@ -234,7 +245,9 @@ pub fn shape(vcpu: u64, memory_mb: u64) -> Result<(u32, u32), ValidationError> {
         .ok_or_else(|| {
             bad(
                 "resources",
-                format!("{vcpu} vCPU / {memory_mb} MiB is not offered; use 1/1024, 2/2048 or 4/4096"),
+                format!(
+                    "{vcpu} vCPU / {memory_mb} MiB is not offered; use 1/1024, 2/2048 or 4/4096"
+                ),
             )
         })
 }

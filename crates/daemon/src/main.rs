@@ -47,7 +47,8 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SBX_LOG").unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_env("SBX_LOG")
+                .unwrap_or_else(|_| "info".into()),
         )
         .init();
     let args = Args::parse();
@@ -55,7 +56,11 @@ async fn main() -> anyhow::Result<()> {
         listen: args.listen,
         data_dir: args.data_dir.clone(),
         dev: args.dev,
-        signing_keys: args.signing_keys.into_iter().filter(|k| !k.is_empty()).collect(),
+        signing_keys: args
+            .signing_keys
+            .into_iter()
+            .filter(|k| !k.is_empty())
+            .collect(),
         runsc_binary: args.runsc,
         agent_dir: std::fs::canonicalize(&args.agent_dir).context("agent dir")?,
         image_rootfs: std::fs::canonicalize(&args.image_rootfs).context("image rootfs")?,
@@ -68,7 +73,9 @@ async fn main() -> anyhow::Result<()> {
     };
     config.validate()?;
     std::fs::create_dir_all(&config.data_dir).context("creating data dir")?;
-    let store = Arc::new(sbx_store::SqliteStore::open(&config.database_path()).context("opening the store")?);
+    let store = Arc::new(
+        sbx_store::SqliteStore::open(&config.database_path()).context("opening the store")?,
+    );
     let runtime = Arc::new(GvisorRuntime::new(GvisorConfig {
         runsc_binary: config.runsc_binary.clone(),
         runsc_root: config.runsc_root(),
@@ -79,7 +86,10 @@ async fn main() -> anyhow::Result<()> {
         extra_flags: config.runsc_extra_flags.clone(),
     })?);
     let service = Service::new(config.clone(), store, runtime);
-    service.reconcile().await.context("reconciling with the host")?;
+    service
+        .reconcile()
+        .await
+        .context("reconciling with the host")?;
     let sweeper = service.clone();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(1));

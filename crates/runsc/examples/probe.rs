@@ -174,7 +174,9 @@ async fn main() -> Res<()> {
             );
             println!(
                 "cgroup v1 memory tasks: {}",
-                read(&cg.join("memory").join(&rel).join("tasks")).lines().count()
+                read(&cg.join("memory").join(&rel).join("tasks"))
+                    .lines()
+                    .count()
             );
             println!(
                 "unified (v2) dir exists: {}",
@@ -184,7 +186,8 @@ async fn main() -> Res<()> {
             // 5. bind mounts + overlay on disk
             println!(
                 "ro dir: {}",
-                p.sh(&id, "cat /.sbx/bin/hello.txt; touch /.sbx/bin/x").await?
+                p.sh(&id, "cat /.sbx/bin/hello.txt; touch /.sbx/bin/x")
+                    .await?
             );
             println!(
                 "ro file: {}",
@@ -206,9 +209,17 @@ async fn main() -> Res<()> {
                 du(&ov),
                 read(&cg.join("memory").join(&rel).join("memory.usage_in_bytes"))
             );
-            println!("overlay dir listing: {:?}", std::fs::read_dir(&ov)?
-                .filter_map(|e| e.ok()).map(|e| e.file_name()).collect::<Vec<_>>());
-            println!("host root unchanged: {}", !p.rootfs.join("root/big").exists());
+            println!(
+                "overlay dir listing: {:?}",
+                std::fs::read_dir(&ov)?
+                    .filter_map(|e| e.ok())
+                    .map(|e| e.file_name())
+                    .collect::<Vec<_>>()
+            );
+            println!(
+                "host root unchanged: {}",
+                !p.rootfs.join("root/big").exists()
+            );
         }
     }
     summary("run --detach to running", &run_ms);
@@ -273,7 +284,10 @@ async fn main() -> Res<()> {
             }
         }
         summary(&format!("checkpoint --leave-running ({label})"), &cks);
-        println!("source state after checkpoint: {:?}", p.rs.state(a).await?.status);
+        println!(
+            "source state after checkpoint: {:?}",
+            p.rs.state(a).await?.status
+        );
         let mut rest = Vec::new();
         for k in 0..3 {
             let b = format!("runsc-probe-clone{k}");
@@ -308,7 +322,10 @@ async fn main() -> Res<()> {
                 if !setup.is_empty() {
                     println!("clone md5: {}", p.sh(&b, "md5sum /root/f50").await?);
                 }
-                println!("clone ro dir: {}", p.sh(&b, "cat /.sbx/bin/hello.txt").await?);
+                println!(
+                    "clone ro dir: {}",
+                    p.sh(&b, "cat /.sbx/bin/hello.txt").await?
+                );
                 println!("clone overlay dir du: {}", du(&p.overlay(&b)));
             }
             p.rs.delete(&b, true).await?;
@@ -331,9 +348,21 @@ async fn main() -> Res<()> {
     let rel = "runsc-probe/runsc-probe-mem";
     println!(
         "memory.failcnt={} max_usage={} oom_control={:?}",
-        read(&Path::new("/sys/fs/cgroup/memory").join(rel).join("memory.failcnt")),
-        read(&Path::new("/sys/fs/cgroup/memory").join(rel).join("memory.max_usage_in_bytes")),
-        read(&Path::new("/sys/fs/cgroup/memory").join(rel).join("memory.oom_control")),
+        read(
+            &Path::new("/sys/fs/cgroup/memory")
+                .join(rel)
+                .join("memory.failcnt")
+        ),
+        read(
+            &Path::new("/sys/fs/cgroup/memory")
+                .join(rel)
+                .join("memory.max_usage_in_bytes")
+        ),
+        read(
+            &Path::new("/sys/fs/cgroup/memory")
+                .join(rel)
+                .join("memory.oom_control")
+        ),
     );
     p.rs.delete(m, true).await?;
 
@@ -349,7 +378,11 @@ async fn main() -> Res<()> {
     println!("400 background sleeps with pids.limit 256: {r:?}");
     println!(
         "host pids.current={}",
-        read(&Path::new("/sys/fs/cgroup/pids/runsc-probe").join(pl).join("pids.current"))
+        read(
+            &Path::new("/sys/fs/cgroup/pids/runsc-probe")
+                .join(pl)
+                .join("pids.current")
+        )
     );
     p.rs.delete(pl, true).await?;
 
@@ -366,10 +399,15 @@ async fn main() -> Res<()> {
     println!(
         "--ignore-cgroups: run {:.1} ms, memory cgroup dir exists: {}",
         ms(d),
-        Path::new("/sys/fs/cgroup/memory/runsc-probe").join(id).exists()
+        Path::new("/sys/fs/cgroup/memory/runsc-probe")
+            .join(id)
+            .exists()
     );
     let r = ig
-        .sh(id, "python3 -c 'b=bytearray(400<<20); print(\"allocated\", len(b))'")
+        .sh(
+            id,
+            "python3 -c 'b=bytearray(400<<20); print(\"allocated\", len(b))'",
+        )
         .await;
     println!("--ignore-cgroups 400MB alloc with 256MiB limit: {r:?}");
     ig.rs.delete(id, true).await?;

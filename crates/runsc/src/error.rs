@@ -115,7 +115,9 @@ mod tests {
         assert!(means_not_found("loading sandbox: file does not exist"));
         assert!(means_not_found("container \"x\" not found"));
         assert!(!means_not_found("sandbox is not running"));
-        assert!(!means_not_found("cannot delete container that is not stopped without --force flag"));
+        assert!(!means_not_found(
+            "cannot delete container that is not stopped without --force flag"
+        ));
         assert!(!means_not_found("open /b/config.json: file does not exist"));
     }
 }

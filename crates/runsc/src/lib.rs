@@ -23,7 +23,7 @@ mod query;
 mod types;
 
 use std::ffi::{OsStr, OsString};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use checkpoint::{CheckpointOptions, RestoreOptions};
@@ -37,6 +37,13 @@ pub const DEFAULT_BINARY: &str = "/usr/bin/runsc";
 
 /// Default `--root` state directory of runsc when run as root.
 pub const DEFAULT_ROOT: &str = "/var/run/runsc";
+
+/// The `--overlay2` value that keeps the root overlay's upper layer in a
+/// file-backed store under `dir` (on disk, not sandbox memory). runsc fails
+/// with "failed to stat filestore directory" unless `dir` already exists.
+pub fn overlay2_root_dir(dir: &Path) -> String {
+    format!("root:dir={}", dir.display())
+}
 
 /// Which network stack the sandbox gets (`--network=`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -223,7 +230,7 @@ mod tests {
                 "--host-uds=none"
             ]
         );
-        let per_call = r.argv(Some("root:dir=/d")).display();
+        let per_call = r.argv(Some(&overlay2_root_dir(Path::new("/d")))).display();
         assert!(per_call.contains(&"--overlay2=root:dir=/d".to_string()));
         assert!(!per_call.contains(&"--overlay2=root:memory".to_string()));
     }

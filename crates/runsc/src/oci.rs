@@ -150,7 +150,11 @@ impl Mount {
     }
 
     /// A bind mount of a host file or directory.
-    pub fn bind(source: impl Into<PathBuf>, destination: impl Into<PathBuf>, readonly: bool) -> Self {
+    pub fn bind(
+        source: impl Into<PathBuf>,
+        destination: impl Into<PathBuf>,
+        readonly: bool,
+    ) -> Self {
         let mode = if readonly { "ro" } else { "rw" };
         Mount {
             destination: destination.into(),
@@ -203,7 +207,12 @@ pub fn standard_mounts() -> Vec<Mount> {
             "shm",
             &["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"],
         ),
-        Mount::special("/sys", "sysfs", "sysfs", &["nosuid", "noexec", "nodev", "ro"]),
+        Mount::special(
+            "/sys",
+            "sysfs",
+            "sysfs",
+            &["nosuid", "noexec", "nodev", "ro"],
+        ),
         Mount::special("/run", "tmpfs", "tmpfs", &["nosuid", "nodev", "mode=755"]),
     ]
 }
@@ -416,7 +425,10 @@ impl SpecBuilder {
 
     /// Sets `RLIMIT_NOFILE` (soft = hard).
     pub fn nofile(mut self, n: u64) -> Self {
-        self.spec.process.rlimits.retain(|r| r.kind != "RLIMIT_NOFILE");
+        self.spec
+            .process
+            .rlimits
+            .retain(|r| r.kind != "RLIMIT_NOFILE");
         self.spec.process.rlimits.push(Rlimit {
             kind: "RLIMIT_NOFILE".into(),
             hard: n,
@@ -474,13 +486,19 @@ impl SpecBuilder {
     }
 
     fn resources(&mut self) -> &mut Resources {
-        self.spec.linux.resources.get_or_insert_with(Resources::default)
+        self.spec
+            .linux
+            .resources
+            .get_or_insert_with(Resources::default)
     }
 
     /// Memory limit in bytes (`linux.resources.memory.limit`).
     pub fn memory_limit(mut self, bytes: u64) -> Self {
         let limit = i64::try_from(bytes).unwrap_or(i64::MAX);
-        self.resources().memory.get_or_insert_with(Memory::default).limit = Some(limit);
+        self.resources()
+            .memory
+            .get_or_insert_with(Memory::default)
+            .limit = Some(limit);
         self
     }
 

@@ -59,5 +59,8 @@ pub trait Store: Send + Sync {
         after: Option<&SandboxCursor>,
     ) -> Result<Vec<SandboxRecord>, StoreError>;
     /// Every sandbox whose status is in `statuses`, across workspaces (reconciliation).
-    fn sandboxes_in_status(&self, statuses: &[sbx_api_types::SandboxStatus]) -> Result<Vec<SandboxRecord>, StoreError>;
+    fn sandboxes_in_status(
+        &self,
+        statuses: &[sbx_api_types::SandboxStatus],
+    ) -> Result<Vec<SandboxRecord>, StoreError>;
 }

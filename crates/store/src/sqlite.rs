@@ -68,7 +68,9 @@ impl SqliteStore {
             tx.pragma_update(None, "user_version", i + 1)?;
             tx.commit()?;
         }
-        Ok(SqliteStore { conn: Mutex::new(conn) })
+        Ok(SqliteStore {
+            conn: Mutex::new(conn),
+        })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Connection> {
@@ -78,7 +80,8 @@ impl SqliteStore {
     }
 }
 
-const SANDBOX_COLUMNS: &str = "id, workspace, name, status, vcpu, memory_mb, environment, secrets, snapshot_id, \
+const SANDBOX_COLUMNS: &str =
+    "id, workspace, name, status, vcpu, memory_mb, environment, secrets, snapshot_id, \
      image_ref, created_at_ms, started_at_ms, ended_at_ms, error, active_ms, running_since_ms";
 
 fn ms(t: DateTime<Utc>) -> i64 {
@@ -90,7 +93,11 @@ fn from_ms(v: Option<i64>) -> Option<DateTime<Utc>> {
 }
 
 fn corrupt(what: impl std::fmt::Display) -> rusqlite::Error {
-    rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, what.to_string().into())
+    rusqlite::Error::FromSqlConversionFailure(
+        0,
+        rusqlite::types::Type::Text,
+        what.to_string().into(),
+    )
 }
 
 fn sandbox_from_row(row: &Row<'_>) -> rusqlite::Result<SandboxRecord> {
@@ -224,9 +231,14 @@ impl Store for SqliteStore {
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
     }
 
-    fn sandboxes_in_status(&self, statuses: &[SandboxStatus]) -> Result<Vec<SandboxRecord>, StoreError> {
+    fn sandboxes_in_status(
+        &self,
+        statuses: &[SandboxStatus],
+    ) -> Result<Vec<SandboxRecord>, StoreError> {
         let conn = self.lock();
-        let mut stmt = conn.prepare(&format!("SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE status = ?1"))?;
+        let mut stmt = conn.prepare(&format!(
+            "SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE status = ?1"
+        ))?;
         let mut out = Vec::new();
         for s in statuses {
             let rows = stmt.query_map(params![s.as_str()], sandbox_from_row)?;
@@ -270,12 +282,18 @@ mod tests {
         let a = record("n", 1);
         assert_eq!(store.create_sandbox(&a).unwrap(), CreateOutcome::Created);
         let b = record("n", 2);
-        assert_eq!(store.create_sandbox(&b).unwrap(), CreateOutcome::NameHeld(a.clone()));
+        assert_eq!(
+            store.create_sandbox(&b).unwrap(),
+            CreateOutcome::NameHeld(a.clone())
+        );
         let mut done = a.clone();
         done.status = SandboxStatus::Terminated;
         store.update_sandbox(&done).unwrap();
         assert_eq!(store.create_sandbox(&b).unwrap(), CreateOutcome::Created);
-        assert_eq!(store.get_sandbox(a.id).unwrap().unwrap().status, SandboxStatus::Terminated);
+        assert_eq!(
+            store.get_sandbox(a.id).unwrap().unwrap().status,
+            SandboxStatus::Terminated
+        );
     }
 
     #[test]
@@ -314,7 +332,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("db.sqlite");
         let r = record("keep", 5);
-        SqliteStore::open(&path).unwrap().create_sandbox(&r).unwrap();
+        SqliteStore::open(&path)
+            .unwrap()
+            .create_sandbox(&r)
+            .unwrap();
         let again = SqliteStore::open(&path).unwrap();
         assert_eq!(again.get_sandbox(r.id).unwrap().unwrap(), r);
     }

@@ -2,7 +2,8 @@
 #![allow(dead_code)]
 
 use sbx_agent_proto::{
-    read_frame, write_frame, AgentError, Body, CommandSpec, Event, Frame, Header, ProcessInfo, Reply, Request,
+    read_frame, write_frame, AgentError, Body, CommandSpec, Event, Frame, Header, ProcessInfo,
+    Reply, Request,
 };
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -104,9 +105,12 @@ impl Client {
     }
 
     pub async fn send(&mut self, id: u64, body: Body, payload: Vec<u8>) {
-        write_frame(&mut self.wr, &Frame::with_payload(Header { id, body }, payload))
-            .await
-            .expect("write frame");
+        write_frame(
+            &mut self.wr,
+            &Frame::with_payload(Header { id, body }, payload),
+        )
+        .await
+        .expect("write frame");
     }
 
     pub async fn send_req(&mut self, id: u64, req: Request) {
@@ -160,7 +164,9 @@ impl Client {
 
     pub async fn ok(&mut self, req: Request) -> (Reply, Vec<u8>) {
         let desc = format!("{req:?}");
-        self.call(req).await.unwrap_or_else(|e| panic!("{desc} failed: {e}"))
+        self.call(req)
+            .await
+            .unwrap_or_else(|e| panic!("{desc} failed: {e}"))
     }
 
     pub async fn exec_full(&mut self, spec: CommandSpec, timeout_ms: u64, max: u64) -> Outcome {
@@ -200,7 +206,12 @@ impl Client {
     }
 
     pub async fn start(&mut self, argv: &[&str]) -> ProcessInfo {
-        match self.ok(Request::ProcessStart { command: spec(argv) }).await {
+        match self
+            .ok(Request::ProcessStart {
+                command: spec(argv),
+            })
+            .await
+        {
             (Reply::Process { process }, _) => process,
             other => panic!("unexpected {other:?}"),
         }
@@ -252,7 +263,9 @@ pub fn pid_alive(pid: i32) -> bool {
 pub async fn read_pid_file(path: &Path) -> i32 {
     let mut pid = None;
     eventually("pid file", || {
-        pid = std::fs::read_to_string(path).ok().and_then(|s| s.trim().parse().ok());
+        pid = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|s| s.trim().parse().ok());
         pid.is_some()
     })
     .await;

@@ -33,7 +33,11 @@ fn split_prefix(key: &str) -> (&str, &str) {
 }
 
 /// Middleware: resolves the caller's workspace or answers 401.
-pub async fn authenticate(State(service): State<AppState>, mut req: Request, next: Next) -> Response {
+pub async fn authenticate(
+    State(service): State<AppState>,
+    mut req: Request,
+    next: Next,
+) -> Response {
     if req.uri().path() == "/healthz" {
         return next.run(req).await;
     }
@@ -46,19 +50,31 @@ pub async fn authenticate(State(service): State<AppState>, mut req: Request, nex
         .filter(|v| !v.is_empty());
     if !config.dev {
         let Some(header) = header else {
-            return ApiError::new(ErrorCode::AuthorizationHeaderMissing, "Authorization header is required").into_response();
+            return ApiError::new(
+                ErrorCode::AuthorizationHeaderMissing,
+                "Authorization header is required",
+            )
+            .into_response();
         };
-        let token = header.strip_prefix("Bearer ").unwrap_or("").trim().as_bytes();
+        let token = header
+            .strip_prefix("Bearer ")
+            .unwrap_or("")
+            .trim()
+            .as_bytes();
         let known = config
             .signing_keys
             .iter()
             .map(|k| hashed_signing_key(k))
-            .fold(false, |found, expected| found | bool::from(expected.as_bytes().ct_eq(token)));
+            .fold(false, |found, expected| {
+                found | bool::from(expected.as_bytes().ct_eq(token))
+            });
         if !known {
-            return ApiError::new(ErrorCode::InvalidApiKey, "the API key is not valid").into_response();
+            return ApiError::new(ErrorCode::InvalidApiKey, "the API key is not valid")
+                .into_response();
         }
     }
-    req.extensions_mut().insert(Workspace(DEFAULT_WORKSPACE.to_string()));
+    req.extensions_mut()
+        .insert(Workspace(DEFAULT_WORKSPACE.to_string()));
     next.run(req).await
 }
 

@@ -3,10 +3,13 @@
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
-use sbx_agent_proto::{ChunkMeta, FileKind as AgentFileKind, FileStat, ProcessInfo, ProcessState as AgentState, StreamKind};
+use sbx_agent_proto::{
+    ChunkMeta, FileKind as AgentFileKind, FileStat, ProcessInfo, ProcessState as AgentState,
+    StreamKind,
+};
 use sbx_api_types::{
-    format_time, format_unix_ms, Envelope, FileInfo, FileKind, Metadata, OutputChunk, OutputStream, Page, Process,
-    ProcessState, Resources, Sandbox,
+    format_time, format_unix_ms, Envelope, FileInfo, FileKind, Metadata, OutputChunk, OutputStream,
+    Page, Process, ProcessState, Resources, Sandbox,
 };
 use sbx_store::SandboxRecord;
 use serde::Serialize;
@@ -92,7 +95,11 @@ pub fn process(p: &ProcessInfo) -> Process {
         command: p.argv.clone(),
         pid: p.pid.filter(|pid| *pid > 0),
         state,
-        exit_code: if state == ProcessState::Exited { Some(p.exit_code.unwrap_or(0)) } else { None },
+        exit_code: if state == ProcessState::Exited {
+            Some(p.exit_code.unwrap_or(0))
+        } else {
+            None
+        },
         termination_signal: if state == ProcessState::Killed {
             Some(p.signal.unwrap_or(9).clamp(1, 64))
         } else {

@@ -28,7 +28,9 @@ impl From<ValidationError> for ApiError {
     fn from(e: ValidationError) -> Self {
         match e {
             ValidationError::Missing(_) => ApiError::new(ErrorCode::MissingField, e.to_string()),
-            ValidationError::Format { .. } => ApiError::new(ErrorCode::InvalidFieldFormat, e.to_string()),
+            ValidationError::Format { .. } => {
+                ApiError::new(ErrorCode::InvalidFieldFormat, e.to_string())
+            }
         }
     }
 }
@@ -67,8 +69,10 @@ impl From<ServiceError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let status = StatusCode::from_u16(self.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let body = serde_json::to_vec(&ErrorBody::new(self.code.as_str(), self.message)).unwrap_or_default();
+        let status = StatusCode::from_u16(self.code.http_status())
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let body = serde_json::to_vec(&ErrorBody::new(self.code.as_str(), self.message))
+            .unwrap_or_default();
         let mut resp = (status, body).into_response();
         resp.headers_mut()
             .insert("content-type", HeaderValue::from_static("application/json"));

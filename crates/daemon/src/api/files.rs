@@ -37,7 +37,9 @@ pub async fn upload(
     let q: PathQuery = parse_query(q.as_deref())?;
     let path = required_path(&q)?;
     let stream = body.into_data_stream();
-    let written = svc.upload(&ws.0, id, &path, q.mode.as_deref(), stream).await?;
+    let written = svc
+        .upload(&ws.0, id, &path, q.mode.as_deref(), stream)
+        .await?;
     Ok(envelope::data(
         StatusCode::OK,
         UploadResult {
@@ -63,18 +65,26 @@ pub async fn download(
         let mut s = state?;
         loop {
             return match s.next().await {
-                Some(StreamItem::Event(Event::FileData, bytes)) => Some((Ok::<_, std::io::Error>(Bytes::from(bytes)), Some(s))),
+                Some(StreamItem::Event(Event::FileData, bytes)) => {
+                    Some((Ok::<_, std::io::Error>(Bytes::from(bytes)), Some(s)))
+                }
                 Some(StreamItem::Event(..)) => continue,
                 Some(StreamItem::End(..)) => None,
                 // Headers are gone: a short body is the only way left to say it failed.
                 Some(StreamItem::Failed(e)) => Some((Err(std::io::Error::other(e.message)), None)),
-                None => Some((Err(std::io::Error::other("sandbox connection closed")), None)),
+                None => Some((
+                    Err(std::io::Error::other("sandbox connection closed")),
+                    None,
+                )),
             };
         }
     });
     let mut resp = (StatusCode::OK, Body::from_stream(body)).into_response();
     let h = resp.headers_mut();
-    h.insert("content-type", HeaderValue::from_static("application/octet-stream"));
+    h.insert(
+        "content-type",
+        HeaderValue::from_static("application/octet-stream"),
+    );
     h.insert("content-length", HeaderValue::from(stat.size));
     if let Ok(v) = HeaderValue::from_str(&format!("{:04o}", stat.mode & 0o7777)) {
         h.insert("x-sandbox-file-mode", v);
@@ -137,7 +147,8 @@ pub async fn remove(
     let id = parse_id(&id, "sandboxId")?;
     let q: PathQuery = parse_query(q.as_deref())?;
     let recursive = matches!(q.recursive.as_deref(), Some("true") | Some("1"));
-    svc.remove(&ws.0, id, &required_path(&q)?, recursive).await?;
+    svc.remove(&ws.0, id, &required_path(&q)?, recursive)
+        .await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -157,8 +168,11 @@ pub async fn rename(
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id, "sandboxId")?;
     let b: RenameBody = parse_body(&body)?;
-    let from = b.from.ok_or_else(|| ApiError::new(ErrorCode::MissingField, "from is required"))?;
-    let to = b.to.ok_or_else(|| ApiError::new(ErrorCode::MissingField, "to is required"))?;
+    let from = b
+        .from
+        .ok_or_else(|| ApiError::new(ErrorCode::MissingField, "from is required"))?;
+    let to =
+        b.to.ok_or_else(|| ApiError::new(ErrorCode::MissingField, "to is required"))?;
     svc.rename(&ws.0, id, &from, &to).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

@@ -14,7 +14,7 @@ use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::HeaderValue;
 use axum::middleware::Next;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use sbx_api_types::ErrorCode;
@@ -34,16 +34,37 @@ pub struct Workspace(pub String);
 pub fn router(service: Arc<Service>) -> Router {
     let json_limit = service.config().limits.json_body_bytes;
     let v2 = Router::new()
-        .route("/v2/sandboxes", post(sandboxes::create).get(sandboxes::list))
-        .route("/v2/sandboxes/{id}", get(sandboxes::get).delete(sandboxes::destroy))
+        .route(
+            "/v2/sandboxes",
+            post(sandboxes::create).get(sandboxes::list),
+        )
+        .route(
+            "/v2/sandboxes/{id}",
+            get(sandboxes::get).delete(sandboxes::destroy),
+        )
         .route("/v2/sandboxes/{id}/exec", post(sandboxes::exec))
         .route("/v2/sandboxes/{id}/logs", get(sandboxes::logs))
-        .route("/v2/sandboxes/{id}/processes", post(processes::start).get(processes::list))
+        .route(
+            "/v2/sandboxes/{id}/processes",
+            post(processes::start).get(processes::list),
+        )
         .route("/v2/sandboxes/{id}/processes/{pid}", get(processes::get))
-        .route("/v2/sandboxes/{id}/processes/{pid}/signals", post(processes::signal))
-        .route("/v2/sandboxes/{id}/processes/{pid}/wait", post(processes::wait))
-        .route("/v2/sandboxes/{id}/processes/{pid}/output", get(processes::output))
-        .route("/v2/sandboxes/{id}/processes/{pid}/output/stream", get(processes::stream))
+        .route(
+            "/v2/sandboxes/{id}/processes/{pid}/signals",
+            post(processes::signal),
+        )
+        .route(
+            "/v2/sandboxes/{id}/processes/{pid}/wait",
+            post(processes::wait),
+        )
+        .route(
+            "/v2/sandboxes/{id}/processes/{pid}/output",
+            get(processes::output),
+        )
+        .route(
+            "/v2/sandboxes/{id}/processes/{pid}/output/stream",
+            get(processes::stream),
+        )
         .route("/v1/sandboxes/{id}/fs/stat", get(files::stat))
         .route("/v1/sandboxes/{id}/fs/list", get(files::list))
         .route("/v1/sandboxes/{id}/fs/mkdir", post(files::mkdir))
@@ -52,14 +73,20 @@ pub fn router(service: Arc<Service>) -> Router {
         .layer(DefaultBodyLimit::max(json_limit));
     // Uploads stream their body and enforce the file limit themselves.
     let uploads = Router::new()
-        .route("/v2/sandboxes/{id}/files", get(files::download).put(files::upload))
+        .route(
+            "/v2/sandboxes/{id}/files",
+            get(files::download).put(files::upload),
+        )
         .layer(DefaultBodyLimit::disable());
     Router::new()
         .merge(v2)
         .merge(uploads)
         .route("/healthz", get(|| async { "ok" }))
         .fallback(not_found)
-        .layer(axum::middleware::from_fn_with_state(service.clone(), auth::authenticate))
+        .layer(axum::middleware::from_fn_with_state(
+            service.clone(),
+            auth::authenticate,
+        ))
         .layer(axum::middleware::from_fn(request_context))
         .with_state(service)
 }
@@ -74,12 +101,38 @@ async fn request_context(req: Request, next: Next) -> Response {
     let span = tracing::info_span!("request", id = %request_id, method = %req.method(), path = %req.uri().path());
     let mut resp = next.run(req).instrument(span.clone()).await;
     span.in_scope(|| tracing::debug!(status = resp.status().as_u16(), "response"));
+    if resp.status().as_u16() >= 400 && !is_json(&resp) {
+        resp = framework_error(resp.status()).into_response();
+    }
     let headers = resp.headers_mut();
     if let Ok(v) = HeaderValue::from_str(&request_id) {
         headers.insert("x-request-id", v);
     }
     headers.insert("cache-control", HeaderValue::from_static("no-store"));
     resp
+}
+
+fn is_json(resp: &Response) -> bool {
+    resp.headers()
+        .get("content-type")
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"))
+}
+
+/// Errors produced by the HTTP framework itself (body too large, bad method) in our envelope.
+fn framework_error(status: axum::http::StatusCode) -> ApiError {
+    match status.as_u16() {
+        413 => ApiError::new(ErrorCode::PayloadTooLarge, "request body is too large"),
+        405 => ApiError::new(
+            ErrorCode::MethodNotAllowed,
+            "method not allowed on this route",
+        ),
+        404 => ApiError::new(ErrorCode::RouteNotFound, "no such route"),
+        400..=499 => ApiError::new(ErrorCode::InvalidRequest, format!("bad request ({status})")),
+        _ => ApiError::new(
+            ErrorCode::InternalError,
+            format!("unexpected server error ({status})"),
+        ),
+    }
 }
 
 /// Parses an optional JSON body: empty means "no body" (the SDK sends a JSON content type on bodiless requests).
@@ -92,14 +145,20 @@ pub fn parse_body<T: DeserializeOwned + Default>(bytes: &Bytes) -> Result<T, Api
         if msg.starts_with("missing field") {
             ApiError::new(ErrorCode::MissingField, msg)
         } else {
-            ApiError::new(ErrorCode::InvalidRequest, format!("invalid JSON body: {msg}"))
+            ApiError::new(
+                ErrorCode::InvalidRequest,
+                format!("invalid JSON body: {msg}"),
+            )
         }
     })
 }
 
 /// Parses a path id: a canonical lowercase, non-nil UUID.
 pub fn parse_id(raw: &str, field: &'static str) -> Result<Uuid, ApiError> {
-    let ok = raw.len() == 36 && raw.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f' | b'-'));
+    let ok = raw.len() == 36
+        && raw
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f' | b'-'));
     match Uuid::parse_str(raw) {
         Ok(id) if ok && !id.is_nil() && id.to_string() == raw => Ok(id),
         _ => Err(ApiError::new(
@@ -112,7 +171,10 @@ pub fn parse_id(raw: &str, field: &'static str) -> Result<Uuid, ApiError> {
 /// Query strings decoded with form rules (`+` is a space).
 pub fn parse_query<T: DeserializeOwned>(query: Option<&str>) -> Result<T, ApiError> {
     serde_urlencoded::from_str(query.unwrap_or("")).map_err(|e| {
-        ApiError::new(ErrorCode::InvalidFieldFormat, format!("invalid query string: {e}"))
+        ApiError::new(
+            ErrorCode::InvalidFieldFormat,
+            format!("invalid query string: {e}"),
+        )
     })
 }
 

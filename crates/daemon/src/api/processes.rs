@@ -18,7 +18,10 @@ use serde_json::json;
 type Ids = Path<(String, String)>;
 
 fn ids(raw: (String, String)) -> Result<(uuid::Uuid, uuid::Uuid), ApiError> {
-    Ok((parse_id(&raw.0, "sandboxId")?, parse_id(&raw.1, "processId")?))
+    Ok((
+        parse_id(&raw.0, "sandboxId")?,
+        parse_id(&raw.1, "processId")?,
+    ))
 }
 
 /// `POST /v2/sandboxes/{id}/processes` (201 with a RUNNING process)
@@ -51,12 +54,22 @@ pub async fn list(
     let q: ListQuery = parse_query(q.as_deref())?;
     let limit = validate::list_limit(q.limit.as_deref())?;
     let cursor = q.cursor.filter(|c| !c.is_empty());
-    let (items, next) = svc.process_list(&ws.0, id, limit, cursor.as_deref()).await?;
-    Ok(envelope::list(items.iter().map(envelope::process).collect(), limit, next))
+    let (items, next) = svc
+        .process_list(&ws.0, id, limit, cursor.as_deref())
+        .await?;
+    Ok(envelope::list(
+        items.iter().map(envelope::process).collect(),
+        limit,
+        next,
+    ))
 }
 
 /// `GET /v2/sandboxes/{id}/processes/{pid}`
-pub async fn get(State(svc): State<AppState>, Extension(ws): Extension<Workspace>, Path(raw): Ids) -> Result<Response, ApiError> {
+pub async fn get(
+    State(svc): State<AppState>,
+    Extension(ws): Extension<Workspace>,
+    Path(raw): Ids,
+) -> Result<Response, ApiError> {
     let (id, pid) = ids(raw)?;
     let p = svc.process_get(&ws.0, id, pid).await?;
     Ok(envelope::data(StatusCode::OK, envelope::process(&p)))
@@ -89,7 +102,9 @@ pub async fn wait(
 ) -> Result<Response, ApiError> {
     let (id, pid) = ids(raw)?;
     let q: WaitQuery = parse_query(q.as_deref())?;
-    let p = svc.process_wait(&ws.0, id, pid, q.timeout.as_deref()).await?;
+    let p = svc
+        .process_wait(&ws.0, id, pid, q.timeout.as_deref())
+        .await?;
     let mut view = serde_json::to_value(envelope::process(&p)).unwrap_or_default();
     if let Some(obj) = view.as_object_mut() {
         obj.remove("command");
@@ -109,7 +124,10 @@ fn tail_bytes(q: &OutputQuery) -> Result<u64, ApiError> {
         None | Some("") => Ok(0),
         Some(v) => match v.parse::<u64>() {
             Ok(n) if n <= MAX_TAIL_BYTES => Ok(n),
-            _ => Err(ApiError::new(ErrorCode::InvalidFieldFormat, "tailBytes: must be an integer from 0 to 524288")),
+            _ => Err(ApiError::new(
+                ErrorCode::InvalidFieldFormat,
+                "tailBytes: must be an integer from 0 to 524288",
+            )),
         },
     }
 }
@@ -124,7 +142,11 @@ pub async fn output(
     let (id, pid) = ids(raw)?;
     let q: OutputQuery = parse_query(q.as_deref())?;
     let out = svc.process_output(&ws.0, id, pid, tail_bytes(&q)?).await?;
-    let chunks = out.chunks.iter().map(|(m, b)| envelope::chunk(m, b)).collect();
+    let chunks = out
+        .chunks
+        .iter()
+        .map(|(m, b)| envelope::chunk(m, b))
+        .collect();
     Ok(envelope::data(StatusCode::OK, ProcessOutput { chunks }))
 }
 
@@ -143,25 +165,35 @@ pub async fn stream(
     let tail = tail_bytes(&q)?;
     let from_offset = match q.from_offset.as_deref() {
         None | Some("") => None,
-        Some(v) => Some(
-            v.parse::<u64>()
-                .map_err(|_| ApiError::new(ErrorCode::InvalidFieldFormat, "fromOffset: must be a non-negative integer"))?,
-        ),
+        Some(v) => Some(v.parse::<u64>().map_err(|_| {
+            ApiError::new(
+                ErrorCode::InvalidFieldFormat,
+                "fromOffset: must be a non-negative integer",
+            )
+        })?),
     };
-    let mut agent_stream = svc.process_stream(&ws.0, id, pid, tail, from_offset).await?;
+    let mut agent_stream = svc
+        .process_stream(&ws.0, id, pid, tail, from_offset)
+        .await?;
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::convert::Infallible>>(16);
     tokio::spawn(async move {
         loop {
             let line = match agent_stream.next().await {
                 Some(StreamItem::Event(Event::Chunk { chunk }, bytes)) => {
-                    let mut frame = serde_json::to_value(envelope::chunk(&chunk, &bytes)).unwrap_or_default();
+                    let mut frame =
+                        serde_json::to_value(envelope::chunk(&chunk, &bytes)).unwrap_or_default();
                     frame["type"] = json!("log");
                     frame
                 }
                 Some(StreamItem::Event(..)) => continue,
-                Some(StreamItem::End(Reply::StreamEnd { .. }, _)) | Some(StreamItem::End(..)) => break,
+                Some(StreamItem::End(Reply::StreamEnd { .. }, _)) | Some(StreamItem::End(..)) => {
+                    break
+                }
                 Some(StreamItem::Failed(e)) => error_frame("internal_error", &e.message),
-                None => error_frame("compute_unavailable", "the connection to the sandbox closed"),
+                None => error_frame(
+                    "compute_unavailable",
+                    "the connection to the sandbox closed",
+                ),
             };
             let is_error = line["type"] == "error";
             let mut bytes = serde_json::to_vec(&line).unwrap_or_default();
@@ -172,7 +204,9 @@ pub async fn stream(
             }
         }
     });
-    Ok(ndjson(Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx))))
+    Ok(ndjson(Body::from_stream(
+        tokio_stream::wrappers::ReceiverStream::new(rx),
+    )))
 }
 
 /// A terminal stream error frame (`error`, plus `errors` for older readers).

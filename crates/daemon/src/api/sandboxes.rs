@@ -12,7 +12,11 @@ use sbx_api_types::{validate, CreateSandboxRequest, ExecRequest, ExecResult, San
 use serde::Deserialize;
 
 /// `POST /v2/sandboxes`
-pub async fn create(State(svc): State<AppState>, Extension(ws): Extension<Workspace>, body: Bytes) -> Result<Response, ApiError> {
+pub async fn create(
+    State(svc): State<AppState>,
+    Extension(ws): Extension<Workspace>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
     let req: CreateSandboxRequest = parse_body(&body)?;
     let outcome = svc.create(&ws.0, req).await?;
     let (record, fresh) = match outcome {
@@ -24,7 +28,10 @@ pub async fn create(State(svc): State<AppState>, Extension(ws): Extension<Worksp
         SandboxStatus::Starting if fresh => StatusCode::ACCEPTED,
         _ => StatusCode::OK,
     };
-    Ok(envelope::data(status, envelope::sandbox(&record, svc.vpc_id())))
+    Ok(envelope::data(
+        status,
+        envelope::sandbox(&record, svc.vpc_id()),
+    ))
 }
 
 #[derive(Deserialize)]
@@ -34,27 +41,48 @@ struct ListQuery {
 }
 
 /// `GET /v2/sandboxes`
-pub async fn list(State(svc): State<AppState>, Extension(ws): Extension<Workspace>, RawQuery(q): RawQuery) -> Result<Response, ApiError> {
+pub async fn list(
+    State(svc): State<AppState>,
+    Extension(ws): Extension<Workspace>,
+    RawQuery(q): RawQuery,
+) -> Result<Response, ApiError> {
     let q: ListQuery = parse_query(q.as_deref())?;
     let limit = validate::list_limit(q.limit.as_deref())?;
     let cursor = q.cursor.filter(|c| !c.is_empty());
     let page = svc.list(&ws.0, limit, cursor.as_deref())?;
-    let items = page.items.iter().map(|r| envelope::sandbox(r, svc.vpc_id())).collect();
+    let items = page
+        .items
+        .iter()
+        .map(|r| envelope::sandbox(r, svc.vpc_id()))
+        .collect();
     Ok(envelope::list(items, page.limit, page.next_cursor))
 }
 
 /// `GET /v2/sandboxes/{id}`
-pub async fn get(State(svc): State<AppState>, Extension(ws): Extension<Workspace>, Path(id): Path<String>) -> Result<Response, ApiError> {
+pub async fn get(
+    State(svc): State<AppState>,
+    Extension(ws): Extension<Workspace>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
     let id = parse_id(&id, "sandboxId")?;
     let record = svc.get(&ws.0, id)?;
-    Ok(envelope::data(StatusCode::OK, envelope::sandbox(&record, svc.vpc_id())))
+    Ok(envelope::data(
+        StatusCode::OK,
+        envelope::sandbox(&record, svc.vpc_id()),
+    ))
 }
 
 /// `DELETE /v2/sandboxes/{id}`
-pub async fn destroy(State(svc): State<AppState>, Extension(ws): Extension<Workspace>, Path(id): Path<String>) -> Result<Response, ApiError> {
+pub async fn destroy(
+    State(svc): State<AppState>,
+    Extension(ws): Extension<Workspace>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
     let id = parse_id(&id, "sandboxId")?;
     Ok(match svc.destroy(&ws.0, id).await? {
-        DestroyOutcome::Terminating(r) => envelope::data(StatusCode::ACCEPTED, envelope::sandbox(&r, svc.vpc_id())),
+        DestroyOutcome::Terminating(r) => {
+            envelope::data(StatusCode::ACCEPTED, envelope::sandbox(&r, svc.vpc_id()))
+        }
         DestroyOutcome::Terminated => StatusCode::NO_CONTENT.into_response(),
     })
 }
@@ -123,7 +151,9 @@ pub async fn logs(
 /// An NDJSON streaming response.
 pub fn ndjson(body: Body) -> Response {
     let mut resp = (StatusCode::OK, body).into_response();
-    resp.headers_mut()
-        .insert("content-type", HeaderValue::from_static("application/x-ndjson"));
+    resp.headers_mut().insert(
+        "content-type",
+        HeaderValue::from_static("application/x-ndjson"),
+    );
     resp
 }

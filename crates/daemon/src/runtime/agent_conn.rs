@@ -4,7 +4,9 @@
 //! Many requests share the stream: each gets an id; one reader task routes
 //! replies and events back to the waiting caller.
 
-use sbx_agent_proto::{read_frame, write_frame, AgentError, Body, CodecError, Frame, Header, Reply, Request};
+use sbx_agent_proto::{
+    read_frame, write_frame, AgentError, Body, CodecError, Frame, Header, Reply, Request,
+};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -128,7 +130,9 @@ impl AgentConn {
         rx
     }
 
-    async fn await_once(rx: oneshot::Receiver<Result<Answer, AgentError>>) -> Result<Answer, AgentCallError> {
+    async fn await_once(
+        rx: oneshot::Receiver<Result<Answer, AgentError>>,
+    ) -> Result<Answer, AgentCallError> {
         match rx.await {
             Ok(Ok(answer)) => Ok(answer),
             Ok(Err(e)) => Err(AgentCallError::Agent(e)),
@@ -211,7 +215,9 @@ impl Drop for Upload {
             let conn = self.conn.clone();
             let id = self.id;
             tokio::spawn(async move {
-                let _ = conn.send(id, Body::Request(Request::FileWriteAbort), Vec::new()).await;
+                let _ = conn
+                    .send(id, Body::Request(Request::FileWriteAbort), Vec::new())
+                    .await;
             });
         }
     }
@@ -229,7 +235,10 @@ impl AgentStream {
     /// Next item; `None` when the connection closed before the stream ended.
     pub async fn next(&mut self) -> Option<StreamItem> {
         let item = self.rx.recv().await;
-        if matches!(item, Some(StreamItem::End(..)) | Some(StreamItem::Failed(_)) | None) {
+        if matches!(
+            item,
+            Some(StreamItem::End(..)) | Some(StreamItem::Failed(_)) | None
+        ) {
             self.finished = true;
         }
         item
@@ -281,7 +290,11 @@ async fn read_loop<R: AsyncRead + Unpin>(mut reader: R, inner: Arc<Inner>) {
             Body::Request(_) | Body::Cancel => continue,
         };
         let waiter = if terminal {
-            inner.pending.lock().unwrap_or_else(|p| p.into_inner()).remove(&id)
+            inner
+                .pending
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&id)
         } else {
             None
         };
@@ -301,7 +314,11 @@ async fn read_loop<R: AsyncRead + Unpin>(mut reader: R, inner: Arc<Inner>) {
     }
     let _ = inner.closed.send(true);
     // Dropping the senders wakes every waiter with "closed".
-    inner.pending.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    inner
+        .pending
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clear();
 }
 
 #[cfg(test)]
@@ -326,7 +343,10 @@ mod tests {
                     Body::Request(Request::ProcessList) => {
                         for i in 0..3u8 {
                             let ev = Frame::with_payload(
-                                Header { id, body: Body::Event(Event::FileData) },
+                                Header {
+                                    id,
+                                    body: Body::Event(Event::FileData),
+                                },
                                 vec![i],
                             );
                             write_frame(&mut sw, &ev).await.unwrap();
@@ -335,7 +355,9 @@ mod tests {
                     }
                     _ => continue,
                 };
-                write_frame(&mut sw, &Frame::new(Header { id, body: reply })).await.unwrap();
+                write_frame(&mut sw, &Frame::new(Header { id, body: reply }))
+                    .await
+                    .unwrap();
             }
         });
         (conn, task)
@@ -380,6 +402,9 @@ mod tests {
         assert!(matches!(call.await.unwrap(), Err(AgentCallError::Closed)));
         conn.closed().await;
         assert!(conn.is_closed());
-        assert!(matches!(conn.call(Request::Ping).await, Err(AgentCallError::Closed)));
+        assert!(matches!(
+            conn.call(Request::Ping).await,
+            Err(AgentCallError::Closed)
+        ));
     }
 }

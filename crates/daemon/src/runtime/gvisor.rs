@@ -49,7 +49,8 @@ fn container_id(id: Uuid) -> String {
 }
 
 fn parse_container_id(cid: &str) -> Option<Uuid> {
-    cid.strip_prefix(CONTAINER_PREFIX).and_then(|s| Uuid::parse_str(s).ok())
+    cid.strip_prefix(CONTAINER_PREFIX)
+        .and_then(|s| Uuid::parse_str(s).ok())
 }
 
 impl GvisorRuntime {
@@ -102,7 +103,9 @@ impl GvisorRuntime {
         loop {
             match self.connect_inner(spec.id).await {
                 Ok(conn) => return Ok(conn),
-                Err(e) if Instant::now() >= deadline => return Err(RuntimeError::AgentNotReady(e.to_string())),
+                Err(e) if Instant::now() >= deadline => {
+                    return Err(RuntimeError::AgentNotReady(e.to_string()))
+                }
                 // The agent binds its socket a few milliseconds after PID 1 starts.
                 Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
             }
@@ -115,7 +118,9 @@ impl GvisorRuntime {
             ..ExecOptions::default()
         };
         let mut cmd = self.runsc.exec_command(&container_id(id), &opts);
-        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null());
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
         let mut child = cmd.spawn()?;
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             return Err(RuntimeError::AgentNotReady("relay has no stdio".into()));
@@ -127,7 +132,9 @@ impl GvisorRuntime {
         let conn = AgentConn::new(stdout, stdin);
         match conn.call(Request::Hello).await {
             Ok((Reply::Hello { .. }, _)) => Ok(conn),
-            Ok((other, _)) => Err(RuntimeError::AgentNotReady(format!("unexpected hello reply {other:?}"))),
+            Ok((other, _)) => Err(RuntimeError::AgentNotReady(format!(
+                "unexpected hello reply {other:?}"
+            ))),
             Err(e) => Err(RuntimeError::AgentNotReady(e.to_string())),
         }
     }
@@ -185,7 +192,10 @@ impl Runtime for GvisorRuntime {
     fn is_alive(&self, id: Uuid) -> BoxFuture<'_, Result<bool, RuntimeError>> {
         async move {
             match self.runsc.state(&container_id(id)).await {
-                Ok(s) => Ok(matches!(s.status, sbx_runsc::Status::Running | sbx_runsc::Status::Paused)),
+                Ok(s) => Ok(matches!(
+                    s.status,
+                    sbx_runsc::Status::Running | sbx_runsc::Status::Paused
+                )),
                 Err(e) if e.is_not_found() => Ok(false),
                 Err(e) => Err(e.into()),
             }

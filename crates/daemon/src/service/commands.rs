@@ -2,7 +2,9 @@
 
 use super::{agent_error, agent_error_unsafe, Result, Service, ServiceError};
 use crate::runtime::{AgentCallError, AgentStream};
-use sbx_agent_proto::{AgentErrorCode, ChunkMeta, CommandSpec, ProcessInfo, ProcessState, Reply, Request};
+use sbx_agent_proto::{
+    AgentErrorCode, ChunkMeta, CommandSpec, ProcessInfo, ProcessState, Reply, Request,
+};
 use sbx_api_types::validate::{self, ValidationError};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -48,7 +50,12 @@ fn command_spec(
 
 impl Service {
     /// `POST /v2/sandboxes/{id}/exec`.
-    pub async fn exec(&self, workspace: &str, id: Uuid, req: sbx_api_types::ExecRequest) -> Result<ExecOutcome> {
+    pub async fn exec(
+        &self,
+        workspace: &str,
+        id: Uuid,
+        req: sbx_api_types::ExecRequest,
+    ) -> Result<ExecOutcome> {
         let command = command_spec(req.command, req.environment, req.cwd)?;
         let timeout_ms = match req.timeout.as_deref() {
             Some(t) => validate::timeout_ms("timeout", t)?,
@@ -64,9 +71,20 @@ impl Service {
         // The agent enforces the timeout; this only guards against a stuck sandbox.
         let answer = tokio::time::timeout(Duration::from_millis(timeout_ms + 10_000), call)
             .await
-            .map_err(|_| ServiceError::Ambiguous("the sandbox did not answer in time; the command may have run".into()))?;
+            .map_err(|_| {
+                ServiceError::Ambiguous(
+                    "the sandbox did not answer in time; the command may have run".into(),
+                )
+            })?;
         match answer {
-            Ok((Reply::Exec { exit_code, stdout_len, .. }, mut payload)) => {
+            Ok((
+                Reply::Exec {
+                    exit_code,
+                    stdout_len,
+                    ..
+                },
+                mut payload,
+            )) => {
                 let split = (stdout_len as usize).min(payload.len());
                 let stderr = payload.split_off(split);
                 Ok(ExecOutcome {
@@ -75,8 +93,12 @@ impl Service {
                     stderr,
                 })
             }
-            Ok((other, _)) => Err(ServiceError::Internal(format!("unexpected agent reply {other:?}"))),
-            Err(AgentCallError::Agent(e)) if e.code == AgentErrorCode::TimedOut => Err(ServiceError::ExecTimedOut(timeout_ms)),
+            Ok((other, _)) => Err(ServiceError::Internal(format!(
+                "unexpected agent reply {other:?}"
+            ))),
+            Err(AgentCallError::Agent(e)) if e.code == AgentErrorCode::TimedOut => {
+                Err(ServiceError::ExecTimedOut(timeout_ms))
+            }
             Err(AgentCallError::Agent(e)) if e.code == AgentErrorCode::OutputTooLarge => {
                 Err(ServiceError::ExecOutputTooLarge(max_output))
             }
@@ -105,7 +127,9 @@ impl Service {
                 }))
             }
             Ok((Reply::Process { process }, _)) => Ok(process),
-            Ok((other, _)) => Err(ServiceError::Internal(format!("unexpected agent reply {other:?}"))),
+            Ok((other, _)) => Err(ServiceError::Internal(format!(
+                "unexpected agent reply {other:?}"
+            ))),
             Err(e) => Err(agent_error_unsafe(e, "process start")),
         }
     }
@@ -129,7 +153,11 @@ impl Service {
         let conn = self.agent(workspace, id).await?;
         let mut processes = match conn.call(Request::ProcessList).await.map_err(agent_error)? {
             (Reply::Processes { processes }, _) => processes,
-            (other, _) => return Err(ServiceError::Internal(format!("unexpected agent reply {other:?}"))),
+            (other, _) => {
+                return Err(ServiceError::Internal(format!(
+                    "unexpected agent reply {other:?}"
+                )))
+            }
         };
         processes.sort_by_key(|p| p.id);
         let mut page: Vec<ProcessInfo> = processes
@@ -139,16 +167,27 @@ impl Service {
             .collect();
         let more = page.len() > limit as usize;
         page.truncate(limit as usize);
-        let next = if more { page.last().map(|p| p.id.to_string()) } else { None };
+        let next = if more {
+            page.last().map(|p| p.id.to_string())
+        } else {
+            None
+        };
         Ok((page, next))
     }
 
     /// `GET /v2/sandboxes/{id}/processes/{pid}`.
-    pub async fn process_get(&self, workspace: &str, id: Uuid, process: Uuid) -> Result<ProcessInfo> {
+    pub async fn process_get(
+        &self,
+        workspace: &str,
+        id: Uuid,
+        process: Uuid,
+    ) -> Result<ProcessInfo> {
         let conn = self.agent(workspace, id).await?;
         match conn.call(Request::ProcessGet { process }).await {
             Ok((Reply::Process { process }, _)) => Ok(process),
-            Ok((other, _)) => Err(ServiceError::Internal(format!("unexpected agent reply {other:?}"))),
+            Ok((other, _)) => Err(ServiceError::Internal(format!(
+                "unexpected agent reply {other:?}"
+            ))),
             Err(e) => Err(process_error(e)),
         }
     }
@@ -177,34 +216,66 @@ impl Service {
         };
         match conn.call(request).await {
             Ok(_) => Ok(()),
-            Err(AgentCallError::Agent(e)) if e.code == AgentErrorCode::NotFound => Err(ServiceError::ProcessNotFound),
+            Err(AgentCallError::Agent(e)) if e.code == AgentErrorCode::NotFound => {
+                Err(ServiceError::ProcessNotFound)
+            }
             Err(e) => Err(agent_error_unsafe(e, "signal")),
         }
     }
 
     /// `POST .../processes/{pid}/wait`: long poll.
-    pub async fn process_wait(&self, workspace: &str, id: Uuid, process: Uuid, timeout: Option<&str>) -> Result<ProcessInfo> {
+    pub async fn process_wait(
+        &self,
+        workspace: &str,
+        id: Uuid,
+        process: Uuid,
+        timeout: Option<&str>,
+    ) -> Result<ProcessInfo> {
         let timeout_ms = match timeout {
             Some(t) => validate::timeout_ms("timeout", t)?,
             None => DEFAULT_TIMEOUT_MS,
         };
         let conn = self.agent(workspace, id).await?;
-        match conn.call(Request::ProcessWait { process, timeout_ms }).await {
+        match conn
+            .call(Request::ProcessWait {
+                process,
+                timeout_ms,
+            })
+            .await
+        {
             Ok((Reply::Process { process }, _)) => Ok(process),
-            Ok((other, _)) => Err(ServiceError::Internal(format!("unexpected agent reply {other:?}"))),
-            Err(AgentCallError::Agent(e)) if e.code == AgentErrorCode::TimedOut => Err(ServiceError::WaitTimedOut(timeout_ms)),
+            Ok((other, _)) => Err(ServiceError::Internal(format!(
+                "unexpected agent reply {other:?}"
+            ))),
+            Err(AgentCallError::Agent(e)) if e.code == AgentErrorCode::TimedOut => {
+                Err(ServiceError::WaitTimedOut(timeout_ms))
+            }
             Err(e) => Err(process_error(e)),
         }
     }
 
     /// `GET .../processes/{pid}/output`.
-    pub async fn process_output(&self, workspace: &str, id: Uuid, process: Uuid, tail_bytes: u64) -> Result<OutputSelection> {
+    pub async fn process_output(
+        &self,
+        workspace: &str,
+        id: Uuid,
+        process: Uuid,
+        tail_bytes: u64,
+    ) -> Result<OutputSelection> {
         let conn = self.agent(workspace, id).await?;
-        match conn.call(Request::ProcessOutput { process, tail_bytes }).await {
+        match conn
+            .call(Request::ProcessOutput {
+                process,
+                tail_bytes,
+            })
+            .await
+        {
             Ok((Reply::Output { chunks }, payload)) => Ok(OutputSelection {
                 chunks: split_chunks(chunks, &payload),
             }),
-            Ok((other, _)) => Err(ServiceError::Internal(format!("unexpected agent reply {other:?}"))),
+            Ok((other, _)) => Err(ServiceError::Internal(format!(
+                "unexpected agent reply {other:?}"
+            ))),
             Err(e) => Err(process_error(e)),
         }
     }
@@ -234,7 +305,9 @@ impl Service {
 
 fn process_error(e: AgentCallError) -> ServiceError {
     match e {
-        AgentCallError::Agent(err) if err.code == AgentErrorCode::NotFound => ServiceError::ProcessNotFound,
+        AgentCallError::Agent(err) if err.code == AgentErrorCode::NotFound => {
+            ServiceError::ProcessNotFound
+        }
         other => agent_error(other),
     }
 }

@@ -33,7 +33,9 @@ pub enum ServiceError {
     #[error("{0}")]
     FileOperation(String),
     /// The name is held by an active sandbox with another configuration.
-    #[error("sandbox name {0:?} is already in use by an active sandbox with a different configuration")]
+    #[error(
+        "sandbox name {0:?} is already in use by an active sandbox with a different configuration"
+    )]
     NameTaken(String),
     /// The sandbox is not in a state that allows the operation.
     #[error("sandbox is {0}; this operation needs RUNNING")]

@@ -59,19 +59,30 @@ impl Service {
         let mut body = body;
         let mut total: u64 = 0;
         while let Some(chunk) = body.next().await {
-            let chunk = chunk.map_err(|e| ServiceError::BadRequest(format!("reading the request body failed: {e}")))?;
+            let chunk = chunk.map_err(|e| {
+                ServiceError::BadRequest(format!("reading the request body failed: {e}"))
+            })?;
             total += chunk.len() as u64;
             if total > limit {
                 // Dropping `upload` aborts it; the agent removes its temp file.
                 return Err(ServiceError::FileTooLarge(limit));
             }
             for piece in chunk.chunks(UPLOAD_FRAME_BYTES) {
-                upload.send(piece.to_vec()).await.map_err(|e| file_error(path, e, limit))?;
+                upload
+                    .send(piece.to_vec())
+                    .await
+                    .map_err(|e| file_error(path, e, limit))?;
             }
         }
-        match upload.finish().await.map_err(|e| file_error(path, e, limit))? {
+        match upload
+            .finish()
+            .await
+            .map_err(|e| file_error(path, e, limit))?
+        {
             (Reply::FileWritten { bytes_written }, _) => Ok(bytes_written),
-            (other, _) => Err(ServiceError::Internal(format!("unexpected agent reply {other:?}"))),
+            (other, _) => Err(ServiceError::Internal(format!(
+                "unexpected agent reply {other:?}"
+            ))),
         }
     }
 
@@ -89,8 +100,12 @@ impl Service {
             .map_err(|e| file_error(path, e, limit))?;
         match stream.next().await {
             Some(StreamItem::Event(Event::FileMeta { stat }, _)) => Ok(Download { stat, stream }),
-            Some(StreamItem::Failed(err)) => Err(file_error(path, AgentCallError::Agent(err), limit)),
-            Some(other) => Err(ServiceError::Internal(format!("unexpected agent event {other:?}"))),
+            Some(StreamItem::Failed(err)) => {
+                Err(file_error(path, AgentCallError::Agent(err), limit))
+            }
+            Some(other) => Err(ServiceError::Internal(format!(
+                "unexpected agent event {other:?}"
+            ))),
             None => Err(agent_error(AgentCallError::Closed)),
         }
     }
@@ -98,36 +113,61 @@ impl Service {
     /// `GET /v1/sandboxes/{id}/fs/stat`.
     pub async fn stat(&self, workspace: &str, id: Uuid, path: &str) -> Result<FileStat> {
         validate::file_path(path)?;
-        match self.fs_call(workspace, id, path, Request::Stat { path: path.into() }).await? {
+        match self
+            .fs_call(workspace, id, path, Request::Stat { path: path.into() })
+            .await?
+        {
             Reply::Stat { stat } => Ok(stat),
-            other => Err(ServiceError::Internal(format!("unexpected agent reply {other:?}"))),
+            other => Err(ServiceError::Internal(format!(
+                "unexpected agent reply {other:?}"
+            ))),
         }
     }
 
     /// `GET /v1/sandboxes/{id}/fs/list`.
     pub async fn list_dir(&self, workspace: &str, id: Uuid, path: &str) -> Result<Vec<FileStat>> {
         validate::file_path(path)?;
-        match self.fs_call(workspace, id, path, Request::ListDir { path: path.into() }).await? {
+        match self
+            .fs_call(workspace, id, path, Request::ListDir { path: path.into() })
+            .await?
+        {
             Reply::Dir { entries } => Ok(entries),
-            other => Err(ServiceError::Internal(format!("unexpected agent reply {other:?}"))),
+            other => Err(ServiceError::Internal(format!(
+                "unexpected agent reply {other:?}"
+            ))),
         }
     }
 
     /// `POST /v1/sandboxes/{id}/fs/mkdir`.
     pub async fn mkdir(&self, workspace: &str, id: Uuid, path: &str) -> Result<()> {
         validate::file_path(path)?;
-        self.fs_call(workspace, id, path, Request::Mkdir { path: path.into() }).await?;
+        self.fs_call(workspace, id, path, Request::Mkdir { path: path.into() })
+            .await?;
         Ok(())
     }
 
     /// `POST /v1/sandboxes/{id}/fs/remove`.
-    pub async fn remove(&self, workspace: &str, id: Uuid, path: &str, recursive: bool) -> Result<()> {
+    pub async fn remove(
+        &self,
+        workspace: &str,
+        id: Uuid,
+        path: &str,
+        recursive: bool,
+    ) -> Result<()> {
         validate::file_path(path)?;
         if path.trim_end_matches('/').is_empty() {
             return Err(ServiceError::BadRequest("refusing to remove /".into()));
         }
-        self.fs_call(workspace, id, path, Request::Remove { path: path.into(), recursive })
-            .await?;
+        self.fs_call(
+            workspace,
+            id,
+            path,
+            Request::Remove {
+                path: path.into(),
+                recursive,
+            },
+        )
+        .await?;
         Ok(())
     }
 
@@ -135,12 +175,26 @@ impl Service {
     pub async fn rename(&self, workspace: &str, id: Uuid, from: &str, to: &str) -> Result<()> {
         validate::file_path(from)?;
         validate::file_path(to)?;
-        self.fs_call(workspace, id, from, Request::Rename { from: from.into(), to: to.into() })
-            .await?;
+        self.fs_call(
+            workspace,
+            id,
+            from,
+            Request::Rename {
+                from: from.into(),
+                to: to.into(),
+            },
+        )
+        .await?;
         Ok(())
     }
 
-    async fn fs_call(&self, workspace: &str, id: Uuid, path: &str, request: Request) -> Result<Reply> {
+    async fn fs_call(
+        &self,
+        workspace: &str,
+        id: Uuid,
+        path: &str,
+        request: Request,
+    ) -> Result<Reply> {
         let conn = self.agent(workspace, id).await?;
         let limit = self.config.limits.file_bytes;
         conn.call(request)

@@ -41,11 +41,22 @@ pub struct SandboxPage {
 
 impl Service {
     /// `POST /v2/sandboxes`.
-    pub async fn create(self: &Arc<Self>, workspace: &str, req: CreateSandboxRequest) -> Result<CreateOutcome> {
-        let name = req.name.clone().ok_or(validate::ValidationError::Missing("name"))?;
+    pub async fn create(
+        self: &Arc<Self>,
+        workspace: &str,
+        req: CreateSandboxRequest,
+    ) -> Result<CreateOutcome> {
+        let name = req
+            .name
+            .clone()
+            .ok_or(validate::ValidationError::Missing("name"))?;
         validate::name("name", &name)?;
         if req.snapshot_id.is_some() {
-            if req.vcpu.is_some() || req.memory_mb.is_some() || req.environment.is_some() || req.secrets.is_some() {
+            if req.vcpu.is_some()
+                || req.memory_mb.is_some()
+                || req.environment.is_some()
+                || req.secrets.is_some()
+            {
                 return Err(ServiceError::BadRequest(
                     "a clone takes its resources, environment and secrets from the snapshot; send only name and snapshotId".into(),
                 ));
@@ -55,7 +66,9 @@ impl Service {
             ));
         }
         let vcpu = req.vcpu.ok_or(validate::ValidationError::Missing("vcpu"))?;
-        let memory_mb = req.memory_mb.ok_or(validate::ValidationError::Missing("memoryMb"))?;
+        let memory_mb = req
+            .memory_mb
+            .ok_or(validate::ValidationError::Missing("memoryMb"))?;
         let (vcpu, memory_mb) = validate::shape(vcpu, memory_mb)?;
         let environment = req.environment.clone().unwrap_or_default();
         let mut secrets = req.secrets.clone().unwrap_or_default();
@@ -130,7 +143,9 @@ impl Service {
     /// `GET /v2/sandboxes`.
     pub fn list(&self, workspace: &str, limit: u32, cursor: Option<&str>) -> Result<SandboxPage> {
         let after = cursor.map(parse_cursor).transpose()?;
-        let mut items = self.store.list_sandboxes(workspace, limit + 1, after.as_ref())?;
+        let mut items = self
+            .store
+            .list_sandboxes(workspace, limit + 1, after.as_ref())?;
         let has_more = items.len() > limit as usize;
         items.truncate(limit as usize);
         let next_cursor = if has_more {
@@ -155,12 +170,12 @@ impl Service {
         }
         if record.status != SandboxStatus::Terminating {
             self.transition(id, |r| {
-                    if r.status.is_active() && r.status != SandboxStatus::Terminating {
-                        stop_clock(r);
-                        r.status = SandboxStatus::Terminating;
-                    }
-                })
-                .await?;
+                if r.status.is_active() && r.status != SandboxStatus::Terminating {
+                    stop_clock(r);
+                    r.status = SandboxStatus::Terminating;
+                }
+            })
+            .await?;
         }
         let done = self.spawn_teardown(id, None);
         let _ = tokio::time::timeout(std::time::Duration::from_secs(5), wait_done(done)).await;
@@ -172,10 +187,17 @@ impl Service {
     }
 
     /// Reads, changes and writes a sandbox under its transition lock.
-    pub(super) async fn transition(&self, id: Uuid, change: impl FnOnce(&mut SandboxRecord)) -> Result<SandboxRecord> {
+    pub(super) async fn transition(
+        &self,
+        id: Uuid,
+        change: impl FnOnce(&mut SandboxRecord),
+    ) -> Result<SandboxRecord> {
         let lock = self.lock_for(id);
         let _guard = lock.lock().await;
-        let mut record = self.store.get_sandbox(id)?.ok_or(ServiceError::SandboxNotFound)?;
+        let mut record = self
+            .store
+            .get_sandbox(id)?
+            .ok_or(ServiceError::SandboxNotFound)?;
         change(&mut record);
         self.store.update_sandbox(&record)?;
         Ok(record)
@@ -191,20 +213,26 @@ impl Service {
         let this = self.clone();
         tokio::spawn(async move {
             this.boot(id).await;
-            this.boots.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+            this.boots
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&id);
             let _ = tx.send(true);
         });
         rx
     }
 
     async fn boot(self: &Arc<Self>, id: Uuid) {
-        let Ok(Some(record)) = self.store.get_sandbox(id) else { return };
+        let Ok(Some(record)) = self.store.get_sandbox(id) else {
+            return;
+        };
         let spec = SandboxSpec {
             id,
             vcpu: record.vcpu,
             memory_mb: record.memory_mb,
         };
-        let started = tokio::time::timeout(self.config.limits.start_timeout, self.runtime.start(spec)).await;
+        let started =
+            tokio::time::timeout(self.config.limits.start_timeout, self.runtime.start(spec)).await;
         let conn = match started {
             Ok(Ok(conn)) => conn,
             Ok(Err(e)) => return self.fail(id, format!("sandbox failed to start: {e}")).await,
@@ -212,7 +240,9 @@ impl Service {
         };
         let env = self.sandbox_environment(&record);
         if let Err(e) = conn.call(Request::Configure { env }).await {
-            return self.fail(id, format!("sandbox agent refused its configuration: {e}")).await;
+            return self
+                .fail(id, format!("sandbox agent refused its configuration: {e}"))
+                .await;
         }
         let result = self
             .transition(id, |r| {
@@ -266,7 +296,11 @@ impl Service {
     }
 
     /// Tears a TERMINATING sandbox down in the background; `reason` is recorded as `error`.
-    pub(super) fn spawn_teardown(self: &Arc<Self>, id: Uuid, reason: Option<String>) -> tokio::sync::watch::Receiver<bool> {
+    pub(super) fn spawn_teardown(
+        self: &Arc<Self>,
+        id: Uuid,
+        reason: Option<String>,
+    ) -> tokio::sync::watch::Receiver<bool> {
         let (tx, rx) = tokio::sync::watch::channel(false);
         let this = self.clone();
         tokio::spawn(async move {
@@ -280,7 +314,9 @@ impl Service {
         self.forget_agent(id);
         let lock = self.lock_for(id);
         let _guard = lock.lock().await;
-        let Ok(Some(mut record)) = self.store.get_sandbox(id) else { return };
+        let Ok(Some(mut record)) = self.store.get_sandbox(id) else {
+            return;
+        };
         if record.status != SandboxStatus::Terminating {
             return;
         }
@@ -298,7 +334,10 @@ impl Service {
             tracing::error!(sandbox = %id, error = %e, "recording TERMINATED");
         }
         drop(_guard);
-        self.locks.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+        self.locks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
         tracing::info!(sandbox = %id, "sandbox terminated");
     }
 
@@ -322,7 +361,11 @@ impl Service {
                                 .insert(id, new_conn.clone());
                             conn = new_conn;
                         }
-                        Err(e) => return this.fail(id, format!("sandbox agent stopped answering: {e}")).await,
+                        Err(e) => {
+                            return this
+                                .fail(id, format!("sandbox agent stopped answering: {e}"))
+                                .await
+                        }
                     },
                     _ => return this.fail(id, "sandbox stopped unexpectedly".into()).await,
                 }
@@ -333,7 +376,9 @@ impl Service {
     /// Ends sandboxes whose active runtime is used up; runs every second.
     pub async fn enforce_runtime_limits(self: &Arc<Self>) {
         let limit = self.config.limits.active_runtime;
-        let Ok(running) = self.store.sandboxes_in_status(&[SandboxStatus::Running]) else { return };
+        let Ok(running) = self.store.sandboxes_in_status(&[SandboxStatus::Running]) else {
+            return;
+        };
         let now = Utc::now();
         for r in running {
             if r.active_runtime_ms(now) >= limit.as_millis() as u64 {
@@ -374,10 +419,12 @@ fn same_config(a: &SandboxRecord, b: &SandboxRecord) -> bool {
 }
 
 fn parse_cursor(cursor: &str) -> Result<SandboxCursor> {
-    let bad = || ServiceError::Invalid(validate::ValidationError::Format {
-        field: "cursor",
-        reason: "not a cursor this server issued".into(),
-    });
+    let bad = || {
+        ServiceError::Invalid(validate::ValidationError::Format {
+            field: "cursor",
+            reason: "not a cursor this server issued".into(),
+        })
+    };
     let (ms, id) = cursor.split_once('_').ok_or_else(bad)?;
     Ok(SandboxCursor {
         created_at_ms: ms.parse().map_err(|_| bad())?,

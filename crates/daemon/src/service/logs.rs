@@ -23,7 +23,12 @@ pub struct LogChunk {
 
 impl Service {
     /// `GET /v2/sandboxes/{id}/logs`: the log so far, then (with `follow`) new output until the sandbox stops.
-    pub async fn logs(self: &Arc<Self>, workspace: &str, id: Uuid, follow: bool) -> Result<impl Stream<Item = LogChunk> + Send + 'static> {
+    pub async fn logs(
+        self: &Arc<Self>,
+        workspace: &str,
+        id: Uuid,
+        follow: bool,
+    ) -> Result<impl Stream<Item = LogChunk> + Send + 'static> {
         let record = self.load(workspace, id)?;
         if record.status != SandboxStatus::Running {
             return Err(ServiceError::WrongState(record.status.as_str()));

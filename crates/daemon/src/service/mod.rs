@@ -98,11 +98,10 @@ impl Service {
         if let Some(conn) = self.cached_agent(id) {
             return Ok(conn);
         }
-        let conn = self
-            .runtime
-            .connect(id)
-            .await
-            .map_err(|e| ServiceError::Unavailable(format!("sandbox agent unreachable: {e}")))?;
+        let conn =
+            self.runtime.connect(id).await.map_err(|e| {
+                ServiceError::Unavailable(format!("sandbox agent unreachable: {e}"))
+            })?;
         self.agents
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -116,7 +115,10 @@ impl Service {
     }
 
     fn forget_agent(&self, id: Uuid) {
-        self.agents.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+        self.agents
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
     }
 }
 
@@ -124,7 +126,9 @@ impl Service {
 fn agent_error(e: AgentCallError) -> ServiceError {
     match e {
         AgentCallError::Agent(err) => agent_code_error(err),
-        AgentCallError::Closed => ServiceError::Unavailable("the sandbox's agent connection closed; retry".into()),
+        AgentCallError::Closed => {
+            ServiceError::Unavailable("the sandbox's agent connection closed; retry".into())
+        }
         other => ServiceError::Internal(other.to_string()),
     }
 }
@@ -145,10 +149,12 @@ fn agent_code_error(err: AgentError) -> ServiceError {
         AgentErrorCode::InvalidArgument => ServiceError::BadRequest(err.message),
         AgentErrorCode::NotRegularFile => ServiceError::NotRegularFile(err.message),
         AgentErrorCode::OutputNotRetained => ServiceError::OutputNotRetained,
-        AgentErrorCode::NotEmpty | AgentErrorCode::PermissionDenied | AgentErrorCode::SpawnFailed => {
-            ServiceError::FileOperation(err.message)
+        AgentErrorCode::NotEmpty
+        | AgentErrorCode::PermissionDenied
+        | AgentErrorCode::SpawnFailed => ServiceError::FileOperation(err.message),
+        AgentErrorCode::NoSpace => {
+            ServiceError::FileOperation(format!("sandbox disk full: {}", err.message))
         }
-        AgentErrorCode::NoSpace => ServiceError::FileOperation(format!("sandbox disk full: {}", err.message)),
         _ => ServiceError::Internal(format!("agent: {}", err.message)),
     }
 }

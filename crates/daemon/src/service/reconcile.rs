@@ -14,7 +14,9 @@ impl Service {
             .runtime
             .list()
             .await
-            .map_err(|e| super::ServiceError::Internal(format!("listing sandboxes on the host: {e}")))?
+            .map_err(|e| {
+                super::ServiceError::Internal(format!("listing sandboxes on the host: {e}"))
+            })?
             .into_iter()
             .collect();
         let active = self.store.sandboxes_in_status(&[
@@ -34,7 +36,8 @@ impl Service {
                     if on_host.contains(&id) && self.reattach(id).await {
                         keep.insert(id);
                     } else {
-                        self.fail(id, "sandbox was lost while sbxd was not running".into()).await;
+                        self.fail(id, "sandbox was lost while sbxd was not running".into())
+                            .await;
                     }
                 }
                 SandboxStatus::Pending | SandboxStatus::Starting => {
@@ -60,7 +63,10 @@ impl Service {
                         })
                         .await;
                     keep.insert(id);
-                    self.spawn_teardown(id, Some("pause is not supported by this server version".into()));
+                    self.spawn_teardown(
+                        id,
+                        Some("pause is not supported by this server version".into()),
+                    );
                 }
                 SandboxStatus::Terminated | SandboxStatus::Failed => {}
             }
@@ -71,7 +77,11 @@ impl Service {
                 tracing::error!(sandbox = %orphan, error = %e, "removing orphan");
             }
         }
-        tracing::info!(active = keep.len(), removed = on_host.difference(&keep).count(), "reconciled");
+        tracing::info!(
+            active = keep.len(),
+            removed = on_host.difference(&keep).count(),
+            "reconciled"
+        );
         Ok(())
     }
 
@@ -79,7 +89,9 @@ impl Service {
         if !matches!(self.runtime.is_alive(id).await, Ok(true)) {
             return false;
         }
-        let Ok(conn) = self.runtime.connect(id).await else { return false };
+        let Ok(conn) = self.runtime.connect(id).await else {
+            return false;
+        };
         if !matches!(conn.call(Request::Ping).await, Ok((Reply::Pong, _))) {
             return false;
         }
