@@ -164,10 +164,14 @@ pub fn resolve(argv0: &str, cwd: &Path, path_var: &str) -> Result<PathBuf, Errno
     for dir in path_var.split(':') {
         let dir = if dir.is_empty() { "." } else { dir };
         let candidate = cwd.join(dir).join(argv0);
+        // Like a shell: a candidate that exists but cannot be run makes the
+        // result 126; unreadable PATH directories are skipped silently.
+        if std::fs::metadata(&candidate).is_err() {
+            continue;
+        }
         match check_executable(&candidate) {
             Ok(()) => return Ok(candidate),
-            Err(e @ (Errno::EACCES | Errno::EISDIR)) => denied = denied.or(Some(e)),
-            Err(_) => {}
+            Err(e) => denied = denied.or(Some(e)),
         }
     }
     Err(denied.unwrap_or(Errno::ENOENT))

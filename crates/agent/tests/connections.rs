@@ -169,7 +169,7 @@ async fn cancelled_stream_stops() {
 async fn relay_bridges_stdio_to_the_socket() {
     let agent = TestAgent::start();
     agent.connect().await.ok(Request::Ping).await; // socket is up
-    let mut relay = Command::new(env!("CARGO_BIN_EXE_sbx-agent"))
+    let mut relay = Command::new(agent_bin())
         .args(["relay", "--socket"])
         .arg(&agent.socket)
         .stdin(Stdio::piped())

@@ -1,1 +1,415 @@
-fn main() {}
+//! `sbx`: the command-line client of sbxd.
+
+mod commands;
+mod follow;
+mod resolve;
+mod util;
+
+use clap::{Args, Parser, Subcommand};
+use sbx_client::ClientError;
+use std::process::ExitCode;
+use std::time::Duration;
+use util::{parse_duration, parse_env_pair, parse_mode, parse_signal};
+
+/// Command-line client of sbxd. Sandboxes may be named by id or by name.
+#[derive(Debug, Parser)]
+#[command(name = "sbx", version, propagate_version = true)]
+pub struct Cli {
+    /// sbxd base URL.
+    #[arg(
+        long,
+        env = "SBX_URL",
+        default_value = "http://127.0.0.1:8731",
+        global = true
+    )]
+    pub url: String,
+    /// Signing key (sent hashed, as the inngest SDK does).
+    #[arg(long, env = "SBX_SIGNING_KEY", hide_env_values = true, global = true)]
+    pub key: Option<String>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Every subcommand.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create a sandbox (waits until RUNNING) and print its id.
+    Create(CreateArgs),
+    /// List sandboxes.
+    List,
+    /// Show a sandbox as JSON.
+    Get {
+        /// Sandbox id or name.
+        sandbox: String,
+    },
+    /// Destroy a sandbox.
+    Destroy {
+        /// Sandbox id or name.
+        sandbox: String,
+    },
+    /// Run a command to completion; exits with the command's exit code.
+    Exec(ExecArgs),
+    /// List the managed processes of a sandbox.
+    Ps {
+        /// Sandbox id or name.
+        sandbox: String,
+    },
+    /// Start a background process and print its id.
+    Start(StartArgs),
+    /// Wait for a process to end and print its final state as JSON.
+    Wait {
+        /// Sandbox id or name.
+        sandbox: String,
+        /// Process id (or guest pid).
+        process: String,
+        /// Give up after this long (default: wait forever).
+        #[arg(long, value_parser = parse_duration)]
+        timeout: Option<Duration>,
+    },
+    /// Send a signal to a process (and, by default, its children).
+    Kill {
+        /// Sandbox id or name.
+        sandbox: String,
+        /// Process id (or guest pid).
+        process: String,
+        /// Signal number or name (TERM, KILL, INT, ...).
+        #[arg(short, long, default_value = "15", value_parser = parse_signal)]
+        signal: i64,
+        /// Signal only the process itself, not its process group.
+        #[arg(long)]
+        no_children: bool,
+    },
+    /// Print a process's retained output (stdout and stderr to their streams).
+    Output {
+        /// Sandbox id or name.
+        sandbox: String,
+        /// Process id (or guest pid).
+        process: String,
+        /// Only about the last N bytes (0: everything retained).
+        #[arg(long, default_value_t = 0)]
+        tail: u64,
+    },
+    /// Print the sandbox console log, or a process's output with --process.
+    Logs {
+        /// Sandbox id or name.
+        sandbox: String,
+        /// Keep streaming new output (reconnects without loss for --process).
+        #[arg(short, long)]
+        follow: bool,
+        /// Show this process's output instead of the console log.
+        #[arg(short, long, value_name = "PROCESS")]
+        process: Option<String>,
+        /// With --process: start about N bytes from the end (0: everything retained).
+        #[arg(long, default_value_t = 0, requires = "process")]
+        tail: u64,
+    },
+    /// Copy a file: `sbx cp LOCAL SANDBOX:/path` or `sbx cp SANDBOX:/path LOCAL` (`-` is stdin/stdout).
+    Cp {
+        /// Source.
+        src: String,
+        /// Destination.
+        dst: String,
+        /// Mode of an uploaded file, in octal (default: the local file's permissions).
+        #[arg(long, value_parser = parse_mode)]
+        mode: Option<u32>,
+    },
+    /// List a directory: `sbx ls SANDBOX:/path`.
+    Ls {
+        /// `SANDBOX:/path` (a bare `SANDBOX` lists `/`).
+        target: String,
+    },
+    /// Remove a file or directory: `sbx rm [-r] SANDBOX:/path`.
+    Rm {
+        /// Remove directories and their contents.
+        #[arg(short, long)]
+        recursive: bool,
+        /// `SANDBOX:/path`.
+        target: String,
+    },
+    /// Rename inside a sandbox: `sbx mv SANDBOX:/from /to`.
+    Mv {
+        /// `SANDBOX:/from`.
+        from: String,
+        /// `/to` (or `SANDBOX:/to`, same sandbox).
+        to: String,
+    },
+    /// Create a directory and its parents: `sbx mkdir SANDBOX:/path`.
+    Mkdir {
+        /// `SANDBOX:/path`.
+        target: String,
+    },
+    /// Pause a sandbox (waits until PAUSED).
+    Pause(LifecycleArgs),
+    /// Resume a paused sandbox (waits until RUNNING).
+    Resume(LifecycleArgs),
+    /// Snapshot a sandbox (waits until READY) and print the snapshot id.
+    Snapshot {
+        /// Sandbox id or name.
+        sandbox: String,
+        /// Snapshot name.
+        #[arg(long)]
+        name: Option<String>,
+        /// Return as soon as the snapshot is accepted.
+        #[arg(long)]
+        no_wait: bool,
+        /// How long to wait for READY.
+        #[arg(long, default_value = "5m", value_parser = parse_duration)]
+        timeout: Duration,
+    },
+    /// List snapshots.
+    Snapshots {
+        /// Only snapshots with this exact name.
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Create a sandbox from a snapshot (waits until RUNNING) and print its id.
+    Clone {
+        /// Snapshot id or name.
+        snapshot: String,
+        /// Name of the new sandbox.
+        #[arg(long)]
+        name: String,
+        /// Return without waiting for RUNNING.
+        #[arg(long)]
+        no_wait: bool,
+        /// How long to wait for RUNNING.
+        #[arg(long, default_value = "2m", value_parser = parse_duration)]
+        timeout: Duration,
+    },
+    /// Delete a snapshot.
+    #[command(name = "snapshot-rm")]
+    SnapshotRm {
+        /// Snapshot id or name.
+        snapshot: String,
+    },
+    /// Manage workspace secrets.
+    #[command(subcommand)]
+    Secret(SecretCommand),
+}
+
+/// `sbx create`.
+#[derive(Debug, Args)]
+pub struct CreateArgs {
+    /// Sandbox name (creating again with the same configuration returns the same sandbox).
+    #[arg(long)]
+    pub name: String,
+    /// Virtual CPUs.
+    #[arg(long, default_value_t = 1)]
+    pub vcpu: u64,
+    /// Memory in MiB.
+    #[arg(long, default_value_t = 1024)]
+    pub memory: u64,
+    /// Environment variable K=V (repeatable).
+    #[arg(short = 'e', long = "env", value_name = "K=V", value_parser = parse_env_pair)]
+    pub env: Vec<(String, String)>,
+    /// Workspace secret to inject as an environment variable (repeatable).
+    #[arg(long = "secret", value_name = "NAME")]
+    pub secrets: Vec<String>,
+    /// Return without waiting for RUNNING.
+    #[arg(long)]
+    pub no_wait: bool,
+    /// How long to wait for RUNNING.
+    #[arg(long, default_value = "2m", value_parser = parse_duration)]
+    pub timeout: Duration,
+}
+
+/// `sbx exec`.
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    /// Sandbox id or name.
+    pub sandbox: String,
+    /// Working directory.
+    #[arg(long)]
+    pub cwd: Option<String>,
+    /// Environment variable K=V (repeatable), merged over the sandbox's.
+    #[arg(short = 'e', long = "env", value_name = "K=V", value_parser = parse_env_pair)]
+    pub env: Vec<(String, String)>,
+    /// Server-side timeout (e.g. 30s, 500ms, 5m; at most 5m).
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// Run this string with /bin/sh -c instead of an argv.
+    #[arg(long, conflicts_with = "command")]
+    pub shell: Option<String>,
+    /// The argv after `--`, run as-is (no shell).
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        required_unless_present = "shell",
+        value_name = "CMD"
+    )]
+    pub command: Vec<String>,
+}
+
+/// `sbx start`.
+#[derive(Debug, Args)]
+pub struct StartArgs {
+    /// Sandbox id or name.
+    pub sandbox: String,
+    /// Working directory.
+    #[arg(long)]
+    pub cwd: Option<String>,
+    /// Environment variable K=V (repeatable).
+    #[arg(short = 'e', long = "env", value_name = "K=V", value_parser = parse_env_pair)]
+    pub env: Vec<(String, String)>,
+    /// Run this string with /bin/sh -c instead of an argv.
+    #[arg(long, conflicts_with = "command")]
+    pub shell: Option<String>,
+    /// The argv after `--`.
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        required_unless_present = "shell",
+        value_name = "CMD"
+    )]
+    pub command: Vec<String>,
+}
+
+/// `sbx pause` / `sbx resume`.
+#[derive(Debug, Args)]
+pub struct LifecycleArgs {
+    /// Sandbox id or name.
+    pub sandbox: String,
+    /// Return as soon as the request is accepted.
+    #[arg(long)]
+    pub no_wait: bool,
+    /// How long to wait.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub timeout: Duration,
+}
+
+/// `sbx secret ...`.
+#[derive(Debug, Subcommand)]
+pub enum SecretCommand {
+    /// Create or replace a secret (value from --value or stdin).
+    Set {
+        /// Secret name (also the environment variable it becomes).
+        name: String,
+        /// The value (default: read stdin, without one trailing newline).
+        #[arg(long)]
+        value: Option<String>,
+    },
+    /// List secret names.
+    List,
+    /// Delete a secret.
+    Rm {
+        /// Secret name.
+        name: String,
+    },
+}
+
+/// The message for a failed command, in the documented format.
+pub fn error_message(err: &anyhow::Error) -> String {
+    match err.downcast_ref::<ClientError>() {
+        Some(ClientError::Api {
+            code,
+            message,
+            request_id: Some(id),
+            ..
+        }) => format!("error: {code}: {message} (request {id})"),
+        Some(ClientError::Api { code, message, .. }) => format!("error: {code}: {message}"),
+        _ => format!("error: {err:#}"),
+    }
+}
+
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|e| {
+        e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(commands::run(cli)) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{}", error_message(&e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_cli_definition_is_valid() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn exec_takes_the_argv_after_the_double_dash() {
+        let cli = Cli::parse_from([
+            "sbx",
+            "exec",
+            "web",
+            "--cwd",
+            "/tmp",
+            "-e",
+            "A=1",
+            "--",
+            "echo hello world",
+            "-n",
+        ]);
+        let Command::Exec(args) = cli.command else {
+            panic!("not exec")
+        };
+        assert_eq!(args.sandbox, "web");
+        assert_eq!(args.cwd.as_deref(), Some("/tmp"));
+        assert_eq!(args.env, vec![("A".to_string(), "1".to_string())]);
+        assert_eq!(args.command, vec!["echo hello world", "-n"]);
+        assert_eq!(args.timeout, Duration::from_secs(30));
+
+        let cli = Cli::parse_from(["sbx", "exec", "web", "ls", "-la", "--cwd", "/x"]);
+        let Command::Exec(args) = cli.command else {
+            panic!("not exec")
+        };
+        assert_eq!(args.command, vec!["ls", "-la", "--cwd", "/x"]);
+
+        let cli = Cli::parse_from(["sbx", "exec", "web", "--shell", "echo $HOME | wc -c"]);
+        let Command::Exec(args) = cli.command else {
+            panic!("not exec")
+        };
+        assert_eq!(args.shell.as_deref(), Some("echo $HOME | wc -c"));
+        assert!(args.command.is_empty());
+
+        assert!(Cli::try_parse_from(["sbx", "exec", "web"]).is_err());
+        assert!(Cli::try_parse_from(["sbx", "exec", "web", "--shell", "x", "--", "ls"]).is_err());
+    }
+
+    #[test]
+    fn global_flags_work_after_the_subcommand() {
+        let cli = Cli::parse_from(["sbx", "list", "--url", "http://h:1", "--key", "k"]);
+        assert_eq!(cli.url, "http://h:1");
+        assert_eq!(cli.key.as_deref(), Some("k"));
+    }
+
+    #[test]
+    fn api_errors_print_code_message_and_request_id() {
+        let err = anyhow::Error::new(ClientError::Api {
+            status: 404,
+            code: "sandbox_not_found".into(),
+            message: "no such sandbox".into(),
+            request_id: Some("r-1".into()),
+        });
+        assert_eq!(
+            error_message(&err),
+            "error: sandbox_not_found: no such sandbox (request r-1)"
+        );
+        let err = anyhow::anyhow!("plain");
+        assert_eq!(error_message(&err), "error: plain");
+    }
+}

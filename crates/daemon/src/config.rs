@@ -46,6 +46,8 @@ pub struct Limits {
     pub json_body_bytes: usize,
     /// Processes per sandbox (pids cgroup limit).
     pub pids_per_sandbox: i64,
+    /// How long a snapshot lives before the janitor deletes it.
+    pub snapshot_ttl: Duration,
 }
 
 impl Default for Limits {
@@ -58,6 +60,7 @@ impl Default for Limits {
             file_bytes: 100 * 1024 * 1024,
             json_body_bytes: 1024 * 1024,
             pids_per_sandbox: 4096,
+            snapshot_ttl: Duration::from_secs(7 * 24 * 3600),
         }
     }
 }
@@ -93,6 +96,11 @@ impl Config {
     /// Per-sandbox state directories.
     pub fn sandboxes_dir(&self) -> PathBuf {
         self.data_dir.join("sandboxes")
+    }
+
+    /// The secret store's key file.
+    pub fn secret_key_path(&self) -> PathBuf {
+        self.data_dir.join("secret.key")
     }
 
     /// runsc `--root`.

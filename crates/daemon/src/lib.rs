@@ -2,5 +2,6 @@
 
 pub mod api;
 pub mod config;
+pub mod reaper;
 pub mod runtime;
 pub mod service;

@@ -4,7 +4,7 @@ use anyhow::Context;
 use clap::Parser;
 use sbx_daemon::config::{Config, Limits};
 use sbx_daemon::runtime::gvisor::{GvisorConfig, GvisorRuntime};
-use sbx_daemon::service::Service;
+use sbx_daemon::service::{SecretBox, Service};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -38,6 +38,9 @@ struct Args {
     /// Active runtime limit per sandbox, seconds.
     #[arg(long, env = "SBX_ACTIVE_RUNTIME_SECS", default_value_t = 3600)]
     active_runtime_secs: u64,
+    /// Snapshot lifetime before the janitor deletes it, seconds (default 7 days).
+    #[arg(long, env = "SBX_SNAPSHOT_TTL_SECS", default_value_t = 7 * 24 * 3600)]
+    snapshot_ttl_secs: u64,
     /// Extra global runsc flag (repeatable), e.g. --runsc-flag=--debug-log=/tmp/runsc/.
     #[arg(long = "runsc-flag", allow_hyphen_values = true)]
     runsc_flags: Vec<String>,
@@ -67,6 +70,7 @@ async fn main() -> anyhow::Result<()> {
         image_ref: "default".into(),
         limits: Limits {
             active_runtime: Duration::from_secs(args.active_runtime_secs),
+            snapshot_ttl: Duration::from_secs(args.snapshot_ttl_secs),
             ..Limits::default()
         },
         runsc_extra_flags: args.runsc_flags,
@@ -85,7 +89,9 @@ async fn main() -> anyhow::Result<()> {
         pids_limit: config.limits.pids_per_sandbox,
         extra_flags: config.runsc_extra_flags.clone(),
     })?);
-    let service = Service::new(config.clone(), store, runtime);
+    let secrets = SecretBox::load_or_create(&config.secret_key_path())?;
+    sbx_daemon::reaper::start();
+    let service = Service::new(config.clone(), store, runtime, secrets);
     service
         .reconcile()
         .await
@@ -93,9 +99,12 @@ async fn main() -> anyhow::Result<()> {
     let sweeper = service.clone();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
-        loop {
+        for n in 0u64.. {
             tick.tick().await;
             sweeper.enforce_runtime_limits().await;
+            if n % 30 == 0 {
+                sweeper.snapshot_janitor().await;
+            }
         }
     });
     let listener = tokio::net::TcpListener::bind(config.listen)

@@ -41,6 +41,7 @@ pub struct RestoreOptions {
 impl Runsc {
     /// `runsc [global] checkpoint --image-path=DIR [--leave-running] ID`.
     pub async fn checkpoint(&self, id: &str, opts: &CheckpointOptions) -> Result<()> {
+        self.guard(id)?;
         let mut a = self.argv(None);
         a.arg("checkpoint").flag("--image-path=", &opts.image_path);
         if opts.leave_running {

@@ -61,7 +61,8 @@ impl Runsc {
     /// A `runsc [global] exec [--env=..] [--cwd=..] ID ARGV..` command with
     /// nothing configured: the caller sets stdio (e.g. piped stdin/stdout for
     /// a long-lived relay), `kill_on_drop`, and spawns it. Its lifetime is
-    /// that of the process in the sandbox.
+    /// that of the process in the sandbox. Not guarded by
+    /// [`Runsc::exact_ids`]: call [`Runsc::exists`] first if needed.
     pub fn exec_command(&self, id: &str, opts: &ExecOptions) -> tokio::process::Command {
         self.exec_argv(id, opts).command()
     }
@@ -72,6 +73,7 @@ impl Runsc {
     /// (e.g. an empty `argv`) show as status 128 with runsc's message on
     /// stderr.
     pub async fn exec(&self, id: &str, opts: &ExecOptions) -> Result<ExecOutput> {
+        self.guard(id)?;
         let a = self.exec_argv(id, opts);
         let out = self.output(&a).await?;
         let stderr_text = String::from_utf8_lossy(&out.stderr);

@@ -12,6 +12,8 @@
 //!
 //! Written against runsc 0.0~20240729; see `NOTES.md` for what was measured.
 
+#![warn(missing_docs)]
+
 mod checkpoint;
 pub mod cleanup;
 mod error;
@@ -107,6 +109,12 @@ pub struct Runsc {
     /// the caller-spawned [`Runsc::exec_command`]); the process is killed
     /// when it expires. `None` waits forever.
     pub timeout: Option<Duration>,
+    /// Guard against runsc's id PREFIX matching (see [`Runsc::exists`]):
+    /// when true (the default), per-container commands first check that a
+    /// state file for exactly this id exists under `root`, and otherwise
+    /// return [`Error::NotFound`] (or `Ok` for `delete --force`) without
+    /// running runsc.
+    pub exact_ids: bool,
 }
 
 impl Runsc {
@@ -117,7 +125,38 @@ impl Runsc {
             root: root.into(),
             global: GlobalOptions::default(),
             timeout: None,
+            exact_ids: true,
         }
+    }
+
+    /// Whether a container with exactly this id has a state file under
+    /// [`Runsc::root`] (`{id}_sandbox:{sandbox}.state`, runsc's layout).
+    ///
+    /// runsc resolves ids by prefix: with only `sbx-10` present,
+    /// `runsc delete --force sbx-1` deletes `sbx-10`, and with both present
+    /// every command on `sbx-1` fails as "ambiguous". Use ids of which none
+    /// is a prefix of another (e.g. fixed length).
+    pub fn exists(&self, id: &str) -> bool {
+        if id.is_empty() || id.contains('/') {
+            return false;
+        }
+        let prefix = format!("{id}_sandbox:");
+        let Ok(entries) = std::fs::read_dir(&self.root) else {
+            return false;
+        };
+        entries.filter_map(|e| e.ok()).any(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with(&prefix) && name.ends_with(".state")
+        })
+    }
+
+    /// The [`Runsc::exact_ids`] guard: `NotFound` unless `id` exists.
+    pub(crate) fn guard(&self, id: &str) -> Result<()> {
+        if self.exact_ids && !self.exists(id) {
+            return Err(Error::NotFound { id: id.to_string() });
+        }
+        Ok(())
     }
 
     /// Replaces the global options.

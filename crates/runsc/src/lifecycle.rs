@@ -84,6 +84,7 @@ impl Runsc {
 
     /// `runsc [global] start ID`.
     pub async fn start(&self, id: &str) -> Result<()> {
+        self.guard(id)?;
         let mut a = self.argv(None);
         a.arg("start").arg(id);
         self.checked(&a, Some(id)).await.map(drop)
@@ -93,6 +94,7 @@ impl Runsc {
     /// `SIGTERM`) or a number. Killing a stopped container fails with
     /// "sandbox is not running"; a missing one is [`crate::Error::NotFound`].
     pub async fn kill(&self, id: &str, signal: &str, all: bool) -> Result<()> {
+        self.guard(id)?;
         let mut a = self.argv(None);
         a.arg("kill");
         if all {
@@ -102,10 +104,15 @@ impl Runsc {
         self.checked(&a, Some(id)).await.map(drop)
     }
 
-    /// `runsc [global] delete [--force] ID`. runsc 20240729 exits 0 for
-    /// `delete --force` of a missing id; without `force` a missing id is
-    /// [`crate::Error::NotFound`].
+    /// `runsc [global] delete [--force] ID`. With `force`, a missing id is
+    /// success (as runsc 20240729 does), so destroy is idempotent; without
+    /// it a missing id is [`crate::Error::NotFound`]. Deleting a running
+    /// sandbox waits for its processes to be reaped.
     pub async fn delete(&self, id: &str, force: bool) -> Result<()> {
+        match self.guard(id) {
+            Err(_) if force => return Ok(()),
+            other => other?,
+        }
         let mut a = self.argv(None);
         a.arg("delete");
         if force {
@@ -117,6 +124,7 @@ impl Runsc {
 
     /// `runsc [global] pause ID`.
     pub async fn pause(&self, id: &str) -> Result<()> {
+        self.guard(id)?;
         let mut a = self.argv(None);
         a.arg("pause").arg(id);
         self.checked(&a, Some(id)).await.map(drop)
@@ -124,6 +132,7 @@ impl Runsc {
 
     /// `runsc [global] resume ID`.
     pub async fn resume(&self, id: &str) -> Result<()> {
+        self.guard(id)?;
         let mut a = self.argv(None);
         a.arg("resume").arg(id);
         self.checked(&a, Some(id)).await.map(drop)

@@ -18,10 +18,16 @@ impl Runsc {
     /// [`Error::NotFound`]. The status of a sandbox whose processes were
     /// killed is refreshed by runsc (it reports `stopped`).
     pub async fn state(&self, id: &str) -> Result<ContainerState> {
+        self.guard(id)?;
         let mut a = self.argv(None);
         a.arg("state").arg(id);
         let out = self.checked(&a, Some(id)).await?;
-        parse(&a, &out.stdout)
+        let state: ContainerState = parse(&a, &out.stdout)?;
+        if state.id != id {
+            // runsc matched another container by prefix.
+            return Err(Error::NotFound { id: id.to_string() });
+        }
+        Ok(state)
     }
 
     /// `runsc [global] list --format=json`: every container under the root.

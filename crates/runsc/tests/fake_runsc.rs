@@ -8,7 +8,6 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use common::Fake;
-use sbx_runsc::cleanup::{cleanup, CgroupCleanup};
 use sbx_runsc::{
     CheckpointOptions, CreateOptions, Error, ExecOptions, GlobalOptions, IoTarget, Network,
     ProcessIo, RestoreOptions, RunOptions, Runsc, Status,
@@ -80,6 +79,7 @@ async fn run_failure_keeps_only_new_console_bytes() {
 #[tokio::test]
 async fn create_then_start() {
     let f = Fake::new();
+    f.container("c1");
     let opts = CreateOptions {
         bundle: "/b".into(),
         user_log: Some("/u.log".into()),
@@ -99,6 +99,7 @@ async fn create_then_start() {
 #[tokio::test]
 async fn global_flags_precede_every_subcommand() {
     let f = Fake::new();
+    f.container("c");
     let global = GlobalOptions {
         platform: Some("systrap".into()),
         network: Network::Host,
@@ -168,6 +169,7 @@ async fn global_flags_precede_every_subcommand() {
 #[tokio::test]
 async fn state_parses_json() {
     let f = Fake::new();
+    f.container("sbx-1");
     f.respond(
         "state",
         "stdout",
@@ -190,6 +192,7 @@ async fn state_parses_json() {
 #[tokio::test]
 async fn state_of_missing_container_is_not_found() {
     let f = Fake::new();
+    f.container("gone");
     f.respond(
         "state",
         "stderr",
@@ -204,6 +207,7 @@ async fn state_of_missing_container_is_not_found() {
 #[tokio::test]
 async fn state_garbage_is_parse_error_with_stdout() {
     let f = Fake::new();
+    f.container("x");
     f.respond("state", "stdout", "not json");
     match f.runsc.state("x").await {
         Err(Error::Parse { stdout, argv, .. }) => {
@@ -241,10 +245,12 @@ async fn list_parses_json_and_null() {
 #[tokio::test]
 async fn kill_argv_and_failure_keeps_stderr() {
     let f = Fake::new();
+    f.container("c");
     f.runsc.kill("c", "TERM", true).await.expect("kill");
     assert_eq!(f.only_call(), f.expect(&["kill", "--all", "c", "TERM"]));
 
     let g = Fake::new();
+    g.container("c");
     g.respond("kill", "stderr", "sandbox is not running\n");
     g.respond("kill", "exit", "128");
     match g.runsc.kill("c", "9", false).await {
@@ -255,6 +261,7 @@ async fn kill_argv_and_failure_keeps_stderr() {
         other => panic!("expected Failed, got {other:?}"),
     }
     let h = Fake::new();
+    h.container("c");
     h.respond("kill", "stderr", "loading container: file does not exist\n");
     h.respond("kill", "exit", "128");
     let err = h.runsc.kill("c", "KILL", false).await.expect_err("missing");
@@ -264,6 +271,7 @@ async fn kill_argv_and_failure_keeps_stderr() {
 #[tokio::test]
 async fn delete_argv_and_not_found() {
     let f = Fake::new();
+    f.container("c");
     f.runsc.delete("c", true).await.expect("delete");
     f.runsc.delete("c", false).await.expect("delete");
     assert_eq!(
@@ -274,6 +282,7 @@ async fn delete_argv_and_not_found() {
         ]
     );
     let g = Fake::new();
+    g.container("c");
     g.respond(
         "delete",
         "stderr",
@@ -287,6 +296,7 @@ async fn delete_argv_and_not_found() {
 #[tokio::test]
 async fn pause_resume_argv() {
     let f = Fake::new();
+    f.container("c");
     f.runsc.pause("c").await.expect("pause");
     f.runsc.resume("c").await.expect("resume");
     assert_eq!(
@@ -298,6 +308,7 @@ async fn pause_resume_argv() {
 #[tokio::test]
 async fn checkpoint_and_restore_argv() {
     let f = Fake::new();
+    f.container("a");
     let ck = CheckpointOptions {
         image_path: "/img/1".into(),
         leave_running: true,
@@ -346,6 +357,7 @@ async fn checkpoint_and_restore_argv() {
 #[tokio::test]
 async fn exec_argv_output_and_status() {
     let f = Fake::new();
+    f.container("c");
     f.respond("exec", "stdout", "hi\n");
     f.respond("exec", "stderr", "warn\n");
     f.respond("exec", "exit", "3");
@@ -373,6 +385,7 @@ async fn exec_argv_output_and_status() {
         ])
     );
     let dash = Fake::new();
+    dash.container("c");
     let opts = ExecOptions {
         argv: vec!["-weird".into()],
         ..Default::default()
@@ -387,6 +400,7 @@ async fn exec_argv_output_and_status() {
 #[tokio::test]
 async fn exec_in_missing_container_is_not_found() {
     let f = Fake::new();
+    f.container("gone");
     f.respond("exec", "stderr", "loading sandbox: file does not exist\n");
     f.respond("exec", "exit", "128");
     let err = f
@@ -453,6 +467,7 @@ async fn missing_console_file_dir_is_io_error() {
 #[tokio::test]
 async fn slow_runsc_times_out() {
     let f = Fake::new();
+    f.container("c");
     f.respond("pause", "sleep", "5");
     let rs = f
         .runsc
@@ -465,58 +480,58 @@ async fn slow_runsc_times_out() {
 }
 
 #[tokio::test]
-async fn cleanup_deletes_only_matching_containers() {
+async fn exact_id_guard_never_reaches_a_prefix_match() {
     let f = Fake::new();
-    f.respond(
-        "list",
-        "stdout",
-        r#"[{"id":"sbx-a","status":"stopped","pid":-1},
-            {"id":"other","status":"running","pid":5},
-            {"id":"sbx-b","status":"running","pid":6}]"#,
-    );
-    let cg = tempfile::tempdir().expect("tempdir");
-    std::fs::write(cg.path().join("cgroup.controllers"), "").expect("v2 marker");
-    for d in ["sbx/sbx-a", "sbx/sbx-zombie", "sbx/keep"] {
-        std::fs::create_dir_all(cg.path().join(d)).expect("mkdir");
-    }
-    let cgc = CgroupCleanup {
-        mount: cg.path().to_path_buf(),
-        parent: "/sbx".into(),
-    };
-    let report = cleanup(&f.runsc, |id| id.starts_with("sbx-"), Some(&cgc))
+    f.container("sbx-10");
+    // runsc would resolve "sbx-1" to "sbx-10": the wrapper must not ask it.
+    f.runsc
+        .delete("sbx-1", true)
         .await
-        .expect("cleanup");
-    assert_eq!(report.deleted, vec!["sbx-a", "sbx-b"]);
-    assert!(report.failed.is_empty());
-    assert_eq!(report.cgroups_removed.len(), 2);
-    assert!(cg.path().join("sbx/keep").exists());
-    assert!(!cg.path().join("sbx/sbx-zombie").exists());
-    assert_eq!(
-        f.calls(),
-        vec![
-            f.expect(&["list", "--format=json"]),
-            f.expect(&["delete", "--force", "sbx-a"]),
-            f.expect(&["delete", "--force", "sbx-b"]),
-        ]
-    );
+        .expect("forced delete of missing");
+    for res in [
+        f.runsc.delete("sbx-1", false).await,
+        f.runsc.kill("sbx-1", "KILL", true).await,
+        f.runsc.pause("sbx-1").await,
+        f.runsc.resume("sbx-1").await,
+        f.runsc.start("sbx-1").await,
+        f.runsc
+            .checkpoint("sbx-1", &CheckpointOptions::default())
+            .await,
+    ] {
+        assert!(res.expect_err("guarded").is_not_found());
+    }
+    assert!(f
+        .runsc
+        .state("sbx-1")
+        .await
+        .expect_err("state")
+        .is_not_found());
+    let exec = f.runsc.exec("sbx-1", &ExecOptions::default()).await;
+    assert!(exec.expect_err("exec").is_not_found());
+    assert!(f.calls().is_empty(), "{:?}", f.calls());
+    assert!(f.runsc.exists("sbx-10"));
+    assert!(!f.runsc.exists("sbx-1"));
+    assert!(!f.runsc.exists(""));
 }
 
 #[tokio::test]
-async fn cleanup_reports_failed_deletes() {
+async fn state_answer_for_another_id_is_not_found() {
     let f = Fake::new();
+    f.container("sbx-1");
     f.respond(
-        "list",
+        "state",
         "stdout",
-        r#"[{"id":"sbx-a","status":"running","pid":3}]"#,
+        r#"{"id":"sbx-10","status":"running","pid":7}"#,
     );
-    f.respond(
-        "delete",
-        "stderr",
-        "waiting sandbox stop: context deadline exceeded\n",
-    );
-    f.respond("delete", "exit", "128");
-    let report = cleanup(&f.runsc, |_| true, None).await.expect("cleanup");
-    assert!(report.deleted.is_empty());
-    assert_eq!(report.failed.len(), 1);
-    assert!(report.failed[0].1.contains("context deadline exceeded"));
+    let err = f.runsc.state("sbx-1").await.expect_err("prefix answer");
+    assert!(err.is_not_found(), "{err:?}");
+}
+
+#[tokio::test]
+async fn guard_can_be_disabled() {
+    let f = Fake::new();
+    let mut rs = f.runsc.clone();
+    rs.exact_ids = false;
+    rs.pause("anything").await.expect("pause");
+    assert_eq!(f.only_call(), f.expect(&["pause", "anything"]));
 }

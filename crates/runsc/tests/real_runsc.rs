@@ -14,6 +14,23 @@ use sbx_runsc::{
 const DEFAULT_ROOTFS: &str = "/var/lib/sbx/images/default-2cd07eebf87c1d0d/rootfs";
 const CGROUP_PARENT: &str = "/runsc-probe";
 
+/// Deletes the test's containers even when an assertion panics.
+struct DeleteOnDrop {
+    root: PathBuf,
+    ids: Vec<String>,
+}
+
+impl Drop for DeleteOnDrop {
+    fn drop(&mut self) {
+        for id in &self.ids {
+            let _ = std::process::Command::new(DEFAULT_BINARY)
+                .arg(format!("--root={}", self.root.display()))
+                .args(["delete", "--force", id])
+                .status();
+        }
+    }
+}
+
 fn enabled() -> bool {
     std::env::var("SBX_RUNSC_IT").is_ok_and(|v| v == "1")
 }
@@ -59,8 +76,13 @@ async fn real_runsc_lifecycle() {
     std::fs::create_dir_all(w.join("hostbin")).expect("hostbin");
     std::fs::write(w.join("hostbin/hello"), "hello from host\n").expect("hello");
     let rs = Runsc::new(DEFAULT_BINARY, w.join("state"));
-    let id = format!("runsc-probe-it-{}", std::process::id());
-    let clone = format!("{id}-clone");
+    // Neither id is a prefix of the other: runsc matches ids by prefix.
+    let id = format!("runsc-probe-it-main-{}", std::process::id());
+    let clone = format!("runsc-probe-it-clon-{}", std::process::id());
+    let _guard = DeleteOnDrop {
+        root: rs.root.clone(),
+        ids: vec![id.clone(), clone.clone()],
+    };
 
     rs.run(&id, &run_opts(w, &id, bundle(w, &rootfs, &id)))
         .await

@@ -4,6 +4,7 @@
 //! single node; a PostgreSQL implementation fills the same trait for several nodes.
 
 mod records;
+mod snapshots;
 mod sqlite;
 
 pub use records::*;
@@ -63,4 +64,37 @@ pub trait Store: Send + Sync {
         &self,
         statuses: &[sbx_api_types::SandboxStatus],
     ) -> Result<Vec<SandboxRecord>, StoreError>;
+
+    /// Inserts a snapshot unless its name is held by a CREATING/READY unexpired one (returned instead).
+    fn create_snapshot(
+        &self,
+        record: &SnapshotRecord,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Option<SnapshotRecord>, StoreError>;
+    /// One snapshot.
+    fn get_snapshot(&self, id: Uuid) -> Result<Option<SnapshotRecord>, StoreError>;
+    /// Writes status, size, times and error of a snapshot.
+    fn update_snapshot(&self, record: &SnapshotRecord) -> Result<(), StoreError>;
+    /// A page of snapshots (not DELETED), newest first, optionally by exact name.
+    fn list_snapshots(
+        &self,
+        workspace: &str,
+        name: Option<&str>,
+        limit: u32,
+        after: Option<&SandboxCursor>,
+    ) -> Result<Vec<SnapshotRecord>, StoreError>;
+    /// Every snapshot in one of `statuses` (janitor, reconciliation).
+    fn snapshots_in_status(
+        &self,
+        statuses: &[SnapshotStatus],
+    ) -> Result<Vec<SnapshotRecord>, StoreError>;
+
+    /// Creates or replaces a secret.
+    fn put_secret(&self, record: &SecretRecord) -> Result<(), StoreError>;
+    /// One secret.
+    fn get_secret(&self, workspace: &str, name: &str) -> Result<Option<SecretRecord>, StoreError>;
+    /// A workspace's secrets, by name.
+    fn list_secrets(&self, workspace: &str) -> Result<Vec<SecretRecord>, StoreError>;
+    /// Deletes a secret; false if it did not exist.
+    fn delete_secret(&self, workspace: &str, name: &str) -> Result<bool, StoreError>;
 }

@@ -52,3 +52,103 @@ impl SandboxRecord {
         self.active_ms + current
     }
 }
+
+/// Snapshot lifecycle states (contract §3.6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SnapshotStatus {
+    /// Being captured.
+    Creating,
+    /// Usable for clones.
+    Ready,
+    /// Being removed.
+    Deleting,
+    /// Removed.
+    Deleted,
+    /// Capture failed.
+    Failed,
+    /// Files lost.
+    Lost,
+}
+
+impl SnapshotStatus {
+    /// The wire string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SnapshotStatus::Creating => "CREATING",
+            SnapshotStatus::Ready => "READY",
+            SnapshotStatus::Deleting => "DELETING",
+            SnapshotStatus::Deleted => "DELETED",
+            SnapshotStatus::Failed => "FAILED",
+            SnapshotStatus::Lost => "LOST",
+        }
+    }
+
+    /// Parses the wire string.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "CREATING" => SnapshotStatus::Creating,
+            "READY" => SnapshotStatus::Ready,
+            "DELETING" => SnapshotStatus::Deleting,
+            "DELETED" => SnapshotStatus::Deleted,
+            "FAILED" => SnapshotStatus::Failed,
+            "LOST" => SnapshotStatus::Lost,
+            _ => return None,
+        })
+    }
+}
+
+/// A snapshot of a sandbox's memory and disk.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SnapshotRecord {
+    /// Public id.
+    pub id: Uuid,
+    /// Owning workspace.
+    pub workspace: String,
+    /// Optional name.
+    pub name: Option<String>,
+    /// Sandbox it was taken from.
+    pub source_sandbox: Uuid,
+    /// Lifecycle state.
+    pub status: SnapshotStatus,
+    /// vCPUs of the source.
+    pub vcpu: u32,
+    /// Memory of the source, MiB.
+    pub memory_mb: u32,
+    /// Environment of the source (configuration).
+    pub environment: BTreeMap<String, String>,
+    /// Secret names delivered to the source (values live in the memory image only).
+    pub secrets: Vec<String>,
+    /// Image of the source.
+    pub image_ref: String,
+    /// 64 hex digits identifying the image.
+    pub source_image_id: String,
+    /// Which runtimes can restore it.
+    pub compatibility_id: String,
+    /// Bytes on disk.
+    pub stored_bytes: u64,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+    /// Last change.
+    pub updated_at: DateTime<Utc>,
+    /// When the janitor deletes it.
+    pub expires_at: DateTime<Utc>,
+    /// Why it failed.
+    pub error: Option<String>,
+}
+
+/// An encrypted workspace secret.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SecretRecord {
+    /// Owning workspace.
+    pub workspace: String,
+    /// Name (also the environment variable name).
+    pub name: String,
+    /// AEAD nonce.
+    pub nonce: Vec<u8>,
+    /// AEAD ciphertext of the value.
+    pub ciphertext: Vec<u8>,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+    /// Last update.
+    pub updated_at: DateTime<Utc>,
+}

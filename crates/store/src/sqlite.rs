@@ -1,6 +1,9 @@
 //! Embedded SQLite implementation (WAL, embedded migrations).
 
-use crate::{CreateOutcome, SandboxCursor, SandboxRecord, Store, StoreError};
+use crate::{
+    CreateOutcome, SandboxCursor, SandboxRecord, SecretRecord, SnapshotRecord, SnapshotStatus,
+    Store, StoreError,
+};
 use chrono::{DateTime, Utc};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use sbx_api_types::SandboxStatus;
@@ -9,7 +12,8 @@ use std::sync::Mutex;
 use uuid::Uuid;
 
 /// Schema versions, applied in order; `PRAGMA user_version` records how many ran.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE sandboxes (
     id            TEXT PRIMARY KEY,
     workspace     TEXT NOT NULL,
@@ -32,7 +36,41 @@ CREATE TABLE sandboxes (
 CREATE UNIQUE INDEX sandboxes_active_name ON sandboxes (workspace, name) WHERE active = 1;
 CREATE INDEX sandboxes_list ON sandboxes (workspace, created_at_ms DESC, id DESC);
 CREATE INDEX sandboxes_status ON sandboxes (status);
-"#];
+"#,
+    r#"
+CREATE TABLE snapshots (
+    id              TEXT PRIMARY KEY,
+    workspace       TEXT NOT NULL,
+    name            TEXT,
+    source_sandbox  TEXT NOT NULL,
+    status          TEXT NOT NULL,
+    vcpu            INTEGER NOT NULL,
+    memory_mb       INTEGER NOT NULL,
+    environment     TEXT NOT NULL,
+    secrets         TEXT NOT NULL,
+    image_ref       TEXT NOT NULL,
+    source_image_id TEXT NOT NULL,
+    compatibility_id TEXT NOT NULL,
+    stored_bytes    INTEGER NOT NULL DEFAULT 0,
+    created_at_ms   INTEGER NOT NULL,
+    updated_at_ms   INTEGER NOT NULL,
+    expires_at_ms   INTEGER NOT NULL,
+    error           TEXT
+);
+CREATE INDEX snapshots_list ON snapshots (workspace, created_at_ms DESC, id DESC);
+CREATE INDEX snapshots_name ON snapshots (workspace, name);
+CREATE INDEX snapshots_status ON snapshots (status);
+CREATE TABLE secrets (
+    workspace     TEXT NOT NULL,
+    name          TEXT NOT NULL,
+    nonce         BLOB NOT NULL,
+    ciphertext    BLOB NOT NULL,
+    created_at_ms INTEGER NOT NULL,
+    updated_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (workspace, name)
+);
+"#,
+];
 
 /// SQLite-backed [`Store`].
 pub struct SqliteStore {
@@ -73,7 +111,7 @@ impl SqliteStore {
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Connection> {
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, Connection> {
         // A panic while holding the lock cannot leave a half-written row (SQLite
         // transactions roll back), so a poisoned lock is safe to reuse.
         self.conn.lock().unwrap_or_else(|p| p.into_inner())
@@ -84,15 +122,15 @@ const SANDBOX_COLUMNS: &str =
     "id, workspace, name, status, vcpu, memory_mb, environment, secrets, snapshot_id, \
      image_ref, created_at_ms, started_at_ms, ended_at_ms, error, active_ms, running_since_ms";
 
-fn ms(t: DateTime<Utc>) -> i64 {
+pub(crate) fn ms(t: DateTime<Utc>) -> i64 {
     t.timestamp_millis()
 }
 
-fn from_ms(v: Option<i64>) -> Option<DateTime<Utc>> {
+pub(crate) fn from_ms(v: Option<i64>) -> Option<DateTime<Utc>> {
     v.and_then(DateTime::<Utc>::from_timestamp_millis)
 }
 
-fn corrupt(what: impl std::fmt::Display) -> rusqlite::Error {
+pub(crate) fn corrupt(what: impl std::fmt::Display) -> rusqlite::Error {
     rusqlite::Error::FromSqlConversionFailure(
         0,
         rusqlite::types::Type::Text,
@@ -129,7 +167,7 @@ fn sandbox_from_row(row: &Row<'_>) -> rusqlite::Result<SandboxRecord> {
     })
 }
 
-fn json(v: &impl serde::Serialize) -> String {
+pub(crate) fn json(v: &impl serde::Serialize) -> String {
     serde_json::to_string(v).unwrap_or_else(|_| "null".into())
 }
 
@@ -247,6 +285,55 @@ impl Store for SqliteStore {
             }
         }
         Ok(out)
+    }
+
+    fn create_snapshot(
+        &self,
+        r: &SnapshotRecord,
+        now: DateTime<Utc>,
+    ) -> Result<Option<SnapshotRecord>, StoreError> {
+        self.insert_snapshot(r, now)
+    }
+
+    fn get_snapshot(&self, id: Uuid) -> Result<Option<SnapshotRecord>, StoreError> {
+        self.get_snapshot_row(id)
+    }
+
+    fn update_snapshot(&self, r: &SnapshotRecord) -> Result<(), StoreError> {
+        self.update_snapshot_row(r)
+    }
+
+    fn list_snapshots(
+        &self,
+        workspace: &str,
+        name: Option<&str>,
+        limit: u32,
+        after: Option<&SandboxCursor>,
+    ) -> Result<Vec<SnapshotRecord>, StoreError> {
+        self.list_snapshot_rows(workspace, name, limit, after)
+    }
+
+    fn snapshots_in_status(
+        &self,
+        statuses: &[SnapshotStatus],
+    ) -> Result<Vec<SnapshotRecord>, StoreError> {
+        self.snapshot_rows_in_status(statuses)
+    }
+
+    fn put_secret(&self, r: &SecretRecord) -> Result<(), StoreError> {
+        self.put_secret_row(r)
+    }
+
+    fn get_secret(&self, workspace: &str, name: &str) -> Result<Option<SecretRecord>, StoreError> {
+        self.get_secret_row(workspace, name)
+    }
+
+    fn list_secrets(&self, workspace: &str) -> Result<Vec<SecretRecord>, StoreError> {
+        self.list_secret_rows(workspace)
+    }
+
+    fn delete_secret(&self, workspace: &str, name: &str) -> Result<bool, StoreError> {
+        self.delete_secret_row(workspace, name)
     }
 }
 

@@ -14,6 +14,14 @@ use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::UnixStream;
 use uuid::Uuid;
 
+/// The agent binary under test: `SBX_AGENT_TEST_BIN` (e.g. the static
+/// release build) or the one Cargo built for this test run.
+pub fn agent_bin() -> PathBuf {
+    std::env::var_os("SBX_AGENT_TEST_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_sbx-agent")))
+}
+
 /// A running agent in `serve` mode.
 pub struct TestAgent {
     child: Child,
@@ -29,7 +37,7 @@ impl TestAgent {
     pub fn start_with_env(env: &[(&str, &str)]) -> TestAgent {
         let dir = tempfile::tempdir().expect("tempdir");
         let socket = dir.path().join("a.sock");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_sbx-agent"));
+        let mut cmd = Command::new(agent_bin());
         cmd.arg("serve")
             .arg("--socket")
             .arg(&socket)

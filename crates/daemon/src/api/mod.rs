@@ -6,6 +6,7 @@ mod error;
 mod files;
 mod processes;
 mod sandboxes;
+mod snapshots;
 
 pub use error::ApiError;
 
@@ -64,6 +65,19 @@ pub fn router(service: Arc<Service>) -> Router {
         .route(
             "/v2/sandboxes/{id}/processes/{pid}/output/stream",
             get(processes::stream),
+        )
+        .route("/v2/sandboxes/{id}/pause", post(snapshots::pause))
+        .route("/v2/sandboxes/{id}/resume", post(snapshots::resume))
+        .route("/v2/sandboxes/{id}/snapshots", post(snapshots::create))
+        .route("/v2/snapshots", get(snapshots::list))
+        .route(
+            "/v2/snapshots/{id}",
+            get(snapshots::get).delete(snapshots::delete),
+        )
+        .route("/v1/secrets", get(snapshots::secret_list))
+        .route(
+            "/v1/secrets/{name}",
+            axum::routing::put(snapshots::secret_put).delete(snapshots::secret_delete),
         )
         .route("/v1/sandboxes/{id}/fs/stat", get(files::stat))
         .route("/v1/sandboxes/{id}/fs/list", get(files::list))

@@ -52,6 +52,8 @@ pub enum StreamItem {
 type Writer = Box<dyn AsyncWrite + Send + Unpin>;
 
 struct Inner {
+    /// Kills the transport (the relay process) when fired.
+    closer: Mutex<Option<oneshot::Sender<()>>>,
     writer: tokio::sync::Mutex<Writer>,
     pending: Mutex<HashMap<u64, Pending>>,
     next_id: AtomicU64,
@@ -73,6 +75,7 @@ impl AgentConn {
     {
         let (closed, _) = watch::channel(false);
         let inner = Arc::new(Inner {
+            closer: Mutex::new(None),
             writer: tokio::sync::Mutex::new(Box::new(writer)),
             pending: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
@@ -80,6 +83,34 @@ impl AgentConn {
         });
         tokio::spawn(read_loop(reader, inner.clone()));
         AgentConn { inner }
+    }
+
+    /// Wraps a stream whose transport is stopped by firing the returned receiver's sender.
+    pub fn with_closer<R, W>(reader: R, writer: W) -> (Self, oneshot::Receiver<()>)
+    where
+        R: AsyncRead + Send + Unpin + 'static,
+        W: AsyncWrite + Send + Unpin + 'static,
+    {
+        let conn = Self::new(reader, writer);
+        let (tx, rx) = oneshot::channel();
+        *conn.inner.closer.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
+        (conn, rx)
+    }
+
+    /// Stops the transport: closes our end of the stream (the agent side sees
+    /// EOF) and stops the relay process. Pending and later calls fail with `Closed`.
+    pub async fn shutdown(&self) {
+        *self.inner.writer.lock().await = Box::new(tokio::io::sink());
+        let _ = self.inner.closed.send(true);
+        if let Some(tx) = self
+            .inner
+            .closer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            let _ = tx.send(());
+        }
     }
 
     /// Whether the stream has closed.

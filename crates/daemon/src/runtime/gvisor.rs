@@ -6,7 +6,10 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use sbx_agent_proto::{Reply, Request, AGENT_BINARY_PATH};
 use sbx_runsc::oci::SpecBuilder;
-use sbx_runsc::{ExecOptions, GlobalOptions, Network, ProcessIo, RunOptions, Runsc};
+use sbx_runsc::{
+    CheckpointOptions, ExecOptions, GlobalOptions, Network, ProcessIo, RestoreOptions, RunOptions,
+    Runsc,
+};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -53,6 +56,15 @@ fn parse_container_id(cid: &str) -> Option<Uuid> {
         .and_then(|s| Uuid::parse_str(s).ok())
 }
 
+/// Whether `runsc ps` output lists a process started by `runsc exec`
+/// (parent pid 0 and not PID 1): guest processes all descend from PID 1.
+fn has_exec_process(ps: &str) -> bool {
+    ps.lines().skip(1).any(|line| {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        matches!((cols.get(1), cols.get(2)), (Some(pid), Some(&"0")) if *pid != "1")
+    })
+}
+
 impl GvisorRuntime {
     /// Builds the runtime; creates its directories.
     pub fn new(config: GvisorConfig) -> Result<Self, RuntimeError> {
@@ -73,7 +85,8 @@ impl GvisorRuntime {
         self.config.sandboxes_dir.join(id.to_string())
     }
 
-    async fn start_inner(&self, spec: SandboxSpec) -> Result<AgentConn, RuntimeError> {
+    /// Writes a fresh bundle and overlay dir; returns the container id and run options.
+    async fn prepare(&self, spec: &SandboxSpec) -> Result<(String, RunOptions), RuntimeError> {
         let dir = self.dir(spec.id);
         if dir.exists() {
             tokio::fs::remove_dir_all(&dir).await?;
@@ -98,10 +111,37 @@ impl GvisorRuntime {
             overlay2: Some(format!("root:dir={}", overlay.display())),
             ..RunOptions::default()
         };
+        Ok((cid, opts))
+    }
+
+    async fn start_inner(&self, spec: SandboxSpec) -> Result<AgentConn, RuntimeError> {
+        let (cid, opts) = self.prepare(&spec).await?;
         self.runsc.run(&cid, &opts).await?;
+        self.wait_for_agent(spec.id).await
+    }
+
+    async fn restore_inner(
+        &self,
+        spec: SandboxSpec,
+        image: PathBuf,
+    ) -> Result<AgentConn, RuntimeError> {
+        let (cid, run) = self.prepare(&spec).await?;
+        let opts = RestoreOptions {
+            bundle: run.bundle,
+            image_path: image,
+            detach: true,
+            io: run.io,
+            overlay2: run.overlay2,
+            ..RestoreOptions::default()
+        };
+        self.runsc.restore(&cid, &opts).await?;
+        self.wait_for_agent(spec.id).await
+    }
+
+    async fn wait_for_agent(&self, id: Uuid) -> Result<AgentConn, RuntimeError> {
         let deadline = Instant::now() + AGENT_READY_TIMEOUT;
         loop {
-            match self.connect_inner(spec.id).await {
+            match self.connect_inner(id).await {
                 Ok(conn) => return Ok(conn),
                 Err(e) if Instant::now() >= deadline => {
                     return Err(RuntimeError::AgentNotReady(e.to_string()))
@@ -125,17 +165,46 @@ impl GvisorRuntime {
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             return Err(RuntimeError::AgentNotReady("relay has no stdio".into()));
         };
-        // Reap the relay when it exits (connection closed either way).
+        let (conn, close) = AgentConn::with_closer(stdout, stdin);
+        // Reap the relay when it exits; kill it when the connection is shut down.
         tokio::spawn(async move {
-            let _ = child.wait().await;
+            tokio::select! {
+                _ = child.wait() => {}
+                _ = close => {
+                    let _ = child.kill().await;
+                }
+            }
         });
-        let conn = AgentConn::new(stdout, stdin);
         match conn.call(Request::Hello).await {
             Ok((Reply::Hello { .. }, _)) => Ok(conn),
             Ok((other, _)) => Err(RuntimeError::AgentNotReady(format!(
                 "unexpected hello reply {other:?}"
             ))),
             Err(e) => Err(RuntimeError::AgentNotReady(e.to_string())),
+        }
+    }
+
+    /// Waits until no `runsc exec` process (relay) is left inside the sandbox:
+    /// a checkpoint taken while one runs holds its host pipes and cannot be restored.
+    async fn wait_for_no_exec(&self, id: Uuid) -> Result<(), RuntimeError> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let out = tokio::process::Command::new(&self.config.runsc_binary)
+                .arg(format!("--root={}", self.config.runsc_root.display()))
+                .arg("ps")
+                .arg(container_id(id))
+                .output()
+                .await?;
+            let text = String::from_utf8_lossy(&out.stdout);
+            if out.status.success() && !has_exec_process(&text) {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(RuntimeError::AgentNotReady(format!(
+                    "exec processes still running in the sandbox: {text}"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
 
@@ -180,6 +249,19 @@ impl GvisorRuntime {
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exec_processes_are_told_apart_from_guest_ones() {
+        let idle = "UID PID PPID C TTY STIME TIME CMD\n0 1 0 9 ? 08:23 0s sbx-agent\n0 7 1 0 ? 08:23 0s sleep\n";
+        assert!(!has_exec_process(idle));
+        let relay = format!("{idle}0 4 0 54 ? 08:23 30ms sbx-agent\n");
+        assert!(has_exec_process(&relay));
+    }
+}
+
 impl Runtime for GvisorRuntime {
     fn start(&self, spec: SandboxSpec) -> BoxFuture<'_, Result<AgentConn, RuntimeError>> {
         self.start_inner(spec).boxed()
@@ -203,12 +285,60 @@ impl Runtime for GvisorRuntime {
         .boxed()
     }
 
+    fn is_paused(&self, id: Uuid) -> BoxFuture<'_, Result<Option<bool>, RuntimeError>> {
+        async move {
+            match self.runsc.state(&container_id(id)).await {
+                Ok(s) => Ok(match s.status {
+                    sbx_runsc::Status::Paused => Some(true),
+                    sbx_runsc::Status::Running => Some(false),
+                    _ => None,
+                }),
+                Err(e) if e.is_not_found() => Ok(None),
+                Err(e) => Err(e.into()),
+            }
+        }
+        .boxed()
+    }
+
     fn destroy(&self, id: Uuid) -> BoxFuture<'_, Result<(), RuntimeError>> {
         self.destroy_inner(id).boxed()
     }
 
     fn list(&self) -> BoxFuture<'_, Result<Vec<Uuid>, RuntimeError>> {
         self.list_inner().boxed()
+    }
+
+    fn pause(&self, id: Uuid) -> BoxFuture<'_, Result<(), RuntimeError>> {
+        async move { Ok(self.runsc.pause(&container_id(id)).await?) }.boxed()
+    }
+
+    fn resume(&self, id: Uuid) -> BoxFuture<'_, Result<(), RuntimeError>> {
+        async move { Ok(self.runsc.resume(&container_id(id)).await?) }.boxed()
+    }
+
+    fn checkpoint(&self, id: Uuid, dir: PathBuf) -> BoxFuture<'_, Result<(), RuntimeError>> {
+        async move {
+            let opts = CheckpointOptions {
+                image_path: dir,
+                leave_running: true,
+                compression: Some("none".into()),
+            };
+            self.wait_for_no_exec(id).await?;
+            Ok(self.runsc.checkpoint(&container_id(id), &opts).await?)
+        }
+        .boxed()
+    }
+
+    fn restore(
+        &self,
+        spec: SandboxSpec,
+        dir: PathBuf,
+    ) -> BoxFuture<'_, Result<AgentConn, RuntimeError>> {
+        self.restore_inner(spec, dir).boxed()
+    }
+
+    fn compatibility_id(&self) -> String {
+        "gvisor-runsc-systrap-amd64-v1".to_string()
     }
 
     fn console_log(&self, id: Uuid) -> PathBuf {

@@ -48,10 +48,26 @@ pub trait Runtime: Send + Sync {
     fn connect(&self, id: Uuid) -> BoxFuture<'_, Result<AgentConn, RuntimeError>>;
     /// Whether the sandbox's container is running (or paused).
     fn is_alive(&self, id: Uuid) -> BoxFuture<'_, Result<bool, RuntimeError>>;
+    /// Whether the container is paused (`None` when it does not exist).
+    fn is_paused(&self, id: Uuid) -> BoxFuture<'_, Result<Option<bool>, RuntimeError>>;
     /// Stops the sandbox and removes everything it left on the host. Safe to repeat.
     fn destroy(&self, id: Uuid) -> BoxFuture<'_, Result<(), RuntimeError>>;
     /// Ids of every sandbox the runtime has on this host (running or not).
     fn list(&self) -> BoxFuture<'_, Result<Vec<Uuid>, RuntimeError>>;
+    /// Freezes every process of the sandbox, keeping its memory.
+    fn pause(&self, id: Uuid) -> BoxFuture<'_, Result<(), RuntimeError>>;
+    /// Thaws a paused sandbox.
+    fn resume(&self, id: Uuid) -> BoxFuture<'_, Result<(), RuntimeError>>;
+    /// Writes memory and disk of a running sandbox into `dir`, leaving it running.
+    fn checkpoint(&self, id: Uuid, dir: PathBuf) -> BoxFuture<'_, Result<(), RuntimeError>>;
+    /// Boots a new sandbox from a checkpoint in `dir`.
+    fn restore(
+        &self,
+        spec: SandboxSpec,
+        dir: PathBuf,
+    ) -> BoxFuture<'_, Result<AgentConn, RuntimeError>>;
+    /// Which runtimes can restore this runtime's checkpoints.
+    fn compatibility_id(&self) -> String;
     /// Host path of the sandbox's console log (PID 1's stdout and stderr).
     fn console_log(&self, id: Uuid) -> PathBuf;
 }

@@ -7,6 +7,7 @@ use sbx_agent_proto::{
 };
 use sbx_api_types::validate::{self, ValidationError};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 use uuid::Uuid;
 
@@ -51,7 +52,7 @@ fn command_spec(
 impl Service {
     /// `POST /v2/sandboxes/{id}/exec`.
     pub async fn exec(
-        &self,
+        self: &Arc<Self>,
         workspace: &str,
         id: Uuid,
         req: sbx_api_types::ExecRequest,
@@ -108,7 +109,7 @@ impl Service {
 
     /// `POST /v2/sandboxes/{id}/processes`.
     pub async fn process_start(
-        &self,
+        self: &Arc<Self>,
         workspace: &str,
         id: Uuid,
         req: sbx_api_types::ProcessStartRequest,
@@ -136,7 +137,7 @@ impl Service {
 
     /// `GET /v2/sandboxes/{id}/processes`: processes sorted by id, paginated by id.
     pub async fn process_list(
-        &self,
+        self: &Arc<Self>,
         workspace: &str,
         id: Uuid,
         limit: u32,
@@ -177,7 +178,7 @@ impl Service {
 
     /// `GET /v2/sandboxes/{id}/processes/{pid}`.
     pub async fn process_get(
-        &self,
+        self: &Arc<Self>,
         workspace: &str,
         id: Uuid,
         process: Uuid,
@@ -194,7 +195,7 @@ impl Service {
 
     /// `POST .../processes/{pid}/signals`.
     pub async fn process_signal(
-        &self,
+        self: &Arc<Self>,
         workspace: &str,
         id: Uuid,
         process: Uuid,
@@ -225,7 +226,7 @@ impl Service {
 
     /// `POST .../processes/{pid}/wait`: long poll.
     pub async fn process_wait(
-        &self,
+        self: &Arc<Self>,
         workspace: &str,
         id: Uuid,
         process: Uuid,
@@ -256,7 +257,7 @@ impl Service {
 
     /// `GET .../processes/{pid}/output`.
     pub async fn process_output(
-        &self,
+        self: &Arc<Self>,
         workspace: &str,
         id: Uuid,
         process: Uuid,
@@ -282,7 +283,7 @@ impl Service {
 
     /// `GET .../processes/{pid}/output/stream`: tail (or from an offset), then live output.
     pub async fn process_stream(
-        &self,
+        self: &Arc<Self>,
         workspace: &str,
         id: Uuid,
         process: Uuid,

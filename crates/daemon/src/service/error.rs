@@ -32,6 +32,15 @@ pub enum ServiceError {
     /// A filesystem operation failed inside the sandbox (not found, not empty...).
     #[error("{0}")]
     FileOperation(String),
+    /// No such snapshot.
+    #[error("snapshot not found")]
+    SnapshotNotFound,
+    /// The snapshot exists but cannot be cloned yet (or ever).
+    #[error("snapshot is {0}, not READY")]
+    SnapshotNotReady(&'static str),
+    /// A CREATING or READY snapshot holds the name.
+    #[error("snapshot name {0:?} is already in use")]
+    SnapshotNameTaken(String),
     /// The name is held by an active sandbox with another configuration.
     #[error(
         "sandbox name {0:?} is already in use by an active sandbox with a different configuration"

@@ -6,6 +6,7 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use sbx_agent_proto::{AgentErrorCode, Event, FileStat, Reply, Request};
 use sbx_api_types::validate;
+use std::sync::Arc;
 use uuid::Uuid;
 
 /// Largest upload frame sent to the agent.
@@ -33,7 +34,7 @@ fn file_error(path: &str, e: AgentCallError, limit: u64) -> ServiceError {
 impl Service {
     /// `PUT /v2/sandboxes/{id}/files`: streams the body into the sandbox, replacing the file atomically.
     pub async fn upload<S, E>(
-        &self,
+        self: &Arc<Self>,
         workspace: &str,
         id: Uuid,
         path: &str,
@@ -87,7 +88,12 @@ impl Service {
     }
 
     /// `GET /v2/sandboxes/{id}/files`: opens a download stream.
-    pub async fn download(&self, workspace: &str, id: Uuid, path: &str) -> Result<Download> {
+    pub async fn download(
+        self: &Arc<Self>,
+        workspace: &str,
+        id: Uuid,
+        path: &str,
+    ) -> Result<Download> {
         validate::file_path(path)?;
         let limit = self.config.limits.file_bytes;
         let conn = self.agent(workspace, id).await?;
@@ -111,7 +117,7 @@ impl Service {
     }
 
     /// `GET /v1/sandboxes/{id}/fs/stat`.
-    pub async fn stat(&self, workspace: &str, id: Uuid, path: &str) -> Result<FileStat> {
+    pub async fn stat(self: &Arc<Self>, workspace: &str, id: Uuid, path: &str) -> Result<FileStat> {
         validate::file_path(path)?;
         match self
             .fs_call(workspace, id, path, Request::Stat { path: path.into() })
@@ -125,7 +131,12 @@ impl Service {
     }
 
     /// `GET /v1/sandboxes/{id}/fs/list`.
-    pub async fn list_dir(&self, workspace: &str, id: Uuid, path: &str) -> Result<Vec<FileStat>> {
+    pub async fn list_dir(
+        self: &Arc<Self>,
+        workspace: &str,
+        id: Uuid,
+        path: &str,
+    ) -> Result<Vec<FileStat>> {
         validate::file_path(path)?;
         match self
             .fs_call(workspace, id, path, Request::ListDir { path: path.into() })
@@ -139,7 +150,7 @@ impl Service {
     }
 
     /// `POST /v1/sandboxes/{id}/fs/mkdir`.
-    pub async fn mkdir(&self, workspace: &str, id: Uuid, path: &str) -> Result<()> {
+    pub async fn mkdir(self: &Arc<Self>, workspace: &str, id: Uuid, path: &str) -> Result<()> {
         validate::file_path(path)?;
         self.fs_call(workspace, id, path, Request::Mkdir { path: path.into() })
             .await?;
@@ -148,7 +159,7 @@ impl Service {
 
     /// `POST /v1/sandboxes/{id}/fs/remove`.
     pub async fn remove(
-        &self,
+        self: &Arc<Self>,
         workspace: &str,
         id: Uuid,
         path: &str,
@@ -172,7 +183,13 @@ impl Service {
     }
 
     /// `POST /v1/sandboxes/{id}/fs/rename`.
-    pub async fn rename(&self, workspace: &str, id: Uuid, from: &str, to: &str) -> Result<()> {
+    pub async fn rename(
+        self: &Arc<Self>,
+        workspace: &str,
+        id: Uuid,
+        from: &str,
+        to: &str,
+    ) -> Result<()> {
         validate::file_path(from)?;
         validate::file_path(to)?;
         self.fs_call(
@@ -189,7 +206,7 @@ impl Service {
     }
 
     async fn fs_call(
-        &self,
+        self: &Arc<Self>,
         workspace: &str,
         id: Uuid,
         path: &str,

@@ -51,19 +51,29 @@ impl Service {
             .clone()
             .ok_or(validate::ValidationError::Missing("name"))?;
         validate::name("name", &name)?;
-        if req.snapshot_id.is_some() {
+        if let Some(snapshot_id) = req.snapshot_id {
             if req.vcpu.is_some()
                 || req.memory_mb.is_some()
                 || req.environment.is_some()
                 || req.secrets.is_some()
             {
-                return Err(ServiceError::BadRequest(
-                    "a clone takes its resources, environment and secrets from the snapshot; send only name and snapshotId".into(),
-                ));
+                return Err(validate::ValidationError::Format {
+                    field: "snapshotId",
+                    reason: "a clone takes its resources, environment and secrets from the snapshot; send only name and snapshotId".into(),
+                }
+                .into());
             }
-            return Err(ServiceError::Unavailable(
-                "snapshots are not available on this server yet".into(),
-            ));
+            let snap = self.clone_source(workspace, snapshot_id)?;
+            let record = self.new_record(
+                workspace,
+                name,
+                snap.vcpu,
+                snap.memory_mb,
+                snap.environment,
+                snap.secrets,
+                Some(snapshot_id),
+            );
+            return self.insert_and_boot(record).await;
         }
         let vcpu = req.vcpu.ok_or(validate::ValidationError::Missing("vcpu"))?;
         let memory_mb = req
@@ -91,46 +101,59 @@ impl Service {
             }
             .into());
         }
-        if let Some(unknown) = secrets.first() {
-            return Err(validate::ValidationError::Format {
-                field: "secrets",
-                reason: format!("unknown secret {unknown:?}"),
-            }
-            .into());
-        }
+        self.check_secrets_exist(workspace, &secrets)?;
+        let record = self.new_record(workspace, name, vcpu, memory_mb, environment, secrets, None);
+        self.insert_and_boot(record).await
+    }
 
-        let now = Utc::now();
-        let record = SandboxRecord {
+    #[allow(clippy::too_many_arguments)]
+    fn new_record(
+        &self,
+        workspace: &str,
+        name: String,
+        vcpu: u32,
+        memory_mb: u32,
+        environment: BTreeMap<String, String>,
+        secrets: Vec<String>,
+        snapshot_id: Option<Uuid>,
+    ) -> SandboxRecord {
+        SandboxRecord {
             id: Uuid::new_v4(),
             workspace: workspace.to_string(),
-            name: name.clone(),
+            name,
             status: SandboxStatus::Starting,
             vcpu,
             memory_mb,
             environment,
             secrets,
-            snapshot_id: None,
+            snapshot_id,
             image_ref: self.config.image_ref.clone(),
-            created_at: now,
+            created_at: Utc::now(),
             started_at: None,
             ended_at: None,
             error: None,
             active_ms: 0,
             running_since: None,
-        };
+        }
+    }
+
+    /// Inserts the row (or finds the active sandbox holding the name) and boots it.
+    async fn insert_and_boot(self: &Arc<Self>, record: SandboxRecord) -> Result<CreateOutcome> {
         match self.store.create_sandbox(&record)? {
             sbx_store::CreateOutcome::NameHeld(existing) => {
                 if same_config(&existing, &record) {
                     Ok(CreateOutcome::Existing(existing))
                 } else {
-                    Err(ServiceError::NameTaken(name))
+                    Err(ServiceError::NameTaken(record.name))
                 }
             }
             sbx_store::CreateOutcome::Created => {
                 let done = self.spawn_boot(record.id);
                 let wait = self.config.limits.create_sync_wait;
                 let _ = tokio::time::timeout(wait, wait_done(done)).await;
-                Ok(CreateOutcome::Created(self.load(workspace, record.id)?))
+                Ok(CreateOutcome::Created(
+                    self.load(&record.workspace, record.id)?,
+                ))
             }
         }
     }
@@ -149,9 +172,12 @@ impl Service {
         let has_more = items.len() > limit as usize;
         items.truncate(limit as usize);
         let next_cursor = if has_more {
-            items
-                .last()
-                .map(|r| format!("{}_{}", r.created_at.timestamp_millis(), r.id.simple()))
+            items.last().map(|r| {
+                format_cursor(&SandboxCursor {
+                    created_at_ms: r.created_at.timestamp_millis(),
+                    id: r.id,
+                })
+            })
         } else {
             None
         };
@@ -231,18 +257,31 @@ impl Service {
             vcpu: record.vcpu,
             memory_mb: record.memory_mb,
         };
-        let started =
-            tokio::time::timeout(self.config.limits.start_timeout, self.runtime.start(spec)).await;
+        let boot = async {
+            match record.snapshot_id {
+                Some(snap) => {
+                    let image = self.snapshot_dir(snap).join("checkpoint");
+                    self.runtime.restore(spec, image).await
+                }
+                None => self.runtime.start(spec).await,
+            }
+        };
+        let started = tokio::time::timeout(self.config.limits.start_timeout, boot).await;
         let conn = match started {
             Ok(Ok(conn)) => conn,
             Ok(Err(e)) => return self.fail(id, format!("sandbox failed to start: {e}")).await,
             Err(_) => return self.fail(id, "sandbox did not start in time".into()).await,
         };
-        let env = self.sandbox_environment(&record);
-        if let Err(e) = conn.call(Request::Configure { env }).await {
-            return self
-                .fail(id, format!("sandbox agent refused its configuration: {e}"))
-                .await;
+        // A clone's environment and secrets came back with its memory.
+        if record.snapshot_id.is_none() {
+            let env = match self.sandbox_environment(&record) {
+                Ok(env) => env,
+                Err(reason) => return self.fail(id, reason).await,
+            };
+            if let Err(e) = conn.call(Request::Configure { env }).await {
+                let reason = format!("sandbox agent refused its configuration: {e}");
+                return self.fail(id, reason).await;
+            }
         }
         let result = self
             .transition(id, |r| {
@@ -256,12 +295,8 @@ impl Service {
             .await;
         match result {
             Ok(r) if r.status == SandboxStatus::Running => {
-                self.agents
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(id, conn.clone());
+                self.register_agent(id, conn);
                 tracing::info!(sandbox = %id, "sandbox running");
-                self.spawn_monitor(id, conn);
             }
             // Destroyed while booting: whoever tears down may have run before the
             // container existed, so clean up here too.
@@ -272,8 +307,13 @@ impl Service {
     }
 
     /// The base environment of a sandbox: configuration plus secret values.
-    fn sandbox_environment(&self, record: &SandboxRecord) -> BTreeMap<String, String> {
-        record.environment.clone()
+    fn sandbox_environment(
+        &self,
+        record: &SandboxRecord,
+    ) -> Result<BTreeMap<String, String>, String> {
+        let mut env = record.environment.clone();
+        env.extend(self.resolve_secrets(&record.workspace, &record.secrets)?);
+        Ok(env)
     }
 
     /// Marks a sandbox FAILED (unless it is already ending) and removes its runtime state.
@@ -345,31 +385,26 @@ impl Service {
     pub(super) fn spawn_monitor(self: &Arc<Self>, id: Uuid, conn: AgentConn) {
         let this = self.clone();
         tokio::spawn(async move {
-            let mut conn = conn;
-            loop {
-                conn.closed().await;
-                let still_running = matches!(this.store.get_sandbox(id), Ok(Some(r)) if r.status == SandboxStatus::Running);
-                if !still_running {
-                    return;
-                }
-                match this.runtime.is_alive(id).await {
-                    Ok(true) => match this.runtime.connect(id).await {
-                        Ok(new_conn) => {
-                            this.agents
-                                .lock()
-                                .unwrap_or_else(|p| p.into_inner())
-                                .insert(id, new_conn.clone());
-                            conn = new_conn;
-                        }
-                        Err(e) => {
-                            return this
-                                .fail(id, format!("sandbox agent stopped answering: {e}"))
-                                .await
-                        }
-                    },
-                    _ => return this.fail(id, "sandbox stopped unexpectedly".into()).await,
-                }
+            conn.closed().await;
+            let lock = this.lock_for(id);
+            let guard = lock.lock().await;
+            // Whoever reconnected first (a snapshot, a request) gave that connection its own monitor.
+            if this.cached_agent(id).is_some() {
+                return;
             }
+            let running = matches!(this.store.get_sandbox(id), Ok(Some(r)) if r.status == SandboxStatus::Running);
+            if !running {
+                return;
+            }
+            let reason = match this.runtime.is_alive(id).await {
+                Ok(true) => match this.attach_locked(id).await {
+                    Ok(_) => return,
+                    Err(e) => format!("sandbox agent stopped answering: {e}"),
+                },
+                _ => "sandbox stopped unexpectedly".to_string(),
+            };
+            drop(guard);
+            this.fail(id, reason).await;
         });
     }
 
@@ -418,7 +453,13 @@ fn same_config(a: &SandboxRecord, b: &SandboxRecord) -> bool {
         && a.snapshot_id == b.snapshot_id
 }
 
-fn parse_cursor(cursor: &str) -> Result<SandboxCursor> {
+/// Formats an opaque list cursor.
+pub(super) fn format_cursor(c: &SandboxCursor) -> String {
+    format!("{}_{}", c.created_at_ms, c.id.simple())
+}
+
+/// Parses a cursor made by [`format_cursor`].
+pub(super) fn parse_cursor(cursor: &str) -> Result<SandboxCursor> {
     let bad = || {
         ServiceError::Invalid(validate::ValidationError::Format {
             field: "cursor",

@@ -9,12 +9,17 @@ mod error;
 mod files;
 mod lifecycle;
 mod logs;
+mod pause;
 mod reconcile;
+mod secrets;
+mod snapshots;
 
 pub use commands::{ExecOutcome, OutputSelection};
 pub use error::ServiceError;
 pub use lifecycle::{CreateOutcome, DestroyOutcome, SandboxPage};
 pub use logs::LogChunk;
+pub use secrets::{KeyError, SecretBox, SecretInfo};
+pub use snapshots::SnapshotPage;
 
 use crate::config::Config;
 use crate::runtime::{AgentCallError, AgentConn, Runtime};
@@ -38,6 +43,10 @@ pub struct Service {
     boots: Mutex<HashMap<Uuid, tokio::sync::watch::Receiver<bool>>>,
     /// The fixed network id shown as `vpcId`.
     vpc_id: Uuid,
+    /// Key of the secret store.
+    secrets: SecretBox,
+    /// 64 hex digits naming the image (`sourceImageId` of snapshots).
+    image_id: String,
 }
 
 /// Result type of service calls.
@@ -45,8 +54,19 @@ pub type Result<T, E = ServiceError> = std::result::Result<T, E>;
 
 impl Service {
     /// Builds the service; call [`Service::reconcile`] before serving.
-    pub fn new(config: Config, store: Arc<dyn Store>, runtime: Arc<dyn Runtime>) -> Arc<Self> {
+    pub fn new(
+        config: Config,
+        store: Arc<dyn Store>,
+        runtime: Arc<dyn Runtime>,
+        secrets: SecretBox,
+    ) -> Arc<Self> {
+        use sha2::Digest;
+        let image_id = hex::encode(sha2::Sha256::digest(
+            format!("{}\0{}", config.image_ref, config.image_rootfs.display()).as_bytes(),
+        ));
         Arc::new(Service {
+            secrets,
+            image_id,
             config,
             store,
             runtime,
@@ -85,7 +105,7 @@ impl Service {
     }
 
     /// The agent of a RUNNING sandbox, reconnecting if the old connection dropped.
-    async fn agent(&self, workspace: &str, id: Uuid) -> Result<AgentConn> {
+    async fn agent(self: &Arc<Self>, workspace: &str, id: Uuid) -> Result<AgentConn> {
         let record = self.load(workspace, id)?;
         if record.status != SandboxStatus::Running {
             return Err(ServiceError::WrongState(record.status.as_str()));
@@ -98,15 +118,28 @@ impl Service {
         if let Some(conn) = self.cached_agent(id) {
             return Ok(conn);
         }
-        let conn =
-            self.runtime.connect(id).await.map_err(|e| {
-                ServiceError::Unavailable(format!("sandbox agent unreachable: {e}"))
-            })?;
+        self.attach_locked(id)
+            .await
+            .map_err(|e| ServiceError::Unavailable(format!("sandbox agent unreachable: {e}")))
+    }
+
+    /// Opens a new agent connection and watches it. The caller holds the sandbox's lock.
+    async fn attach_locked(
+        self: &Arc<Self>,
+        id: Uuid,
+    ) -> Result<AgentConn, crate::runtime::RuntimeError> {
+        let conn = self.runtime.connect(id).await?;
+        self.register_agent(id, conn.clone());
+        Ok(conn)
+    }
+
+    /// Makes `conn` the sandbox's connection and watches it.
+    fn register_agent(self: &Arc<Self>, id: Uuid, conn: AgentConn) {
         self.agents
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(id, conn.clone());
-        Ok(conn)
+        self.spawn_monitor(id, conn);
     }
 
     fn cached_agent(&self, id: Uuid) -> Option<AgentConn> {

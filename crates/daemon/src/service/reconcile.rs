@@ -56,21 +56,17 @@ impl Service {
                     self.spawn_teardown(id, None);
                 }
                 SandboxStatus::Pausing | SandboxStatus::Paused | SandboxStatus::Resuming => {
-                    let _ = self
-                        .transition(id, |r| {
-                            stop_clock(r);
-                            r.status = SandboxStatus::Terminating;
-                        })
-                        .await;
-                    keep.insert(id);
-                    self.spawn_teardown(
-                        id,
-                        Some("pause is not supported by this server version".into()),
-                    );
+                    if on_host.contains(&id) && self.settle_pause(id).await {
+                        keep.insert(id);
+                    } else {
+                        self.fail(id, "sandbox was lost while sbxd was not running".into())
+                            .await;
+                    }
                 }
                 SandboxStatus::Terminated | SandboxStatus::Failed => {}
             }
         }
+        self.reconcile_snapshots().await?;
         for orphan in on_host.difference(&keep) {
             tracing::info!(sandbox = %orphan, "removing host state no active sandbox owns");
             if let Err(e) = self.runtime.destroy(*orphan).await {
@@ -82,6 +78,49 @@ impl Service {
             removed = on_host.difference(&keep).count(),
             "reconciled"
         );
+        Ok(())
+    }
+
+    /// Finishes a pause or resume the daemon died in: the container's real state decides.
+    async fn settle_pause(self: &Arc<Self>, id: uuid::Uuid) -> bool {
+        let paused = match self.runtime.is_paused(id).await {
+            Ok(Some(p)) => p,
+            _ => return false,
+        };
+        let result = self
+            .transition(id, |r| {
+                if paused {
+                    stop_clock(r);
+                    r.status = SandboxStatus::Paused;
+                } else {
+                    r.status = SandboxStatus::Running;
+                    r.running_since.get_or_insert_with(chrono::Utc::now);
+                }
+            })
+            .await;
+        if paused {
+            return result.is_ok();
+        }
+        result.is_ok() && self.reattach(id).await
+    }
+
+    /// Snapshots caught mid-capture fail (never stay CREATING); half-done deletions finish.
+    async fn reconcile_snapshots(self: &Arc<Self>) -> Result<()> {
+        use sbx_store::SnapshotStatus;
+        for mut snap in self
+            .store
+            .snapshots_in_status(&[SnapshotStatus::Creating, SnapshotStatus::Deleting])?
+        {
+            if snap.status == SnapshotStatus::Creating {
+                snap.status = SnapshotStatus::Failed;
+                snap.error = Some("interrupted by a restart of sbxd".into());
+                snap.updated_at = chrono::Utc::now();
+                let _ = tokio::fs::remove_dir_all(self.snapshot_dir(snap.id)).await;
+                self.store.update_snapshot(&snap)?;
+            } else {
+                self.finish_delete(snap).await;
+            }
+        }
         Ok(())
     }
 

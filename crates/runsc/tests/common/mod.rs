@@ -67,6 +67,14 @@ impl Fake {
         Fake { dir, runsc }
     }
 
+    /// Creates runsc's state file for `id` (as a root container), so the
+    /// wrapper's exact-id guard lets commands on `id` through.
+    pub fn container(&self, id: &str) -> &Fake {
+        let p = self.root().join(format!("{id}_sandbox:{id}.state"));
+        std::fs::write(p, "{}").expect("write state file");
+        self
+    }
+
     /// The root dir as the wrapper passes it.
     pub fn root(&self) -> &Path {
         self.dir.path()

@@ -1,0 +1,280 @@
+//! Snapshots of memory and disk (gVisor checkpoint with the source left
+//! running), their expiry janitor, and cleanup.
+
+use super::{agent_error, Result, Service, ServiceError};
+use chrono::{Duration as ChronoDuration, Utc};
+use sbx_agent_proto::Request;
+use sbx_api_types::validate;
+use sbx_api_types::SandboxStatus;
+use sbx_store::{SandboxCursor, SnapshotRecord, SnapshotStatus};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use uuid::Uuid;
+
+/// One page of snapshots.
+#[derive(Debug)]
+pub struct SnapshotPage {
+    /// Items, newest first.
+    pub items: Vec<SnapshotRecord>,
+    /// Cursor of the next page.
+    pub next_cursor: Option<String>,
+}
+
+impl Service {
+    /// Directory holding a snapshot's files.
+    pub(super) fn snapshot_dir(&self, id: Uuid) -> PathBuf {
+        self.config.data_dir.join("snapshots").join(id.to_string())
+    }
+
+    /// `POST /v2/sandboxes/{id}/snapshots`: answers READY if the capture finishes quickly, else CREATING.
+    pub async fn snapshot_create(
+        self: &Arc<Self>,
+        workspace: &str,
+        id: Uuid,
+        name: Option<String>,
+    ) -> Result<SnapshotRecord> {
+        let name = name.filter(|n| !n.is_empty());
+        if let Some(n) = &name {
+            validate::name("name", n)?;
+        }
+        let source = self.load(workspace, id)?;
+        if source.status != SandboxStatus::Running {
+            return Err(ServiceError::WrongState(source.status.as_str()));
+        }
+        let now = Utc::now();
+        let record = SnapshotRecord {
+            id: Uuid::new_v4(),
+            workspace: workspace.to_string(),
+            name: name.clone(),
+            source_sandbox: id,
+            status: SnapshotStatus::Creating,
+            vcpu: source.vcpu,
+            memory_mb: source.memory_mb,
+            environment: source.environment.clone(),
+            secrets: source.secrets.clone(),
+            image_ref: source.image_ref.clone(),
+            source_image_id: self.image_id.clone(),
+            compatibility_id: self.runtime.compatibility_id(),
+            stored_bytes: 0,
+            created_at: now,
+            updated_at: now,
+            expires_at: now
+                + ChronoDuration::from_std(self.config.limits.snapshot_ttl)
+                    .unwrap_or(ChronoDuration::days(7)),
+            error: None,
+        };
+        if self.store.create_snapshot(&record, now)?.is_some() {
+            return Err(ServiceError::SnapshotNameTaken(name.unwrap_or_default()));
+        }
+        let (tx, mut rx) = tokio::sync::watch::channel(false);
+        let this = self.clone();
+        let snap_id = record.id;
+        tokio::spawn(async move {
+            this.capture(snap_id, id).await;
+            let _ = tx.send(true);
+        });
+        let _ =
+            tokio::time::timeout(self.config.limits.create_sync_wait, rx.wait_for(|d| *d)).await;
+        self.store
+            .get_snapshot(snap_id)?
+            .ok_or(ServiceError::SnapshotNotFound)
+    }
+
+    async fn capture(self: &Arc<Self>, snap_id: Uuid, sandbox: Uuid) {
+        let result = self.capture_inner(snap_id, sandbox).await;
+        let Ok(Some(mut snap)) = self.store.get_snapshot(snap_id) else {
+            return;
+        };
+        let dir = self.snapshot_dir(snap_id);
+        if snap.status != SnapshotStatus::Creating {
+            // Deleted while capturing: drop the files.
+            let _ = tokio::fs::remove_dir_all(&dir).await;
+            return;
+        }
+        snap.updated_at = Utc::now();
+        match result {
+            Ok(bytes) => {
+                snap.status = SnapshotStatus::Ready;
+                snap.stored_bytes = bytes;
+                tracing::info!(snapshot = %snap_id, %sandbox, bytes, "snapshot ready");
+            }
+            Err(e) => {
+                tracing::warn!(snapshot = %snap_id, %sandbox, error = %e, "snapshot failed");
+                snap.status = SnapshotStatus::Failed;
+                snap.error = Some(e.to_string());
+                let _ = tokio::fs::remove_dir_all(&dir).await;
+            }
+        }
+        if let Err(e) = self.store.update_snapshot(&snap) {
+            tracing::error!(snapshot = %snap_id, error = %e, "recording snapshot result");
+        }
+    }
+
+    async fn capture_inner(self: &Arc<Self>, snap_id: Uuid, sandbox: Uuid) -> Result<u64> {
+        let lock = self.lock_for(sandbox);
+        let _guard = lock.lock().await;
+        let current = self
+            .store
+            .get_sandbox(sandbox)?
+            .ok_or(ServiceError::SandboxNotFound)?;
+        if current.status != SandboxStatus::Running {
+            return Err(ServiceError::WrongState(current.status.as_str()));
+        }
+        // Crash consistency: flush what the guest holds in its page cache first.
+        // Then close the agent connection: a checkpoint taken while the relay
+        // process runs would hold its host pipes and could not be restored.
+        let conn = match self.cached_agent(sandbox) {
+            Some(conn) => conn,
+            None => self.runtime.connect(sandbox).await.map_err(|e| {
+                ServiceError::Unavailable(format!("sandbox agent unreachable: {e}"))
+            })?,
+        };
+        let synced = conn.call(Request::Sync).await.map_err(agent_error);
+        conn.shutdown().await;
+        self.forget_agent(sandbox);
+        let dir = self.snapshot_dir(snap_id);
+        let result = async {
+            synced?;
+            tokio::fs::create_dir_all(&dir)
+                .await
+                .map_err(|e| ServiceError::Unavailable(format!("snapshot storage: {e}")))?;
+            self.runtime
+                .checkpoint(sandbox, dir.join("checkpoint"))
+                .await
+                .map_err(|e| ServiceError::Internal(format!("checkpoint failed: {e}")))
+        }
+        .await;
+        // Reconnect whatever happened, so the source keeps serving.
+        if let Err(e) = self.attach_locked(sandbox).await {
+            tracing::warn!(%sandbox, error = %e, "reconnecting after snapshot");
+        }
+        result?;
+        Ok(dir_size(&dir))
+    }
+
+    /// `GET /v2/snapshots/{id}`.
+    pub fn snapshot_get(&self, workspace: &str, id: Uuid) -> Result<SnapshotRecord> {
+        match self.store.get_snapshot(id)? {
+            Some(s) if s.workspace == workspace && s.status != SnapshotStatus::Deleted => Ok(s),
+            _ => Err(ServiceError::SnapshotNotFound),
+        }
+    }
+
+    /// `GET /v2/snapshots`.
+    pub fn snapshot_list(
+        &self,
+        workspace: &str,
+        name: Option<&str>,
+        limit: u32,
+        cursor: Option<&str>,
+    ) -> Result<SnapshotPage> {
+        if let Some(n) = name {
+            validate::name("name", n)?;
+        }
+        let after = cursor.map(super::lifecycle::parse_cursor).transpose()?;
+        let mut items = self
+            .store
+            .list_snapshots(workspace, name, limit + 1, after.as_ref())?;
+        let more = items.len() > limit as usize;
+        items.truncate(limit as usize);
+        let next_cursor = if more {
+            items.last().map(|s| {
+                super::lifecycle::format_cursor(&SandboxCursor {
+                    created_at_ms: s.created_at.timestamp_millis(),
+                    id: s.id,
+                })
+            })
+        } else {
+            None
+        };
+        Ok(SnapshotPage { items, next_cursor })
+    }
+
+    /// `DELETE /v2/snapshots/{id}`: safe to repeat; frees the files.
+    pub async fn snapshot_delete(&self, workspace: &str, id: Uuid) -> Result<()> {
+        let mut snap = match self.store.get_snapshot(id)? {
+            Some(s) if s.workspace == workspace => s,
+            _ => return Err(ServiceError::SnapshotNotFound),
+        };
+        if snap.status == SnapshotStatus::Deleted {
+            return Ok(());
+        }
+        snap.status = SnapshotStatus::Deleting;
+        snap.updated_at = Utc::now();
+        self.store.update_snapshot(&snap)?;
+        self.finish_delete(snap).await;
+        Ok(())
+    }
+
+    pub(super) async fn finish_delete(&self, mut snap: SnapshotRecord) {
+        let dir = self.snapshot_dir(snap.id);
+        match tokio::fs::remove_dir_all(&dir).await {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::error!(snapshot = %snap.id, error = %e, "removing snapshot files; will retry");
+                return;
+            }
+        }
+        snap.status = SnapshotStatus::Deleted;
+        snap.stored_bytes = 0;
+        snap.updated_at = Utc::now();
+        if let Err(e) = self.store.update_snapshot(&snap) {
+            tracing::error!(snapshot = %snap.id, error = %e, "recording snapshot deletion");
+        }
+    }
+
+    /// Deletes expired snapshots and retries unfinished deletions.
+    pub async fn snapshot_janitor(&self) {
+        let Ok(candidates) = self.store.snapshots_in_status(&[
+            SnapshotStatus::Ready,
+            SnapshotStatus::Failed,
+            SnapshotStatus::Deleting,
+        ]) else {
+            return;
+        };
+        let now = Utc::now();
+        for mut snap in candidates {
+            if snap.status == SnapshotStatus::Deleting || snap.expires_at <= now {
+                tracing::info!(snapshot = %snap.id, "deleting expired snapshot");
+                snap.status = SnapshotStatus::Deleting;
+                if self.store.update_snapshot(&snap).is_ok() {
+                    self.finish_delete(snap).await;
+                }
+            }
+        }
+    }
+
+    /// The checkpoint a clone restores from, if the snapshot is usable.
+    pub(super) fn clone_source(&self, workspace: &str, id: Uuid) -> Result<SnapshotRecord> {
+        let snap = match self.store.get_snapshot(id)? {
+            Some(s) if s.workspace == workspace => s,
+            _ => return Err(ServiceError::SnapshotNotFound),
+        };
+        match snap.status {
+            SnapshotStatus::Ready if snap.expires_at > Utc::now() => Ok(snap),
+            SnapshotStatus::Ready
+            | SnapshotStatus::Deleted
+            | SnapshotStatus::Deleting
+            | SnapshotStatus::Lost => Err(ServiceError::SnapshotNotFound),
+            SnapshotStatus::Creating | SnapshotStatus::Failed => {
+                Err(ServiceError::SnapshotNotReady(snap.status.as_str()))
+            }
+        }
+    }
+}
+
+/// Bytes used by the files under `dir`.
+fn dir_size(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .filter_map(|e| e.ok())
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => dir_size(&e.path()),
+            Ok(m) => std::os::unix::fs::MetadataExt::blocks(&m) * 512,
+            Err(_) => 0,
+        })
+        .sum()
+}
