@@ -222,8 +222,8 @@ pub fn prepare(spec: &CommandSpec, env: BTreeMap<String, String>) -> Result<Prep
     })
 }
 
-/// A `Command` that runs `p` in a new session with stdin from `/dev/null`
-/// and stdout/stderr piped.
+/// A `Command` that runs `p` in its own process group (so the whole group can
+/// be signalled) with stdin from `/dev/null` and stdout/stderr piped.
 pub fn command(p: &Prepared) -> Command {
     let mut cmd = Command::new(&p.program);
     if let Some(a0) = p.argv.first() {
@@ -236,15 +236,11 @@ pub fn command(p: &Prepared) -> Command {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    // SAFETY: setsid is async-signal-safe and touches no memory.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::setsid() < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    // process_group instead of a pre_exec(setsid) hook: with no hook, std
+    // starts the child with posix_spawn (clone(CLONE_VFORK)) instead of a full
+    // fork of this multi-threaded agent, which under gVisor is the difference
+    // between ~15 ms and ~35 ms per command.
+    cmd.process_group(0);
     cmd
 }
 

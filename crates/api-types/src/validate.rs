@@ -155,6 +155,18 @@ pub fn file_path(value: &str) -> Result<(), ValidationError> {
     if value.len() > MAX_PATH_BYTES || value.contains('\0') {
         return Err(bad("path", "must be at most 4096 bytes without NUL"));
     }
+    if value.len() > 1 && value.ends_with('/') {
+        return Err(bad("path", "must not end with '/'"));
+    }
+    if value[1..]
+        .split('/')
+        .any(|c| c.is_empty() || c == "." || c == "..")
+    {
+        return Err(bad(
+            "path",
+            "must be normalised: no empty, '.' or '..' components",
+        ));
+    }
     Ok(())
 }
 
@@ -304,7 +316,11 @@ mod tests {
         assert!(file_mode(Some("1777")).is_err());
         assert!(file_mode(Some("9")).is_err());
         assert!(file_path("relative").is_err());
-        assert!(file_path("/ok/../x").is_ok());
+        assert!(file_path("/ok/x").is_ok());
+        assert!(file_path("/").is_ok());
+        for p in ["/ok/../x", "/a//b", "/a/./b", "/a/", "/.."] {
+            assert!(file_path(p).is_err(), "{p}");
+        }
         assert!(cwd("").unwrap().is_none());
         assert!(cwd("tmp").is_err());
         assert_eq!(list_limit(None).unwrap(), 50);

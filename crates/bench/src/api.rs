@@ -14,14 +14,13 @@ use crate::stats::Unsupported;
 
 /// Upper bound on any wait for a state (RUNNING, TERMINATED, READY...).
 const STATE_DEADLINE: Duration = Duration::from_secs(180);
-/// Request chunk size of streamed uploads.
-const UPLOAD_CHUNK: usize = 256 * 1024;
 
 /// A client of one sbxd, remembering what it created so it can remove it.
 pub struct Api {
     http: reqwest::Client,
     base: String,
     poll: Duration,
+    upload_chunk: usize,
     sandboxes: Mutex<BTreeSet<String>>,
     snapshots: Mutex<BTreeSet<String>>,
 }
@@ -53,8 +52,10 @@ fn unsupported(status: StatusCode, code: &str) -> bool {
 }
 
 impl Api {
-    /// A client of `base` (e.g. `http://127.0.0.1:8731`) polling every `poll`.
-    pub fn new(base: &str, poll: Duration) -> Result<Self> {
+    /// A client of `base` (e.g. `http://127.0.0.1:8731`) polling every
+    /// `poll`. Uploads are sent chunked in pieces of `upload_chunk` bytes, or
+    /// as one body with a Content-Length when it is 0.
+    pub fn new(base: &str, poll: Duration, upload_chunk: usize) -> Result<Self> {
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(300))
             .pool_max_idle_per_host(4)
@@ -63,6 +64,7 @@ impl Api {
             http,
             base: base.trim_end_matches('/').to_string(),
             poll,
+            upload_chunk,
             sandboxes: Mutex::new(BTreeSet::new()),
             snapshots: Mutex::new(BTreeSet::new()),
         })
@@ -292,11 +294,16 @@ impl Api {
 
     /// `PUT .../files?path=` streaming `data` from memory; returns bytesWritten.
     pub async fn upload(&self, id: &str, path: &str, data: &Bytes) -> Result<u64> {
-        let chunks: Vec<std::io::Result<Bytes>> = (0..data.len())
-            .step_by(UPLOAD_CHUNK)
-            .map(|o| Ok(data.slice(o..(o + UPLOAD_CHUNK).min(data.len()))))
-            .collect();
-        let body = reqwest::Body::wrap_stream(futures::stream::iter(chunks));
+        let body = match self.upload_chunk {
+            0 => reqwest::Body::from(data.clone()),
+            size => {
+                let chunks: Vec<std::io::Result<Bytes>> = (0..data.len())
+                    .step_by(size)
+                    .map(|o| Ok(data.slice(o..(o + size).min(data.len()))))
+                    .collect();
+                reqwest::Body::wrap_stream(futures::stream::iter(chunks))
+            }
+        };
         let p = format!("/v2/sandboxes/{id}/files");
         let resp = self
             .http

@@ -13,6 +13,7 @@
 
 mod api;
 mod raw;
+mod reaper;
 mod stats;
 mod sys;
 
@@ -112,6 +113,18 @@ struct Args {
     /// Interval of client-side status polling, in ms.
     #[arg(long, default_value_t = 10)]
     poll_ms: u64,
+    /// Do not act as child subreaper for the raw sandboxes (sbxd is one; without
+    /// it raw `delete` waits for the host's init to reap, ~1.5 s on some hosts).
+    #[arg(long)]
+    no_subreaper: bool,
+    /// `--compression=` of the raw `runsc checkpoint` (sbxd uses `none`;
+    /// empty = runsc's default, flate-best-speed).
+    #[arg(long, default_value = "none")]
+    raw_compression: String,
+    /// Uploads are streamed (chunked transfer encoding) in pieces of this
+    /// many KiB; 0 sends one body with a Content-Length.
+    #[arg(long, default_value_t = 256)]
+    upload_chunk_kib: usize,
 }
 
 /// Expands and checks `--scenarios`.
@@ -190,6 +203,7 @@ struct Bench {
     rows: BTreeMap<&'static str, Row>,
     notes: Vec<String>,
     sbxd_pid: Option<u32>,
+    raw_compression: String,
 }
 
 impl Bench {
@@ -387,6 +401,18 @@ impl Bench {
     /// `snapshot-idle`, `clone` (from the last idle snapshot), then
     /// `snapshot-50MB` after writing 50 MB inside.
     async fn snapshots(&mut self, sbx: &Result<String, Failure>, raw: &Result<String, Failure>) {
+        if self.wants("snapshot-idle") || self.wants("snapshot-50MB") {
+            let compression = match self.raw_compression.as_str() {
+                "" => "runsc's default compression".to_string(),
+                c => format!("`--compression={c}`"),
+            };
+            self.notes.push(format!(
+                "snapshots: sbx = POST .../snapshots until READY (201, or 202 then GET \
+                 /v2/snapshots/{{id}}); raw = `runsc checkpoint --leave-running` with \
+                 {compression} (sbxd uses none). snapshot-50MB is taken after writing 50 MB of \
+                 /dev/urandom to /root inside (root overlay)."
+            ));
+        }
         // Idle snapshots; the last one of each side is kept for `clone`.
         let mut idle = Row::new("snapshot-idle", Kind::Latency, Target::None);
         seed(&mut idle, sbx, raw);
@@ -415,7 +441,7 @@ impl Bench {
             }
             if let (true, Ok(cid)) = (idle.raw.active(), raw) {
                 let image = self.raw.image_dir(&format!("idle-{i:03}"));
-                match timed(self.raw.checkpoint(cid, &image)).await {
+                match timed(self.raw.checkpoint(cid, &image, &self.raw_compression)).await {
                     Ok(d) => {
                         idle.raw.take(i, self.warm, Ok(d));
                         if let Some(old) = raw_image.replace(image) {
@@ -512,18 +538,11 @@ impl Bench {
                 }
                 if let (true, Ok(cid)) = (big.raw.active(), raw) {
                     let image = self.raw.image_dir(&format!("50mb-{i:03}"));
-                    let r = timed(self.raw.checkpoint(cid, &image)).await;
+                    let r = timed(self.raw.checkpoint(cid, &image, &self.raw_compression)).await;
                     let _ = std::fs::remove_dir_all(&image);
                     big.raw.take(i, self.warm, r);
                 }
             }
-            self.notes.push(
-                "snapshots: sbx = POST .../snapshots until READY (201, or 202 then GET \
-                 /v2/snapshots/{id}); raw = `runsc checkpoint --leave-running` with runsc's \
-                 default compression (flate-best-speed). snapshot-50MB is taken after writing \
-                 50 MB of /dev/urandom to /root inside (root overlay)."
-                    .into(),
-            );
             self.put("snapshot-50MB", big);
         }
     }
@@ -744,7 +763,11 @@ async fn main() -> Result<()> {
     if !agent_dir.join("sbx-agent").is_file() {
         bail!("{} has no sbx-agent", agent_dir.display());
     }
-    let api = Api::new(&args.url, Duration::from_millis(args.poll_ms.max(1)))?;
+    let api = Api::new(
+        &args.url,
+        Duration::from_millis(args.poll_ms.max(1)),
+        args.upload_chunk_kib * 1024,
+    )?;
     api.health()
         .await
         .with_context(|| format!("sbxd is not answering at {}", args.url))?;
@@ -776,6 +799,7 @@ async fn main() -> Result<()> {
         &tag,
         shape,
     )?;
+    let subreaper = !args.no_subreaper && reaper::start();
     let machine = sys::machine_line(&args.runsc);
     let started = chrono::Utc::now().format("%Y-%m-%d %H:%M UTC").to_string();
     eprintln!(
@@ -794,7 +818,24 @@ async fn main() -> Result<()> {
         rows: BTreeMap::new(),
         notes: Vec::new(),
         sbxd_pid,
+        raw_compression: args.raw_compression.clone(),
     };
+    bench.notes.push(match args.upload_chunk_kib {
+        0 => "sbx uploads are sent as one body with a Content-Length.".to_string(),
+        k => format!(
+            "sbx uploads are streamed from memory with chunked transfer encoding, {k} KiB per \
+             chunk (`--upload-chunk-kib`; sbxd's upload rate depends on it)."
+        ),
+    });
+    bench.notes.push(if subreaper {
+        "The bench is a child subreaper that reaps runsc sandbox/gofer zombies every 20 ms, as \
+         sbxd does, so raw `delete` does not wait for the host's init."
+            .into()
+    } else {
+        "The bench is NOT a child subreaper: raw `delete --force` waits for the host's init to \
+         reap the sandbox processes (sbxd reaps its own)."
+            .into()
+    });
 
     let interrupted = {
         let b = &mut bench;
@@ -834,6 +875,9 @@ async fn main() -> Result<()> {
     );
     if !leftovers.is_empty() {
         bail!("cleanup left {} item(s) behind", leftovers.len());
+    }
+    if interrupted {
+        std::process::exit(130);
     }
     Ok(())
 }

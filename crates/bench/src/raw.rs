@@ -282,16 +282,16 @@ impl Raw {
         Ok(self.rs.resume(cid).await?)
     }
 
-    /// `runsc checkpoint --image-path=IMAGE --leave-running` (runsc's
-    /// default compression).
-    pub async fn checkpoint(&self, cid: &str, image: &Path) -> Result<()> {
+    /// `runsc checkpoint --image-path=IMAGE --leave-running
+    /// [--compression=C]` (sbxd passes `none`).
+    pub async fn checkpoint(&self, cid: &str, image: &Path, compression: &str) -> Result<()> {
         if let Some(parent) = image.parent() {
             std::fs::create_dir_all(parent)?;
         }
         let opts = CheckpointOptions {
             image_path: image.to_path_buf(),
             leave_running: true,
-            compression: None,
+            compression: (!compression.is_empty()).then(|| compression.to_string()),
         };
         Ok(self.rs.checkpoint(cid, &opts).await?)
     }

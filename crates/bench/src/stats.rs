@@ -165,6 +165,10 @@ impl Row {
                 s
             };
         }
+        // Why there is no number is told once, in the p50 cell.
+        if p != 50.0 {
+            return "—".into();
+        }
         match &side.failure {
             Some(Failure::Unsupported(code)) => format!("n/a (server: {code})"),
             Some(Failure::Error(_)) => "error (see notes)".into(),

@@ -275,4 +275,25 @@ mod tests {
             Err(ResolveError::NotFound { .. })
         ));
     }
+
+    #[test]
+    fn snapshots_by_name_skip_deleted_ones() {
+        let snap = |n: u128, name: &str, status: &str| -> Snapshot {
+            serde_json::from_value(serde_json::json!({
+                "id": Uuid::from_u128(n), "name": name, "sourceImageId": "x", "status": status,
+                "resources": {"vcpu": 1, "memoryMb": 1024}, "createdAt": "2026-07-30T12:00:00Z"
+            }))
+            .unwrap()
+        };
+        let list = vec![
+            snap(1, "deps", "DELETED"),
+            snap(2, "deps", "READY"),
+            snap(3, "gone", "FAILED"),
+        ];
+        assert_eq!(pick_snapshot("deps", &list), Ok(Uuid::from_u128(2)));
+        assert!(matches!(
+            pick_snapshot("gone", &list),
+            Err(ResolveError::NotFound { inactive: 1, .. })
+        ));
+    }
 }

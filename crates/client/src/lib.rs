@@ -742,11 +742,16 @@ impl Client {
     // ---- secrets ---------------------------------------------------------------------
 
     /// `PUT /v1/secrets/{name}` with `{"value": ...}`: creates or replaces a secret.
-    pub async fn secret_set(&self, name: &str, value: &str) -> Result<(), ClientError> {
+    /// Returns the secret's names and times when the server sends them (never the value).
+    pub async fn secret_set(
+        &self,
+        name: &str,
+        value: &str,
+    ) -> Result<Option<SecretInfo>, ClientError> {
         let rb = self
             .request(Method::PUT, &["v1", "secrets", name])
             .json(&serde_json::json!({ "value": value }));
-        self.send(rb).await.map(drop)
+        Self::optional_data(self.send(rb).await?).await
     }
 
     /// `GET /v1/secrets`: names and times (values are never returned).

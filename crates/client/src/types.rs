@@ -173,6 +173,9 @@ pub struct Snapshot {
     /// Why it failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// sbx extra: the sandbox the snapshot was taken from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_sandbox_id: Option<Uuid>,
 }
 
 /// A workspace secret as listed (values are never returned).

@@ -599,3 +599,24 @@ async fn snapshots_pause_and_secrets() {
         assert_eq!(s.headers["content-type"], "application/json", "{}", s.uri);
     }
 }
+
+#[tokio::test]
+async fn an_upload_refused_early_reports_the_api_error() {
+    let (url, _) = serve(Router::new().route(
+        "/v2/sandboxes/{id}/files",
+        put(|| async {
+            json_resp(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                json!({"errors": [{"code": "sandbox_file_too_large", "message": "over 100 MiB"}]}),
+            )
+        }),
+    ))
+    .await;
+    let client = Client::new(&url, None).unwrap();
+    let reader = tokio::io::repeat(0).take(200 * 1024 * 1024);
+    let err = client
+        .upload(sid(), "/big", None, reader)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("sandbox_file_too_large"), "{err:?}");
+}

@@ -102,7 +102,7 @@ async fn main() -> anyhow::Result<()> {
         for n in 0u64.. {
             tick.tick().await;
             sweeper.enforce_runtime_limits().await;
-            if n % 30 == 0 {
+            if n % 2 == 0 {
                 sweeper.snapshot_janitor().await;
             }
         }

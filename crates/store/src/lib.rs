@@ -32,7 +32,7 @@ pub enum CreateOutcome {
     /// The new row was inserted.
     Created,
     /// An active sandbox already holds the name; here it is.
-    NameHeld(SandboxRecord),
+    NameHeld(Box<SandboxRecord>),
 }
 
 /// Cursor position for sandbox listing (newest first).

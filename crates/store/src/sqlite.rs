@@ -183,7 +183,7 @@ impl Store for SqliteStore {
             )
             .optional()?;
         if let Some(existing) = existing {
-            return Ok(CreateOutcome::NameHeld(existing));
+            return Ok(CreateOutcome::NameHeld(Box::new(existing)));
         }
         tx.execute(
             &format!("INSERT INTO sandboxes ({SANDBOX_COLUMNS}, active) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17)"),
@@ -371,7 +371,7 @@ mod tests {
         let b = record("n", 2);
         assert_eq!(
             store.create_sandbox(&b).unwrap(),
-            CreateOutcome::NameHeld(a.clone())
+            CreateOutcome::NameHeld(Box::new(a.clone()))
         );
         let mut done = a.clone();
         done.status = SandboxStatus::Terminated;

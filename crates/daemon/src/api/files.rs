@@ -31,11 +31,20 @@ pub async fn upload(
     Extension(ws): Extension<Workspace>,
     Path(id): Path<String>,
     RawQuery(q): RawQuery,
+    headers: axum::http::HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id, "sandboxId")?;
     let q: PathQuery = parse_query(q.as_deref())?;
     let path = required_path(&q)?;
+    // No Content-Length and no chunked encoding: there is no body at all (an
+    // empty file is sent as `Content-Length: 0`).
+    if !headers.contains_key("content-length") && !headers.contains_key("transfer-encoding") {
+        return Err(ApiError::new(
+            ErrorCode::MissingField,
+            "the request has no body; send the file's bytes",
+        ));
+    }
     let stream = body.into_data_stream();
     let written = svc
         .upload(&ws.0, id, &path, q.mode.as_deref(), stream)

@@ -189,7 +189,16 @@ pub async fn stream(
                 Some(StreamItem::End(Reply::StreamEnd { .. }, _)) | Some(StreamItem::End(..)) => {
                     break
                 }
-                Some(StreamItem::Failed(e)) => error_frame("internal_error", &e.message),
+                Some(StreamItem::Failed(e)) => {
+                    let code = match e.code {
+                        sbx_agent_proto::AgentErrorCode::OutputNotRetained => {
+                            "sandbox_process_output_not_retained"
+                        }
+                        sbx_agent_proto::AgentErrorCode::NotFound => "sandbox_process_not_found",
+                        _ => "internal_error",
+                    };
+                    error_frame(code, &e.message)
+                }
                 None => error_frame(
                     "compute_unavailable",
                     "the connection to the sandbox closed",

@@ -72,6 +72,25 @@ pub async fn get(
     ))
 }
 
+/// `GET /v1/sandboxes/{id}`: the v2 resource plus sbx extras (environment, secret names, runtime used).
+pub async fn detail(
+    State(svc): State<AppState>,
+    Extension(ws): Extension<Workspace>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = parse_id(&id, "sandboxId")?;
+    let r = svc.get(&ws.0, id)?;
+    let detail = sbx_api_types::SandboxDetail {
+        sandbox: envelope::sandbox(&r, svc.vpc_id()),
+        environment: r.environment.clone(),
+        secrets: r.secrets.clone(),
+        snapshot_id: r.snapshot_id,
+        active_runtime_ms: r.active_runtime_ms(chrono::Utc::now()),
+        active_runtime_limit_ms: svc.config().limits.active_runtime.as_millis() as u64,
+    };
+    Ok(envelope::data(StatusCode::OK, detail))
+}
+
 /// `DELETE /v2/sandboxes/{id}`
 pub async fn destroy(
     State(svc): State<AppState>,

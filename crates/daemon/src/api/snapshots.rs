@@ -81,7 +81,7 @@ pub async fn create(
         _ => {
             return Err(ApiError::new(
                 ErrorCode::InternalError,
-                format!("snapshot failed: {}", s.error.unwrap_or_default()),
+                format!("snapshot {} failed: {}", s.id, s.error.unwrap_or_default()),
             ))
         }
     };

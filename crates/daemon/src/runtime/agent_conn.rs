@@ -38,6 +38,13 @@ enum Pending {
     Stream(mpsc::Sender<StreamItem>),
 }
 
+/// A request to stop a connection's transport; fire `done` once it has stopped.
+#[derive(Debug)]
+pub struct Closing {
+    /// Signalled when the transport is gone.
+    pub done: oneshot::Sender<()>,
+}
+
 /// One item of a streaming request.
 #[derive(Debug)]
 pub enum StreamItem {
@@ -53,7 +60,7 @@ type Writer = Box<dyn AsyncWrite + Send + Unpin>;
 
 struct Inner {
     /// Kills the transport (the relay process) when fired.
-    closer: Mutex<Option<oneshot::Sender<()>>>,
+    closer: Mutex<Option<oneshot::Sender<Closing>>>,
     writer: tokio::sync::Mutex<Writer>,
     pending: Mutex<HashMap<u64, Pending>>,
     next_id: AtomicU64,
@@ -85,8 +92,8 @@ impl AgentConn {
         AgentConn { inner }
     }
 
-    /// Wraps a stream whose transport is stopped by firing the returned receiver's sender.
-    pub fn with_closer<R, W>(reader: R, writer: W) -> (Self, oneshot::Receiver<()>)
+    /// Wraps a stream whose transport is told to stop through the returned receiver.
+    pub fn with_closer<R, W>(reader: R, writer: W) -> (Self, oneshot::Receiver<Closing>)
     where
         R: AsyncRead + Send + Unpin + 'static,
         W: AsyncWrite + Send + Unpin + 'static,
@@ -99,17 +106,21 @@ impl AgentConn {
 
     /// Stops the transport: closes our end of the stream (the agent side sees
     /// EOF) and stops the relay process. Pending and later calls fail with `Closed`.
+    /// Returns once the transport reports it has stopped.
     pub async fn shutdown(&self) {
         *self.inner.writer.lock().await = Box::new(tokio::io::sink());
-        let _ = self.inner.closed.send(true);
-        if let Some(tx) = self
+        let _ = self.inner.closed.send_replace(true);
+        let closer = self
             .inner
             .closer
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
-            let _ = tx.send(());
+            .take();
+        if let Some(tx) = closer {
+            let (done, stopped) = oneshot::channel();
+            if tx.send(Closing { done }).is_ok() {
+                let _ = stopped.await;
+            }
         }
     }
 
@@ -343,7 +354,7 @@ async fn read_loop<R: AsyncRead + Unpin>(mut reader: R, inner: Arc<Inner>) {
             None => {}
         }
     }
-    let _ = inner.closed.send(true);
+    let _ = inner.closed.send_replace(true);
     // Dropping the senders wakes every waiter with "closed".
     inner
         .pending

@@ -19,6 +19,8 @@ use uuid::Uuid;
 pub const CONTAINER_PREFIX: &str = "sbx-";
 /// Parent cgroup of every sandbox.
 pub const CGROUP_PARENT: &str = "sbx";
+/// How long a closed relay gets to exit before it is killed.
+const RELAY_EXIT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long `start` waits for the agent to answer after runsc reports running.
 const AGENT_READY_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -166,12 +168,18 @@ impl GvisorRuntime {
             return Err(RuntimeError::AgentNotReady("relay has no stdio".into()));
         };
         let (conn, close) = AgentConn::with_closer(stdout, stdin);
-        // Reap the relay when it exits; kill it when the connection is shut down.
+        // Reap the relay when it exits. On shutdown our end of its stdin is
+        // already closed, so the relay inside the sandbox sees EOF and exits, and
+        // `runsc exec` returns after it: waiting for that (instead of killing
+        // `runsc exec`) tells us the in-sandbox process is gone.
         tokio::spawn(async move {
             tokio::select! {
                 _ = child.wait() => {}
-                _ = close => {
-                    let _ = child.kill().await;
+                Ok(closing) = close => {
+                    if tokio::time::timeout(RELAY_EXIT_TIMEOUT, child.wait()).await.is_err() {
+                        let _ = child.kill().await;
+                    }
+                    let _ = closing.done.send(());
                 }
             }
         });
@@ -249,19 +257,6 @@ impl GvisorRuntime {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn exec_processes_are_told_apart_from_guest_ones() {
-        let idle = "UID PID PPID C TTY STIME TIME CMD\n0 1 0 9 ? 08:23 0s sbx-agent\n0 7 1 0 ? 08:23 0s sleep\n";
-        assert!(!has_exec_process(idle));
-        let relay = format!("{idle}0 4 0 54 ? 08:23 30ms sbx-agent\n");
-        assert!(has_exec_process(&relay));
-    }
-}
-
 impl Runtime for GvisorRuntime {
     fn start(&self, spec: SandboxSpec) -> BoxFuture<'_, Result<AgentConn, RuntimeError>> {
         self.start_inner(spec).boxed()
@@ -298,6 +293,31 @@ impl Runtime for GvisorRuntime {
             }
         }
         .boxed()
+    }
+
+    fn death_reason(&self, id: Uuid) -> Option<String> {
+        let cid = container_id(id);
+        let mount = Path::new(sbx_runsc::cleanup::DEFAULT_CGROUP_MOUNT);
+        // Both cgroup versions count OOM kills as an `oom_kill N` line:
+        // v1 in memory.oom_control, v2 in memory.events.
+        let oom_killed = |file: std::path::PathBuf| {
+            std::fs::read_to_string(file).ok().is_some_and(|s| {
+                s.lines().any(|l| {
+                    l.strip_prefix("oom_kill ")
+                        .and_then(|n| n.trim().parse::<u64>().ok())
+                        .is_some_and(|n| n > 0)
+                })
+            })
+        };
+        let v1_hit = oom_killed(
+            mount
+                .join("memory")
+                .join(CGROUP_PARENT)
+                .join(&cid)
+                .join("memory.oom_control"),
+        );
+        let v2_hit = oom_killed(mount.join(CGROUP_PARENT).join(&cid).join("memory.events"));
+        (v1_hit || v2_hit).then(|| "sandbox exceeded its memory limit and was stopped".to_string())
     }
 
     fn destroy(&self, id: Uuid) -> BoxFuture<'_, Result<(), RuntimeError>> {
@@ -343,5 +363,18 @@ impl Runtime for GvisorRuntime {
 
     fn console_log(&self, id: Uuid) -> PathBuf {
         self.dir(id).join("console.log")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exec_processes_are_told_apart_from_guest_ones() {
+        let idle = "UID PID PPID C TTY STIME TIME CMD\n0 1 0 9 ? 08:23 0s sbx-agent\n0 7 1 0 ? 08:23 0s sleep\n";
+        assert!(!has_exec_process(idle));
+        let relay = format!("{idle}0 4 0 54 ? 08:23 30ms sbx-agent\n");
+        assert!(has_exec_process(&relay));
     }
 }

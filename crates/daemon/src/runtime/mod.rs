@@ -50,6 +50,8 @@ pub trait Runtime: Send + Sync {
     fn is_alive(&self, id: Uuid) -> BoxFuture<'_, Result<bool, RuntimeError>>;
     /// Whether the container is paused (`None` when it does not exist).
     fn is_paused(&self, id: Uuid) -> BoxFuture<'_, Result<Option<bool>, RuntimeError>>;
+    /// Why a sandbox that stopped on its own stopped, when the host can tell.
+    fn death_reason(&self, id: Uuid) -> Option<String>;
     /// Stops the sandbox and removes everything it left on the host. Safe to repeat.
     fn destroy(&self, id: Uuid) -> BoxFuture<'_, Result<(), RuntimeError>>;
     /// Ids of every sandbox the runtime has on this host (running or not).

@@ -291,9 +291,13 @@ impl Service {
         from_offset: Option<u64>,
     ) -> Result<AgentStream> {
         let conn = self.agent(workspace, id).await?;
-        // Fail before the stream starts when the process is unknown, so the
-        // caller gets a normal error response instead of an error frame.
-        self.process_get(workspace, id, process).await?;
+        // Fail before the stream starts when the process is unknown or its
+        // output is gone, so the caller gets a normal error response instead
+        // of an error frame.
+        let info = self.process_get(workspace, id, process).await?;
+        if !info.output_retained && from_offset.is_none() {
+            return Err(ServiceError::OutputNotRetained);
+        }
         conn.stream(Request::ProcessStream {
             process,
             tail_bytes,

@@ -25,6 +25,9 @@ fn file_error(path: &str, e: AgentCallError, limit: u64) -> ServiceError {
         AgentCallError::Agent(err) => match err.code {
             AgentErrorCode::NotFound => ServiceError::FileNotFound(path.to_string()),
             AgentErrorCode::TooLarge => ServiceError::FileTooLarge(limit),
+            // A failed filesystem call on the caller's path (mkdir over a file,
+            // list of a file) is the caller's to fix, not a server fault.
+            AgentErrorCode::Io => ServiceError::FileOperation(err.message),
             _ => agent_error(AgentCallError::Agent(err)),
         },
         other => agent_error(other),
@@ -59,6 +62,9 @@ impl Service {
             .map_err(|e| file_error(path, e, limit))?;
         let mut body = body;
         let mut total: u64 = 0;
+        // Small body chunks are merged into frames of UPLOAD_FRAME_BYTES: every
+        // frame costs copies and system calls inside gVisor; bytes are cheap.
+        let mut frame = Vec::with_capacity(UPLOAD_FRAME_BYTES);
         while let Some(chunk) = body.next().await {
             let chunk = chunk.map_err(|e| {
                 ServiceError::BadRequest(format!("reading the request body failed: {e}"))
@@ -68,12 +74,26 @@ impl Service {
                 // Dropping `upload` aborts it; the agent removes its temp file.
                 return Err(ServiceError::FileTooLarge(limit));
             }
-            for piece in chunk.chunks(UPLOAD_FRAME_BYTES) {
-                upload
-                    .send(piece.to_vec())
-                    .await
-                    .map_err(|e| file_error(path, e, limit))?;
+            let mut rest = &chunk[..];
+            while !rest.is_empty() {
+                let take = rest.len().min(UPLOAD_FRAME_BYTES - frame.len());
+                frame.extend_from_slice(&rest[..take]);
+                rest = &rest[take..];
+                if frame.len() == UPLOAD_FRAME_BYTES {
+                    let full =
+                        std::mem::replace(&mut frame, Vec::with_capacity(UPLOAD_FRAME_BYTES));
+                    upload
+                        .send(full)
+                        .await
+                        .map_err(|e| file_error(path, e, limit))?;
+                }
             }
+        }
+        if !frame.is_empty() {
+            upload
+                .send(frame)
+                .await
+                .map_err(|e| file_error(path, e, limit))?;
         }
         match upload
             .finish()

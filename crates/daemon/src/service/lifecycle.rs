@@ -23,7 +23,7 @@ pub enum CreateOutcome {
 #[derive(Debug)]
 pub enum DestroyOutcome {
     /// Teardown is in progress.
-    Terminating(SandboxRecord),
+    Terminating(Box<SandboxRecord>),
     /// Nothing is left.
     Terminated,
 }
@@ -142,7 +142,7 @@ impl Service {
         match self.store.create_sandbox(&record)? {
             sbx_store::CreateOutcome::NameHeld(existing) => {
                 if same_config(&existing, &record) {
-                    Ok(CreateOutcome::Existing(existing))
+                    Ok(CreateOutcome::Existing(*existing))
                 } else {
                     Err(ServiceError::NameTaken(record.name))
                 }
@@ -207,7 +207,7 @@ impl Service {
         let _ = tokio::time::timeout(std::time::Duration::from_secs(5), wait_done(done)).await;
         let now = self.load(workspace, id)?;
         Ok(match now.status {
-            SandboxStatus::Terminating => DestroyOutcome::Terminating(now),
+            SandboxStatus::Terminating => DestroyOutcome::Terminating(Box::new(now)),
             _ => DestroyOutcome::Terminated,
         })
     }
@@ -401,7 +401,10 @@ impl Service {
                     Ok(_) => return,
                     Err(e) => format!("sandbox agent stopped answering: {e}"),
                 },
-                _ => "sandbox stopped unexpectedly".to_string(),
+                _ => this
+                    .runtime
+                    .death_reason(id)
+                    .unwrap_or_else(|| "sandbox stopped unexpectedly".to_string()),
             };
             drop(guard);
             this.fail(id, reason).await;

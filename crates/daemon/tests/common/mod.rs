@@ -62,8 +62,10 @@ impl Daemon {
     /// (Re)starts the sbxd process on the same data dir and port.
     pub async fn spawn(&mut self) {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_sbxd"));
-        cmd.arg("--dev")
-            .arg("--listen")
+        if !self.extra_args.iter().any(|a| a == "--signing-key") {
+            cmd.arg("--dev");
+        }
+        cmd.arg("--listen")
             .arg(format!("127.0.0.1:{}", self.port))
             .arg("--data-dir")
             .arg(self.dir.path())
