@@ -158,9 +158,10 @@ pub fn file_path(value: &str) -> Result<(), ValidationError> {
     if value.len() > 1 && value.ends_with('/') {
         return Err(bad("path", "must not end with '/'"));
     }
-    if value[1..]
-        .split('/')
-        .any(|c| c.is_empty() || c == "." || c == "..")
+    if value != "/"
+        && value[1..]
+            .split('/')
+            .any(|c| c.is_empty() || c == "." || c == "..")
     {
         return Err(bad(
             "path",

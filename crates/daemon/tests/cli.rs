@@ -1,0 +1,123 @@
+//! The `sbx` CLI against a real sbxd.
+
+mod common;
+
+use common::Daemon;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn sbx_binary() -> PathBuf {
+    // Built by `cargo test --workspace` next to sbxd.
+    let sbxd = PathBuf::from(env!("CARGO_BIN_EXE_sbxd"));
+    let path = sbxd.with_file_name("sbx");
+    assert!(
+        path.exists(),
+        "{} missing: run the tests with --workspace (./scripts/test)",
+        path.display()
+    );
+    path
+}
+
+fn sbx(d: &Daemon, args: &[&str]) -> Output {
+    let out = Command::new(sbx_binary())
+        .arg("--url")
+        .arg(&d.base)
+        .args(args)
+        .output()
+        .expect("run sbx");
+    println!(
+        "sbx {args:?} -> {:?}\n{}{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+#[tokio::test]
+#[ignore = "needs root, runsc and the image; run ./scripts/test"]
+async fn cli_create_exec_files_destroy() {
+    let d = Daemon::start(&[]).await;
+    let out = sbx(&d, &["create", "--name", "cli-box", "-e", "GREETING=hi"]);
+    assert!(out.status.success());
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert_eq!(id.len(), 36, "create prints the id");
+
+    // exec prints output and exits with the command's code; names work as ids.
+    let out = sbx(
+        &d,
+        &[
+            "exec",
+            "cli-box",
+            "--",
+            "sh",
+            "-c",
+            "echo $GREETING; echo oops >&2; exit 5",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(5));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hi\n");
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "oops\n");
+
+    let list = sbx(&d, &["list"]);
+    assert!(String::from_utf8_lossy(&list.stdout).contains("cli-box"));
+    let get = sbx(&d, &["get", &id]);
+    assert!(String::from_utf8_lossy(&get.stdout).contains("RUNNING"));
+
+    // cp both ways, ls, mv, rm.
+    let dir = tempfile::tempdir().unwrap();
+    let local = dir.path().join("in.txt");
+    std::fs::write(&local, "file body").unwrap();
+    assert!(sbx(
+        &d,
+        &["cp", local.to_str().unwrap(), &format!("{id}:/tmp/in.txt")]
+    )
+    .status
+    .success());
+    let back = dir.path().join("back.txt");
+    assert!(sbx(
+        &d,
+        &["cp", &format!("{id}:/tmp/in.txt"), back.to_str().unwrap()]
+    )
+    .status
+    .success());
+    assert_eq!(std::fs::read_to_string(&back).unwrap(), "file body");
+    let ls = sbx(&d, &["ls", &format!("{id}:/tmp")]);
+    assert!(String::from_utf8_lossy(&ls.stdout).contains("in.txt"));
+    assert!(
+        sbx(&d, &["mv", &format!("{id}:/tmp/in.txt"), "/tmp/moved.txt"])
+            .status
+            .success()
+    );
+    assert!(sbx(&d, &["rm", &format!("{id}:/tmp/moved.txt")])
+        .status
+        .success());
+    let gone = sbx(
+        &d,
+        &[
+            "cp",
+            &format!("{id}:/tmp/moved.txt"),
+            back.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(gone.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&gone.stderr).contains("sandbox_file_not_found"));
+
+    // Errors carry the code and request id.
+    let bad = sbx(
+        &d,
+        &["create", "--name", "x", "--vcpu", "3", "--memory", "3072"],
+    );
+    assert_eq!(bad.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.contains("invalid_field_format") && err.contains("request"),
+        "{err}"
+    );
+
+    assert!(sbx(&d, &["destroy", &id]).status.success());
+    d.wait_status(&id, "TERMINATED", std::time::Duration::from_secs(30))
+        .await;
+    let after = sbx(&d, &["exec", &id, "--", "true"]);
+    assert_eq!(after.status.code(), Some(1));
+}
