@@ -165,6 +165,39 @@ pub enum Request {
     },
     /// Flush filesystem buffers (before a snapshot).
     Sync,
+    /// Long-lived: carry the in-sandbox proxies' connections (events
+    /// [`Event::NetDial`], [`Event::NetData`], [`Event::NetAck`], [`Event::NetClose`]).
+    /// Starts the proxies on first use; a newer `net_serve` (any connection) replaces
+    /// this one, which then ends with [`Reply::Ok`].
+    NetServe,
+    /// Answer to [`Event::NetDial`] (same id as the `net_serve`); no reply.
+    NetDialResult {
+        /// Proxy connection id.
+        conn: u64,
+        /// `None` when connected.
+        #[serde(default)]
+        error: Option<NetError>,
+    },
+    /// Bytes (payload) from the remote end for `conn` (same id as the `net_serve`); no reply.
+    NetData {
+        /// Proxy connection id.
+        conn: u64,
+    },
+    /// The daemon wrote `bytes` of `conn`'s data to the remote end: that much more credit.
+    NetAck {
+        /// Proxy connection id.
+        conn: u64,
+        /// Bytes consumed.
+        bytes: u64,
+    },
+    /// The remote end finished sending (`reset: false`) or the connection failed (`reset: true`).
+    NetClose {
+        /// Proxy connection id.
+        conn: u64,
+        /// Abort both directions at once.
+        #[serde(default)]
+        reset: bool,
+    },
 }
 
 /// Successful final answers.
@@ -249,7 +282,59 @@ pub enum Event {
     },
     /// Download bytes in the payload.
     FileData,
+    /// A proxy client wants a TCP connection to `host:port` (a name or an IP literal).
+    NetDial {
+        /// Proxy connection id chosen by the agent.
+        conn: u64,
+        /// Hostname or IP address as the client gave it.
+        host: String,
+        /// Destination port.
+        port: u16,
+    },
+    /// Bytes (payload) the sandbox client sent on `conn`.
+    NetData {
+        /// Proxy connection id.
+        conn: u64,
+    },
+    /// The agent wrote `bytes` of the daemon's data for `conn` to the client: more credit.
+    NetAck {
+        /// Proxy connection id.
+        conn: u64,
+        /// Bytes consumed.
+        bytes: u64,
+    },
+    /// The client finished sending (`reset: false`) or the connection failed (`reset: true`).
+    NetClose {
+        /// Proxy connection id.
+        conn: u64,
+        /// Abort both directions at once.
+        #[serde(default)]
+        reset: bool,
+    },
 }
+
+/// Why the daemon did not connect a proxied connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NetError {
+    /// The sandbox's network policy refuses the destination.
+    Denied,
+    /// The name did not resolve.
+    Resolve,
+    /// The destination refused the connection.
+    Refused,
+    /// No route to the destination.
+    Unreachable,
+    /// The dial timed out.
+    TimedOut,
+    /// Anything else (including: too many connections).
+    Failed,
+}
+
+/// Bytes one side may send on a proxied connection before the other side acknowledges them.
+pub const NET_WINDOW_BYTES: u64 = 512 * 1024;
+/// Largest payload of one `net_data` frame.
+pub const NET_CHUNK_BYTES: usize = 64 * 1024;
 
 /// Which output stream a chunk came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -15,10 +15,12 @@
 //! * [`files`]: stat, list, mkdir, remove, rename, download.
 //! * [`upload`]: chunked uploads finished by an atomic rename.
 //! * [`relay`]: stdio ⇄ socket bridge used by the daemon.
+//! * [`proxy`]: the HTTP and SOCKS5 egress proxies carried over `net_serve`.
 
 pub mod exec;
 pub mod files;
 pub mod procs;
+pub mod proxy;
 pub mod relay;
 pub mod ring;
 pub mod server;
@@ -62,6 +64,8 @@ pub struct Agent {
     pub env: spawn::Environment,
     /// Random id chosen at start.
     pub boot_id: Uuid,
+    /// Egress proxies (started by the first `net_serve`).
+    pub net: Arc<proxy::Net>,
 }
 
 impl Agent {
@@ -71,6 +75,7 @@ impl Agent {
             table: Arc::new(table::Table::new()),
             env: spawn::Environment::from_process(),
             boot_id: Uuid::new_v4(),
+            net: Arc::default(),
         })
     }
 }

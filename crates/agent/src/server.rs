@@ -353,6 +353,10 @@ impl Connection {
                     .await
                 }
             },
+            Request::NetDialResult { conn, error } => self.agent.net.dial_result(conn, error),
+            Request::NetData { conn } => self.agent.net.data(conn, payload),
+            Request::NetAck { conn, bytes } => self.agent.net.ack(conn, bytes),
+            Request::NetClose { conn, reset } => self.agent.net.close(conn, reset),
             _ if self.busy(id) => {
                 self.error(
                     id,
@@ -370,8 +374,32 @@ impl Connection {
                 self.uploads
                     .insert(id, Upload::begin(path, mode, max_bytes, sink));
             }
+            Request::NetServe => {
+                let serving = self.agent.net.register(&Sink::new(id, self.tx.clone()));
+                self.spawn_serving(id, serving);
+            }
             req => self.spawn_request(id, req),
         }
+    }
+
+    /// Like `spawn_request` for an already registered `net_serve`.
+    fn spawn_serving(&mut self, id: u64, serving: crate::proxy::Serving) {
+        self.next_seq += 1;
+        let seq = self.next_seq;
+        let sink = Sink::new(id, self.tx.clone());
+        let tasks = Arc::clone(&self.tasks);
+        let mut map = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
+        let task = tokio::spawn(async move {
+            let outcome = serving.wait().await;
+            {
+                let mut map = tasks.lock().unwrap_or_else(|e| e.into_inner());
+                if map.get(&id).is_some_and(|(s, _)| *s == seq) {
+                    map.remove(&id);
+                }
+            }
+            sink.finish(outcome).await;
+        });
+        map.insert(id, (seq, task.abort_handle()));
     }
 
     fn spawn_request(&mut self, id: u64, req: Request) {
@@ -452,6 +480,14 @@ pub async fn dispatch(agent: &Arc<Agent>, req: Request, sink: &Sink) -> Outcome 
         }
         Request::Rename { from, to } => files::blocking(move || files::rename(&from, &to)).await,
         Request::Sync => files::blocking(files::sync).await,
+        Request::NetServe
+        | Request::NetDialResult { .. }
+        | Request::NetData { .. }
+        | Request::NetAck { .. }
+        | Request::NetClose { .. } => Err(AgentError::new(
+            AgentErrorCode::Protocol,
+            "net frames are handled by the connection",
+        )),
         Request::FileWriteBegin { .. }
         | Request::FileWriteData
         | Request::FileWriteEnd

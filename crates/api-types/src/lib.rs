@@ -4,11 +4,13 @@
 //! `/v1` holds sbx extras.
 
 pub mod errors;
+pub mod network;
 pub mod requests;
 pub mod resources;
 pub mod validate;
 
 pub use errors::{ErrorBody, ErrorCode, ErrorItem};
+pub use network::{AllowRule, NetworkDenial, NetworkMode, NetworkPolicy, NetworkStatus};
 pub use requests::*;
 pub use resources::*;
 

@@ -77,3 +77,46 @@ pub struct SnapshotCreateRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
 }
+
+/// `POST /v1/sandboxes`: the v2 create body plus an egress policy.
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateSandboxV1Request {
+    /// Sandbox name (idempotency key while active).
+    pub name: Option<String>,
+    /// vCPUs (fresh sandboxes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vcpu: Option<u64>,
+    /// Memory in MiB (fresh sandboxes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mb: Option<u64>,
+    /// Base environment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<BTreeMap<String, String>>,
+    /// Names of workspace secrets to inject.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secrets: Option<Vec<String>>,
+    /// Clone source (a clone keeps its source's network policy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot_id: Option<Uuid>,
+    /// Egress policy; absent means the server's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<crate::network::NetworkPolicy>,
+}
+
+impl CreateSandboxV1Request {
+    /// Splits into the v2 body and the policy.
+    pub fn split(self) -> (CreateSandboxRequest, Option<crate::network::NetworkPolicy>) {
+        (
+            CreateSandboxRequest {
+                name: self.name,
+                vcpu: self.vcpu,
+                memory_mb: self.memory_mb,
+                environment: self.environment,
+                secrets: self.secrets,
+                snapshot_id: self.snapshot_id,
+            },
+            self.network,
+        )
+    }
+}

@@ -157,6 +157,9 @@ pub struct SandboxDetail {
     pub active_runtime_ms: u64,
     /// Active runtime limit, in milliseconds.
     pub active_runtime_limit_ms: u64,
+    /// Egress policy and connection counters.
+    #[serde(default)]
+    pub network: crate::network::NetworkStatus,
 }
 
 /// Process states.

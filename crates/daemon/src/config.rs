@@ -27,6 +27,10 @@ pub struct Config {
     pub limits: Limits,
     /// Extra global runsc flags (e.g. `--debug-log=`).
     pub runsc_extra_flags: Vec<String>,
+    /// Egress policy of sandboxes created without one (`POST /v2/sandboxes`).
+    pub default_network: sbx_api_types::NetworkMode,
+    /// Private ranges treated as public (tests only: their own netns hosts).
+    pub network_test_public: Vec<String>,
 }
 
 /// Tunable limits (DESIGN.md, "Limits").
@@ -125,6 +129,8 @@ mod tests {
             image_ref: "default".into(),
             limits: Limits::default(),
             runsc_extra_flags: vec![],
+            default_network: sbx_api_types::NetworkMode::Public,
+            network_test_public: vec![],
         }
     }
 

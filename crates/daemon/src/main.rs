@@ -44,6 +44,12 @@ struct Args {
     /// Extra global runsc flag (repeatable), e.g. --runsc-flag=--debug-log=/tmp/runsc/.
     #[arg(long = "runsc-flag", allow_hyphen_values = true)]
     runsc_flags: Vec<String>,
+    /// Egress policy of sandboxes created without one: none, public or https-only.
+    #[arg(long, env = "SBX_DEFAULT_NETWORK", default_value = "public")]
+    default_network: String,
+    /// TEST ONLY: treat this private CIDR as public (repeatable), for test hosts in network namespaces.
+    #[arg(long = "network-test-public-cidr")]
+    network_test_public_cidr: Vec<String>,
 }
 
 #[tokio::main]
@@ -74,7 +80,14 @@ async fn main() -> anyhow::Result<()> {
             ..Limits::default()
         },
         runsc_extra_flags: args.runsc_flags,
+        default_network: match sbx_api_types::NetworkMode::parse(&args.default_network) {
+            Some(m) if m != sbx_api_types::NetworkMode::Allowlist => m,
+            _ => anyhow::bail!("--default-network must be none, public or https-only"),
+        },
+        network_test_public: args.network_test_public_cidr,
     };
+    sbx_daemon::network::Network::new(config.default_network, &config.network_test_public)
+        .map_err(anyhow::Error::msg)?;
     config.validate()?;
     std::fs::create_dir_all(&config.data_dir).context("creating data dir")?;
     let store = Arc::new(

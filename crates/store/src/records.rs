@@ -40,6 +40,8 @@ pub struct SandboxRecord {
     pub active_ms: u64,
     /// Start of the current running period (None while not running).
     pub running_since: Option<DateTime<Utc>>,
+    /// Egress policy.
+    pub network: sbx_api_types::NetworkPolicy,
 }
 
 impl SandboxRecord {
@@ -134,6 +136,8 @@ pub struct SnapshotRecord {
     pub expires_at: DateTime<Utc>,
     /// Why it failed.
     pub error: Option<String>,
+    /// Egress policy of the source (clones keep it).
+    pub network: sbx_api_types::NetworkPolicy,
 }
 
 /// An encrypted workspace secret.

@@ -7,7 +7,7 @@ use rusqlite::{params, OptionalExtension, Row};
 use uuid::Uuid;
 
 const COLUMNS: &str = "id, workspace, name, source_sandbox, status, vcpu, memory_mb, environment, secrets, image_ref, \
-     source_image_id, compatibility_id, stored_bytes, created_at_ms, updated_at_ms, expires_at_ms, error";
+     source_image_id, compatibility_id, stored_bytes, created_at_ms, updated_at_ms, expires_at_ms, error, network";
 
 fn snapshot_from_row(row: &Row<'_>) -> rusqlite::Result<SnapshotRecord> {
     let id: String = row.get(0)?;
@@ -34,6 +34,7 @@ fn snapshot_from_row(row: &Row<'_>) -> rusqlite::Result<SnapshotRecord> {
         updated_at: from_ms(Some(row.get(14)?)).ok_or_else(|| corrupt("updated_at"))?,
         expires_at: from_ms(Some(row.get(15)?)).ok_or_else(|| corrupt("expires_at"))?,
         error: row.get(16)?,
+        network: crate::sqlite::network_from_column(row.get(17)?)?,
     })
 }
 
@@ -62,7 +63,7 @@ impl SqliteStore {
             }
         }
         tx.execute(
-            &format!("INSERT INTO snapshots ({COLUMNS}) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17)"),
+            &format!("INSERT INTO snapshots ({COLUMNS}) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18)"),
             params![
                 r.id.to_string(),
                 r.workspace,
@@ -81,6 +82,7 @@ impl SqliteStore {
                 ms(r.updated_at),
                 ms(r.expires_at),
                 r.error,
+                json(&r.network),
             ],
         )?;
         tx.commit()?;

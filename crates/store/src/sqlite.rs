@@ -70,6 +70,11 @@ CREATE TABLE secrets (
     PRIMARY KEY (workspace, name)
 );
 "#,
+    // 3: egress policy (JSON `NetworkPolicy`; NULL = `none`, the behaviour before policies existed).
+    r#"
+ALTER TABLE sandboxes ADD COLUMN network TEXT;
+ALTER TABLE snapshots ADD COLUMN network TEXT;
+"#,
 ];
 
 /// SQLite-backed [`Store`].
@@ -120,7 +125,7 @@ impl SqliteStore {
 
 const SANDBOX_COLUMNS: &str =
     "id, workspace, name, status, vcpu, memory_mb, environment, secrets, snapshot_id, \
-     image_ref, created_at_ms, started_at_ms, ended_at_ms, error, active_ms, running_since_ms";
+     image_ref, created_at_ms, started_at_ms, ended_at_ms, error, active_ms, running_since_ms, network";
 
 pub(crate) fn ms(t: DateTime<Utc>) -> i64 {
     t.timestamp_millis()
@@ -164,7 +169,18 @@ fn sandbox_from_row(row: &Row<'_>) -> rusqlite::Result<SandboxRecord> {
         error: row.get(13)?,
         active_ms: row.get::<_, i64>(14)?.max(0) as u64,
         running_since: from_ms(row.get(15)?),
+        network: network_from_column(row.get(16)?)?,
     })
+}
+
+/// The `network` column: NULL (rows older than policies) means `none`.
+pub(crate) fn network_from_column(
+    v: Option<String>,
+) -> rusqlite::Result<sbx_api_types::NetworkPolicy> {
+    match v {
+        None => Ok(sbx_api_types::NetworkPolicy::default()),
+        Some(s) => serde_json::from_str(&s).map_err(corrupt),
+    }
 }
 
 pub(crate) fn json(v: &impl serde::Serialize) -> String {
@@ -186,7 +202,7 @@ impl Store for SqliteStore {
             return Ok(CreateOutcome::NameHeld(Box::new(existing)));
         }
         tx.execute(
-            &format!("INSERT INTO sandboxes ({SANDBOX_COLUMNS}, active) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17)"),
+            &format!("INSERT INTO sandboxes ({SANDBOX_COLUMNS}, active) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18)"),
             params![
                 r.id.to_string(),
                 r.workspace,
@@ -204,6 +220,7 @@ impl Store for SqliteStore {
                 r.error,
                 r.active_ms as i64,
                 r.running_since.map(ms),
+                json(&r.network),
                 r.status.is_active(),
             ],
         )?;
@@ -360,6 +377,7 @@ mod tests {
             error: None,
             active_ms: 0,
             running_since: None,
+            network: sbx_api_types::NetworkPolicy::default(),
         }
     }
 

@@ -79,6 +79,7 @@ pub fn router(service: Arc<Service>) -> Router {
             "/v1/secrets/{name}",
             axum::routing::put(snapshots::secret_put).delete(snapshots::secret_delete),
         )
+        .route("/v1/sandboxes", post(sandboxes::create_v1))
         .route("/v1/sandboxes/{id}", get(sandboxes::detail))
         .route("/v1/sandboxes/{id}/fs/stat", get(files::stat))
         .route("/v1/sandboxes/{id}/fs/list", get(files::list))

@@ -34,6 +34,29 @@ pub async fn create(
     ))
 }
 
+/// `POST /v1/sandboxes`: the v2 body plus `network`; answers like v2.
+pub async fn create_v1(
+    State(svc): State<AppState>,
+    Extension(ws): Extension<Workspace>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let req: sbx_api_types::CreateSandboxV1Request = parse_body(&body)?;
+    let (req, network) = req.split();
+    let (record, fresh) = match svc.create_with_network(&ws.0, req, network).await? {
+        CreateOutcome::Created(r) => (r, true),
+        CreateOutcome::Existing(r) => (r, false),
+    };
+    let status = match record.status {
+        SandboxStatus::Running if fresh => StatusCode::CREATED,
+        SandboxStatus::Starting if fresh => StatusCode::ACCEPTED,
+        _ => StatusCode::OK,
+    };
+    Ok(envelope::data(
+        status,
+        envelope::sandbox(&record, svc.vpc_id()),
+    ))
+}
+
 #[derive(Deserialize)]
 struct ListQuery {
     limit: Option<String>,
@@ -87,6 +110,7 @@ pub async fn detail(
         snapshot_id: r.snapshot_id,
         active_runtime_ms: r.active_runtime_ms(chrono::Utc::now()),
         active_runtime_limit_ms: svc.config().limits.active_runtime.as_millis() as u64,
+        network: svc.network_status(&r),
     };
     Ok(envelope::data(StatusCode::OK, detail))
 }

@@ -199,6 +199,17 @@ impl AgentConn {
         })
     }
 
+    /// Sends a further request frame on the id of an open streaming request
+    /// (the `net_*` frames of a `net_serve`); nothing answers it.
+    pub async fn send_on(
+        &self,
+        id: u64,
+        request: Request,
+        payload: Vec<u8>,
+    ) -> Result<(), AgentCallError> {
+        self.send(id, Body::Request(request), payload).await
+    }
+
     /// Starts an upload: returns a sender for data and a receiver for the final answer.
     pub async fn begin_upload(&self, begin: Request) -> Result<Upload, AgentCallError> {
         let id = self.next_id();
@@ -274,6 +285,11 @@ pub struct AgentStream {
 }
 
 impl AgentStream {
+    /// The request id of this stream.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
     /// Next item; `None` when the connection closed before the stream ended.
     pub async fn next(&mut self) -> Option<StreamItem> {
         let item = self.rx.recv().await;

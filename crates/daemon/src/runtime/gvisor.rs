@@ -122,11 +122,7 @@ impl GvisorRuntime {
         self.wait_for_agent(spec.id).await
     }
 
-    async fn restore_inner(
-        &self,
-        spec: SandboxSpec,
-        image: PathBuf,
-    ) -> Result<AgentConn, RuntimeError> {
+    async fn restore_inner(&self, spec: SandboxSpec, image: PathBuf) -> Result<(), RuntimeError> {
         let (cid, run) = self.prepare(&spec).await?;
         let opts = RestoreOptions {
             bundle: run.bundle,
@@ -137,7 +133,7 @@ impl GvisorRuntime {
             ..RestoreOptions::default()
         };
         self.runsc.restore(&cid, &opts).await?;
-        self.wait_for_agent(spec.id).await
+        Ok(())
     }
 
     async fn wait_for_agent(&self, id: Uuid) -> Result<AgentConn, RuntimeError> {
@@ -349,11 +345,7 @@ impl Runtime for GvisorRuntime {
         .boxed()
     }
 
-    fn restore(
-        &self,
-        spec: SandboxSpec,
-        dir: PathBuf,
-    ) -> BoxFuture<'_, Result<AgentConn, RuntimeError>> {
+    fn restore(&self, spec: SandboxSpec, dir: PathBuf) -> BoxFuture<'_, Result<(), RuntimeError>> {
         self.restore_inner(spec, dir).boxed()
     }
 

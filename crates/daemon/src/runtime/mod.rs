@@ -62,12 +62,9 @@ pub trait Runtime: Send + Sync {
     fn resume(&self, id: Uuid) -> BoxFuture<'_, Result<(), RuntimeError>>;
     /// Writes memory and disk of a running sandbox into `dir`, leaving it running.
     fn checkpoint(&self, id: Uuid, dir: PathBuf) -> BoxFuture<'_, Result<(), RuntimeError>>;
-    /// Boots a new sandbox from a checkpoint in `dir`.
-    fn restore(
-        &self,
-        spec: SandboxSpec,
-        dir: PathBuf,
-    ) -> BoxFuture<'_, Result<AgentConn, RuntimeError>>;
+    /// Boots a new sandbox from a checkpoint in `dir`. Its agent is running
+    /// (restored with the memory) when this returns; connect with [`Runtime::connect`].
+    fn restore(&self, spec: SandboxSpec, dir: PathBuf) -> BoxFuture<'_, Result<(), RuntimeError>>;
     /// Which runtimes can restore this runtime's checkpoints.
     fn compatibility_id(&self) -> String;
     /// Host path of the sandbox's console log (PID 1's stdout and stderr).

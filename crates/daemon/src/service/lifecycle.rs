@@ -4,7 +4,7 @@ use super::{Result, Service, ServiceError};
 use crate::runtime::{AgentConn, SandboxSpec};
 use chrono::Utc;
 use sbx_agent_proto::Request;
-use sbx_api_types::{validate, CreateSandboxRequest, SandboxStatus};
+use sbx_api_types::{validate, CreateSandboxRequest, NetworkMode, NetworkPolicy, SandboxStatus};
 use sbx_store::{SandboxCursor, SandboxRecord};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -40,12 +40,41 @@ pub struct SandboxPage {
 }
 
 impl Service {
-    /// `POST /v2/sandboxes`.
+    /// `POST /v2/sandboxes`: the server's default network policy.
     pub async fn create(
         self: &Arc<Self>,
         workspace: &str,
         req: CreateSandboxRequest,
     ) -> Result<CreateOutcome> {
+        self.create_with_network(workspace, req, None).await
+    }
+
+    /// `POST /v1/sandboxes`: like `create`, with an egress policy (`None`: the
+    /// server's default). A clone always keeps its source's policy.
+    pub async fn create_with_network(
+        self: &Arc<Self>,
+        workspace: &str,
+        req: CreateSandboxRequest,
+        network: Option<NetworkPolicy>,
+    ) -> Result<CreateOutcome> {
+        if network.is_some() && req.snapshot_id.is_some() {
+            return Err(validate::ValidationError::Format {
+                field: "network",
+                reason:
+                    "a clone keeps its source's network policy; do not send network with snapshotId"
+                        .into(),
+            }
+            .into());
+        }
+        let network = match network {
+            Some(p) => p
+                .validate()
+                .map_err(|reason| validate::ValidationError::Format {
+                    field: "network",
+                    reason,
+                })?,
+            None => self.network.default_policy().clone(),
+        };
         let name = req
             .name
             .clone()
@@ -64,7 +93,7 @@ impl Service {
                 .into());
             }
             let snap = self.clone_source(workspace, snapshot_id)?;
-            let record = self.new_record(
+            let mut record = self.new_record(
                 workspace,
                 name,
                 snap.vcpu,
@@ -73,6 +102,7 @@ impl Service {
                 snap.secrets,
                 Some(snapshot_id),
             );
+            record.network = snap.network;
             return self.insert_and_boot(record).await;
         }
         let vcpu = req.vcpu.ok_or(validate::ValidationError::Missing("vcpu"))?;
@@ -102,7 +132,9 @@ impl Service {
             .into());
         }
         self.check_secrets_exist(workspace, &secrets)?;
-        let record = self.new_record(workspace, name, vcpu, memory_mb, environment, secrets, None);
+        let mut record =
+            self.new_record(workspace, name, vcpu, memory_mb, environment, secrets, None);
+        record.network = network;
         self.insert_and_boot(record).await
     }
 
@@ -134,6 +166,7 @@ impl Service {
             error: None,
             active_ms: 0,
             running_since: None,
+            network: NetworkPolicy::default(),
         }
     }
 
@@ -259,11 +292,14 @@ impl Service {
         };
         let boot = async {
             match record.snapshot_id {
+                // A clone's agent, environment and secrets come back with its
+                // memory: it is RUNNING as soon as runsc restored it, and the
+                // agent connection is opened right after (see below).
                 Some(snap) => {
                     let image = self.snapshot_dir(snap).join("checkpoint");
-                    self.runtime.restore(spec, image).await
+                    self.runtime.restore(spec, image).await.map(|()| None)
                 }
-                None => self.runtime.start(spec).await,
+                None => self.runtime.start(spec).await.map(Some),
             }
         };
         let started = tokio::time::timeout(self.config.limits.start_timeout, boot).await;
@@ -272,8 +308,7 @@ impl Service {
             Ok(Err(e)) => return self.fail(id, format!("sandbox failed to start: {e}")).await,
             Err(_) => return self.fail(id, "sandbox did not start in time".into()).await,
         };
-        // A clone's environment and secrets came back with its memory.
-        if record.snapshot_id.is_none() {
+        if let Some(conn) = &conn {
             let env = match self.sandbox_environment(&record) {
                 Ok(env) => env,
                 Err(reason) => return self.fail(id, reason).await,
@@ -282,6 +317,8 @@ impl Service {
                 let reason = format!("sandbox agent refused its configuration: {e}");
                 return self.fail(id, reason).await;
             }
+            // Before RUNNING, so the first command finds the proxies up.
+            self.network.serve(id, &record.network, conn).await;
         }
         let result = self
             .transition(id, |r| {
@@ -295,7 +332,10 @@ impl Service {
             .await;
         match result {
             Ok(r) if r.status == SandboxStatus::Running => {
-                self.register_agent(id, conn);
+                match conn {
+                    Some(conn) => self.register_agent(id, conn),
+                    None => self.spawn_first_connect(r),
+                }
                 tracing::info!(sandbox = %id, "sandbox running");
             }
             // Destroyed while booting: whoever tears down may have run before the
@@ -306,12 +346,32 @@ impl Service {
         }
     }
 
+    /// Opens a restored sandbox's first agent connection in the background;
+    /// fails the sandbox if it cannot be reached and is not running.
+    fn spawn_first_connect(self: &Arc<Self>, record: SandboxRecord) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = this.agent(&record.workspace, record.id).await {
+                if !matches!(this.runtime.is_alive(record.id).await, Ok(true)) {
+                    let reason = format!("restored sandbox stopped: {e}");
+                    this.fail(record.id, reason).await;
+                }
+            }
+        });
+    }
+
     /// The base environment of a sandbox: configuration plus secret values.
     fn sandbox_environment(
         &self,
         record: &SandboxRecord,
     ) -> Result<BTreeMap<String, String>, String> {
-        let mut env = record.environment.clone();
+        // Proxy variables first: the user's environment overrides them.
+        let mut env = if record.network.mode == NetworkMode::None {
+            BTreeMap::new()
+        } else {
+            crate::network::proxy_env()
+        };
+        env.extend(record.environment.clone());
         env.extend(self.resolve_secrets(&record.workspace, &record.secrets)?);
         Ok(env)
     }
@@ -365,6 +425,7 @@ impl Service {
             tracing::error!(sandbox = %id, error = %e, "teardown failed");
             return;
         }
+        self.network.forget(id);
         record.status = SandboxStatus::Terminated;
         record.ended_at = Some(Utc::now());
         if reason.is_some() {
@@ -454,6 +515,7 @@ fn same_config(a: &SandboxRecord, b: &SandboxRecord) -> bool {
         && a.environment == b.environment
         && a.secrets == b.secrets
         && a.snapshot_id == b.snapshot_id
+        && a.network == b.network
 }
 
 /// Formats an opaque list cursor.

@@ -47,6 +47,8 @@ pub struct Service {
     secrets: SecretBox,
     /// 64 hex digits naming the image (`sourceImageId` of snapshots).
     image_id: String,
+    /// Egress policies and the broker behind the in-sandbox proxies.
+    network: Arc<crate::network::Network>,
 }
 
 /// Result type of service calls.
@@ -64,7 +66,12 @@ impl Service {
         let image_id = hex::encode(sha2::Sha256::digest(
             format!("{}\0{}", config.image_ref, config.image_rootfs.display()).as_bytes(),
         ));
+        let network = Arc::new(
+            crate::network::Network::new(config.default_network, &config.network_test_public)
+                .unwrap_or_else(|e| panic!("invalid network configuration: {e}")),
+        );
         Arc::new(Service {
+            network,
             secrets,
             image_id,
             config,
@@ -80,6 +87,11 @@ impl Service {
     /// The configuration in force.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// Policy and connection counters of a sandbox.
+    pub fn network_status(&self, record: &SandboxRecord) -> sbx_api_types::NetworkStatus {
+        self.network.status(record.id, &record.network)
     }
 
     /// The `vpcId` every sandbox of this node shows.
@@ -130,6 +142,9 @@ impl Service {
     ) -> Result<AgentConn, crate::runtime::RuntimeError> {
         let conn = self.runtime.connect(id).await?;
         self.register_agent(id, conn.clone());
+        if let Ok(Some(r)) = self.store.get_sandbox(id) {
+            self.network.serve(id, &r.network, &conn).await;
+        }
         Ok(conn)
     }
 

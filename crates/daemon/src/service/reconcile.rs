@@ -138,6 +138,9 @@ impl Service {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(id, conn.clone());
+        if let Ok(Some(r)) = self.store.get_sandbox(id) {
+            self.network.serve(id, &r.network, &conn).await;
+        }
         self.spawn_monitor(id, conn);
         true
     }

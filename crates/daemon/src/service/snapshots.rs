@@ -62,6 +62,7 @@ impl Service {
                 + ChronoDuration::from_std(self.config.limits.snapshot_ttl)
                     .unwrap_or(ChronoDuration::days(7)),
             error: None,
+            network: source.network.clone(),
         };
         if self.store.create_snapshot(&record, now)?.is_some() {
             return Err(ServiceError::SnapshotNameTaken(name.unwrap_or_default()));

@@ -1,0 +1,187 @@
+//! Egress networking: sandboxes run with `--network=none`; the agent's
+//! in-sandbox proxies hand every connection to sbxd over the agent channel,
+//! and the broker here resolves, applies the sandbox's policy, dials and relays.
+//!
+//! Nothing is created on the host per sandbox (no netns, veth or firewall
+//! rules): set-up is one `net_serve` request, and there is nothing to clean up
+//! after destroy, a crash or a daemon restart.
+
+pub mod broker;
+pub mod policy;
+
+use crate::runtime::AgentConn;
+use policy::Cidr;
+use sbx_api_types::{NetworkDenial, NetworkMode, NetworkPolicy, NetworkStatus};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use uuid::Uuid;
+
+/// Proxy variables given to sandboxes whose policy is not `none` (as the
+/// lowest layer of the base environment: the user's variables override them).
+pub fn proxy_env() -> BTreeMap<String, String> {
+    let http = "http://127.0.0.1:3128";
+    [
+        ("HTTP_PROXY", http),
+        ("HTTPS_PROXY", http),
+        ("http_proxy", http),
+        ("https_proxy", http),
+        ("ALL_PROXY", "socks5h://127.0.0.1:1080"),
+        ("all_proxy", "socks5h://127.0.0.1:1080"),
+        ("NO_PROXY", "localhost,127.0.0.1,::1"),
+        ("no_proxy", "localhost,127.0.0.1,::1"),
+        ("NODE_USE_ENV_PROXY", "1"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+/// Most recent denials kept per sandbox.
+const RECENT_DENIALS: usize = 16;
+/// Denial log lines per sandbox per window.
+const LOG_BURST: u32 = 10;
+/// Length of the log rate-limit window.
+const LOG_WINDOW: Duration = Duration::from_secs(10);
+
+/// Decision counters of one sandbox (in memory; they restart with sbxd).
+#[derive(Default)]
+pub struct SandboxStats {
+    allowed: AtomicU64,
+    denied: AtomicU64,
+    failed: AtomicU64,
+    recent: Mutex<VecDeque<NetworkDenial>>,
+    log: Mutex<Option<(Instant, u32)>>,
+}
+
+impl SandboxStats {
+    fn allowed(&self) {
+        self.allowed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn failed(&self) {
+        self.failed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts and (rate-limited) logs a refusal.
+    fn denied(&self, sandbox: Uuid, host: &str, port: u16, reason: &str) {
+        self.denied.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+            if recent.len() == RECENT_DENIALS {
+                recent.pop_front();
+            }
+            recent.push_back(NetworkDenial {
+                host: host.to_string(),
+                port,
+                reason: reason.to_string(),
+                at: sbx_api_types::format_time(chrono::Utc::now()),
+            });
+        }
+        let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        let (start, count) = log.get_or_insert((now, 0));
+        if now.duration_since(*start) > LOG_WINDOW {
+            if *count > LOG_BURST {
+                tracing::warn!(sandbox = %sandbox, suppressed = *count - LOG_BURST, "network denials not logged");
+            }
+            *start = now;
+            *count = 0;
+        }
+        *count += 1;
+        if *count <= LOG_BURST {
+            tracing::warn!(sandbox = %sandbox, %host, port, %reason, "network connection denied");
+        }
+    }
+}
+
+/// Server-wide network settings and per-sandbox state.
+pub struct Network {
+    default_policy: NetworkPolicy,
+    test_public: Vec<Cidr>,
+    stats: Mutex<HashMap<Uuid, Arc<SandboxStats>>>,
+}
+
+impl Network {
+    /// From the configuration; refuses unparsable CIDRs and an `allowlist` default.
+    pub fn new(default_mode: NetworkMode, test_public: &[String]) -> Result<Network, String> {
+        if default_mode == NetworkMode::Allowlist {
+            return Err("--default-network cannot be allowlist".into());
+        }
+        let test_public = test_public
+            .iter()
+            .map(|c| Cidr::parse(c).ok_or_else(|| format!("not a CIDR: {c}")))
+            .collect::<Result<_, _>>()?;
+        Ok(Network {
+            default_policy: NetworkPolicy::mode(default_mode),
+            test_public,
+            stats: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The policy of SDK-created sandboxes.
+    pub fn default_policy(&self) -> &NetworkPolicy {
+        &self.default_policy
+    }
+
+    fn stats(&self, id: Uuid) -> Arc<SandboxStats> {
+        self.stats
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(id)
+            .or_default()
+            .clone()
+    }
+
+    /// Forgets a destroyed sandbox's counters.
+    pub fn forget(&self, id: Uuid) {
+        self.stats
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
+    }
+
+    /// Policy and counters for `GET /v1/sandboxes/{id}`.
+    pub fn status(&self, id: Uuid, policy: &NetworkPolicy) -> NetworkStatus {
+        let s = self.stats(id);
+        let recent = s
+            .recent
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .cloned()
+            .collect();
+        NetworkStatus {
+            policy: policy.clone(),
+            allowed: s.allowed.load(Ordering::Relaxed),
+            denied: s.denied.load(Ordering::Relaxed),
+            failed: s.failed.load(Ordering::Relaxed),
+            recent_denials: recent,
+        }
+    }
+
+    /// Starts carrying the sandbox's proxy connections over `conn` (nothing
+    /// for `none`). Returns once the `net_serve` request is on the wire, so a
+    /// command sent afterwards on the same connection finds the proxies up.
+    pub async fn serve(self: &Arc<Self>, id: Uuid, policy: &NetworkPolicy, conn: &AgentConn) {
+        if policy.mode == NetworkMode::None {
+            return;
+        }
+        let stream = match conn.stream(sbx_agent_proto::Request::NetServe).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(sandbox = %id, error = %e, "cannot start the network service");
+                return;
+            }
+        };
+        let ctx = broker::Ctx {
+            sandbox: id,
+            policy: policy.clone(),
+            test_public: self.test_public.clone(),
+            stats: self.stats(id),
+            conn: conn.clone(),
+        };
+        tokio::spawn(broker::run(Arc::new(ctx), stream));
+    }
+}

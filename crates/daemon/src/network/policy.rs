@@ -1,0 +1,446 @@
+//! Which destinations a policy allows: address classes, ports, allowlists.
+//!
+//! Always denied, whatever the policy: loopback, link-local (incl.
+//! 169.254.169.254), multicast, broadcast, unspecified/"this network", the
+//! host's own addresses; and, unless an operator marks the range public with
+//! `--network-test-public-cidr` (tests only), private (10/8, 172.16/12,
+//! 192.168/16), CGNAT (100.64/10), other reserved IPv4 space, IPv6 ULA
+//! (fc00::/7) and site-local. IPv4-mapped, NAT64 and 6to4 IPv6 addresses are
+//! judged by the IPv4 address they carry. Documentation ranges (192.0.2/24,
+//! 198.51.100/24, 203.0.113/24, 2001:db8::/32) count as public: this
+//! machine's package registries resolve to one (DESIGN.md).
+
+use sbx_api_types::network::{mask, parse_cidr};
+use sbx_api_types::{NetworkMode, NetworkPolicy};
+use std::collections::HashSet;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// A non-public address class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Class {
+    /// Short reason shown in counters and logs.
+    pub reason: &'static str,
+    /// Whether `--network-test-public-cidr` may mark it public.
+    pub overridable: bool,
+}
+
+const fn never(reason: &'static str) -> Option<Class> {
+    Some(Class {
+        reason,
+        overridable: false,
+    })
+}
+
+const fn unless_marked(reason: &'static str) -> Option<Class> {
+    Some(Class {
+        reason,
+        overridable: true,
+    })
+}
+
+fn in_v4(ip: Ipv4Addr, net: [u8; 4], prefix: u8) -> bool {
+    mask(IpAddr::V4(ip), prefix) == IpAddr::V4(Ipv4Addr::from(net))
+}
+
+/// The class of a non-public IPv4 address, `None` when public.
+pub fn classify_v4(ip: Ipv4Addr) -> Option<Class> {
+    if ip.is_loopback() {
+        return never("loopback");
+    }
+    if ip.is_unspecified() || in_v4(ip, [0, 0, 0, 0], 8) {
+        return never("unspecified");
+    }
+    if ip.is_link_local() {
+        return never("link-local");
+    }
+    if ip.is_multicast() {
+        return never("multicast");
+    }
+    if ip.is_broadcast() {
+        return never("broadcast");
+    }
+    if ip.is_private() {
+        return unless_marked("private");
+    }
+    if in_v4(ip, [100, 64, 0, 0], 10) {
+        return unless_marked("cgnat");
+    }
+    if in_v4(ip, [192, 0, 0, 0], 24)
+        || in_v4(ip, [198, 18, 0, 0], 15)
+        || in_v4(ip, [240, 0, 0, 0], 4)
+    {
+        return unless_marked("reserved");
+    }
+    None
+}
+
+/// The class of a non-public IPv6 address, `None` when public.
+pub fn classify_v6(ip: Ipv6Addr) -> Option<Class> {
+    let bits = u128::from(ip);
+    let in6 = |net: u128, prefix: u32| (bits >> (128 - prefix)) == (net >> (128 - prefix));
+    if ip.is_loopback() {
+        return never("loopback");
+    }
+    if ip.is_unspecified() {
+        return never("unspecified");
+    }
+    if let Some(v4) = ip.to_ipv4_mapped() {
+        return classify_v4(v4);
+    }
+    if in6(0, 96) {
+        // IPv4-compatible (deprecated) addresses.
+        return never("reserved");
+    }
+    if in6(0x0064_ff9b_u128 << 96, 96) {
+        return classify_v4(Ipv4Addr::from(bits as u32));
+    }
+    if in6(0x2002_u128 << 112, 16) {
+        return classify_v4(Ipv4Addr::from((bits >> 80) as u32));
+    }
+    if in6(0x2001_0000_u128 << 96, 32) {
+        return never("teredo");
+    }
+    if in6(0xfe80_u128 << 112, 10) {
+        return never("link-local");
+    }
+    if in6(0xff00_u128 << 112, 8) {
+        return never("multicast");
+    }
+    if in6(0xfc00_u128 << 112, 7) {
+        return unless_marked("private");
+    }
+    if in6(0xfec0_u128 << 112, 10) {
+        return unless_marked("private");
+    }
+    if in6(0x0100_u128 << 112, 64) {
+        return unless_marked("reserved");
+    }
+    None
+}
+
+/// The class of a non-public address, `None` when public.
+pub fn classify(ip: IpAddr) -> Option<Class> {
+    match ip {
+        IpAddr::V4(v4) => classify_v4(v4),
+        IpAddr::V6(v6) => classify_v6(v6),
+    }
+}
+
+/// A parsed CIDR.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr {
+    /// Network address.
+    pub net: IpAddr,
+    /// Prefix length.
+    pub prefix: u8,
+}
+
+impl Cidr {
+    /// Parses `addr/prefix`.
+    pub fn parse(s: &str) -> Option<Cidr> {
+        parse_cidr(s).map(|(net, prefix)| Cidr { net, prefix })
+    }
+
+    /// Whether `ip` lies inside (an IPv4-mapped IPv6 address matches IPv4 ranges).
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+            v4 => v4,
+        };
+        ip.is_ipv4() == self.net.is_ipv4() && mask(ip, self.prefix) == self.net
+    }
+}
+
+/// Host-wide facts the decision needs.
+#[derive(Debug, Clone, Default)]
+pub struct Facts {
+    /// Ranges an operator marked public (tests only).
+    pub test_public: Vec<Cidr>,
+    /// The host's own addresses.
+    pub own: HashSet<IpAddr>,
+}
+
+/// Whether the address may be dialled at all (any policy but `none`).
+pub fn check_addr(facts: &Facts, ip: IpAddr) -> Result<(), &'static str> {
+    let canonical = match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+        v4 => v4,
+    };
+    let class = classify(ip);
+    if let Some(c) = class.filter(|c| !c.overridable) {
+        return Err(c.reason);
+    }
+    if facts.own.contains(&ip) || facts.own.contains(&canonical) {
+        return Err("host-address");
+    }
+    match class {
+        None => Ok(()),
+        Some(c) if c.overridable && facts.test_public.iter().any(|n| n.contains(ip)) => Ok(()),
+        Some(c) => Err(c.reason),
+    }
+}
+
+fn host_matches(rule: &str, host: &str) -> bool {
+    match rule.strip_prefix("*.") {
+        Some(suffix) => host
+            .strip_suffix(suffix)
+            .is_some_and(|rest| rest.ends_with('.') && rest.len() > 1),
+        None => rule == host,
+    }
+}
+
+fn port_ok(ports: &Option<Vec<u16>>, port: u16) -> bool {
+    ports.as_ref().is_none_or(|p| p.contains(&port))
+}
+
+/// Normalises a host as a client sent it: lowercase, no trailing dot, no brackets.
+pub fn normalize_host(host: &str) -> String {
+    host.trim_start_matches('[')
+        .trim_end_matches(']')
+        .trim_end_matches('.')
+        .to_ascii_lowercase()
+}
+
+/// Checks that need no name resolution: the mode, the port, and for
+/// allowlists whether any entry could match (so unlisted names are never even resolved).
+pub fn precheck(policy: &NetworkPolicy, host: &str, port: u16) -> Result<(), &'static str> {
+    match policy.mode {
+        NetworkMode::None => Err("network-none"),
+        NetworkMode::Public => Ok(()),
+        NetworkMode::HttpsOnly if port == 443 => Ok(()),
+        NetworkMode::HttpsOnly => Err("port"),
+        NetworkMode::Allowlist => {
+            let literal = host.parse::<IpAddr>().ok();
+            let any = policy.allow.iter().any(|r| {
+                port_ok(&r.ports, port)
+                    && match (&r.host, &r.cidr, literal) {
+                        (Some(h), _, None) => host_matches(h, host),
+                        (_, Some(c), Some(ip)) => Cidr::parse(c).is_some_and(|c| c.contains(ip)),
+                        // A name may still resolve into a listed range.
+                        (_, Some(_), None) => true,
+                        _ => false,
+                    }
+            });
+            if any {
+                Ok(())
+            } else {
+                Err("not-allowlisted")
+            }
+        }
+    }
+}
+
+/// Checks one resolved address of `host:port` against the policy.
+pub fn check_resolved(
+    policy: &NetworkPolicy,
+    facts: &Facts,
+    host: &str,
+    ip: IpAddr,
+    port: u16,
+) -> Result<(), &'static str> {
+    precheck(policy, host, port)?;
+    check_addr(facts, ip)?;
+    if policy.mode != NetworkMode::Allowlist {
+        return Ok(());
+    }
+    let literal = host.parse::<IpAddr>().is_ok();
+    let ok = policy.allow.iter().any(|r| {
+        port_ok(&r.ports, port)
+            && match (&r.host, &r.cidr) {
+                (Some(h), _) => !literal && host_matches(h, host),
+                (_, Some(c)) => Cidr::parse(c).is_some_and(|c| c.contains(ip)),
+                _ => false,
+            }
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err("not-allowlisted")
+    }
+}
+
+/// The host's own addresses (every interface, every family).
+pub fn own_addresses() -> HashSet<IpAddr> {
+    let mut out = HashSet::new();
+    let mut ifap: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills a linked list that we walk read-only and free once.
+    unsafe {
+        if libc::getifaddrs(&mut ifap) != 0 {
+            return out;
+        }
+        let mut p = ifap;
+        while !p.is_null() {
+            let addr = (*p).ifa_addr;
+            if !addr.is_null() {
+                match i32::from((*addr).sa_family) {
+                    libc::AF_INET => {
+                        let sin = addr as *const libc::sockaddr_in;
+                        let v4 = Ipv4Addr::from(u32::from_be((*sin).sin_addr.s_addr));
+                        out.insert(IpAddr::V4(v4));
+                    }
+                    libc::AF_INET6 => {
+                        let sin6 = addr as *const libc::sockaddr_in6;
+                        out.insert(IpAddr::V6(Ipv6Addr::from((*sin6).sin6_addr.s6_addr)));
+                    }
+                    _ => {}
+                }
+            }
+            p = (*p).ifa_next;
+        }
+        libc::freeifaddrs(ifap);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sbx_api_types::AllowRule;
+
+    fn facts() -> Facts {
+        Facts {
+            test_public: vec![Cidr::parse("10.213.0.0/16").unwrap()],
+            own: ["10.213.1.1".parse().unwrap()].into_iter().collect(),
+        }
+    }
+
+    fn denied(ip: &str) -> Option<&'static str> {
+        check_addr(&Facts::default(), ip.parse().unwrap()).err()
+    }
+
+    #[test]
+    fn always_denied_classes() {
+        for (ip, why) in [
+            ("127.0.0.1", "loopback"),
+            ("127.1.2.3", "loopback"),
+            ("0.0.0.0", "unspecified"),
+            ("10.1.2.3", "private"),
+            ("172.16.0.1", "private"),
+            ("172.31.255.255", "private"),
+            ("192.168.1.1", "private"),
+            ("169.254.169.254", "link-local"),
+            ("100.64.0.1", "cgnat"),
+            ("224.0.0.1", "multicast"),
+            ("255.255.255.255", "broadcast"),
+            ("::1", "loopback"),
+            ("::", "unspecified"),
+            ("fc00::1", "private"),
+            ("fd12::1", "private"),
+            ("fe80::1", "link-local"),
+            ("ff02::1", "multicast"),
+            ("::ffff:127.0.0.1", "loopback"),
+            ("::ffff:10.0.0.1", "private"),
+            ("::ffff:169.254.169.254", "link-local"),
+            ("64:ff9b::a9fe:a9fe", "link-local"),
+            ("2002:7f00:1::", "loopback"),
+            ("::127.0.0.1", "reserved"),
+        ] {
+            assert_eq!(denied(ip), Some(why), "{ip}");
+        }
+        for ip in [
+            "1.1.1.1",
+            "203.0.113.7",
+            "198.51.100.1",
+            "192.0.2.1",
+            "172.32.0.1",
+            "2606:4700::1111",
+            "2001:db8::1",
+            "::ffff:8.8.8.8",
+        ] {
+            assert_eq!(denied(ip), None, "{ip}");
+        }
+    }
+
+    #[test]
+    fn test_public_ranges_never_unlock_loopback_or_own_addresses() {
+        let f = facts();
+        assert_eq!(check_addr(&f, "10.213.1.2".parse().unwrap()), Ok(()));
+        assert_eq!(
+            check_addr(&f, "10.213.1.1".parse().unwrap()),
+            Err("host-address")
+        );
+        assert_eq!(
+            check_addr(&f, "::ffff:10.213.1.1".parse().unwrap()),
+            Err("host-address")
+        );
+        assert_eq!(check_addr(&f, "10.9.0.1".parse().unwrap()), Err("private"));
+        let f2 = Facts {
+            test_public: vec![Cidr::parse("127.0.0.0/8").unwrap()],
+            ..Facts::default()
+        };
+        assert_eq!(
+            check_addr(&f2, "127.0.0.1".parse().unwrap()),
+            Err("loopback")
+        );
+    }
+
+    #[test]
+    fn modes_ports_and_allowlists() {
+        let f = facts();
+        let ip: IpAddr = "10.213.1.2".parse().unwrap();
+        let public = NetworkPolicy::mode(NetworkMode::Public);
+        assert_eq!(check_resolved(&public, &f, "x", ip, 80), Ok(()));
+        let none = NetworkPolicy::mode(NetworkMode::None);
+        assert_eq!(precheck(&none, "x", 443), Err("network-none"));
+        let https = NetworkPolicy::mode(NetworkMode::HttpsOnly);
+        assert_eq!(precheck(&https, "x", 80), Err("port"));
+        assert_eq!(check_resolved(&https, &f, "x", ip, 443), Ok(()));
+        let allow = NetworkPolicy {
+            mode: NetworkMode::Allowlist,
+            allow: vec![
+                AllowRule {
+                    host: Some("registry.test".into()),
+                    ports: Some(vec![443]),
+                    ..AllowRule::default()
+                },
+                AllowRule {
+                    host: Some("*.cdn.test".into()),
+                    ..AllowRule::default()
+                },
+                AllowRule {
+                    cidr: Some("10.213.9.0/24".into()),
+                    ports: Some(vec![8443]),
+                    ..AllowRule::default()
+                },
+            ],
+        };
+        assert_eq!(precheck(&allow, "registry.test", 443), Ok(()));
+        assert_eq!(
+            precheck(&allow, "registry.test", 80),
+            Err("not-allowlisted")
+        );
+        assert_eq!(precheck(&allow, "other.test", 443), Err("not-allowlisted"));
+        assert_eq!(precheck(&allow, "a.cdn.test", 80), Ok(()));
+        assert_eq!(precheck(&allow, "cdn.test", 80), Err("not-allowlisted"));
+        assert_eq!(check_resolved(&allow, &f, "registry.test", ip, 443), Ok(()));
+        // Rebinding: the allowed name now resolves to loopback.
+        assert_eq!(
+            check_resolved(
+                &allow,
+                &f,
+                "registry.test",
+                "127.0.0.1".parse().unwrap(),
+                443
+            ),
+            Err("loopback")
+        );
+        let in_range: IpAddr = "10.213.9.5".parse().unwrap();
+        assert_eq!(
+            check_resolved(&allow, &f, "10.213.9.5", in_range, 8443),
+            Ok(())
+        );
+        assert_eq!(
+            check_resolved(&allow, &f, "10.213.9.5", in_range, 443),
+            Err("not-allowlisted")
+        );
+        assert_eq!(
+            check_resolved(&allow, &f, "10.213.1.2", ip, 8443),
+            Err("not-allowlisted")
+        );
+    }
+
+    #[test]
+    fn own_addresses_include_loopback() {
+        assert!(own_addresses().contains(&IpAddr::V4(Ipv4Addr::LOCALHOST)));
+    }
+}

@@ -1,0 +1,662 @@
+//! Network egress policy on real runsc (issue #5).
+//!
+//! Traffic goes only to loopback or to test hosts this file creates: a network
+//! namespace `sbxt-<rand>` with a veth pair in 10.213.x.0/30, running small
+//! python servers. Only those /30s are marked public, through the test-only
+//! `--network-test-public-cidr`. Everything is removed by Drop guards.
+
+mod common;
+
+use common::Daemon;
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+const IGNORE: &str = "needs root, runsc and the image; run ./scripts/test";
+
+fn run(cmd: &str, args: &[&str]) {
+    let out = Command::new(cmd).args(args).output().expect(cmd);
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+/// A host in its own network namespace, reachable from the host through a veth pair.
+struct TestHost {
+    pub ns: String,
+    host_if: String,
+    pub host_ip: String,
+    pub ip: String,
+    pub cidr: String,
+    servers: Vec<Child>,
+    pub certs: Option<tempfile::TempDir>,
+}
+
+impl TestHost {
+    fn create() -> TestHost {
+        let n = NEXT.fetch_add(1, Ordering::SeqCst);
+        let seed = (std::process::id().wrapping_mul(7919) + n * 131) % 16000;
+        let tag = format!("{:08x}", rand_u32() ^ n);
+        let (b, c) = (seed / 64 % 250 + 1, (seed % 64) * 4);
+        let ns = format!("sbxt-{tag}");
+        let host_if = format!("sbxh{tag}");
+        let ns_if = format!("sbxn{tag}");
+        let host_ip = format!("10.213.{b}.{}", c + 1);
+        let ip = format!("10.213.{b}.{}", c + 2);
+        let h = TestHost {
+            ns: ns.clone(),
+            host_if: host_if.clone(),
+            host_ip: host_ip.clone(),
+            ip: ip.clone(),
+            cidr: format!("10.213.{b}.{c}/30"),
+            servers: Vec::new(),
+            certs: None,
+        };
+        run("ip", &["netns", "add", &ns]);
+        run(
+            "ip",
+            &[
+                "link", "add", &host_if, "type", "veth", "peer", "name", &ns_if,
+            ],
+        );
+        run("ip", &["link", "set", &ns_if, "netns", &ns]);
+        run(
+            "ip",
+            &["addr", "add", &format!("{host_ip}/30"), "dev", &host_if],
+        );
+        run("ip", &["link", "set", &host_if, "up"]);
+        let in_ns = |args: &[&str]| {
+            let mut all = vec!["netns", "exec", &ns];
+            all.extend_from_slice(args);
+            run("ip", &all);
+        };
+        in_ns(&["ip", "addr", "add", &format!("{ip}/30"), "dev", &ns_if]);
+        in_ns(&["ip", "link", "set", &ns_if, "up"]);
+        in_ns(&["ip", "link", "set", "lo", "up"]);
+        h
+    }
+
+    /// Starts the plain HTTP server on :80 and the TLS server on :443 (test CA).
+    pub fn serve_http_and_tls(&mut self, names: &[&str]) {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let p = |f: &str| d.join(f).to_string_lossy().into_owned();
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        let mut ca = vec!["req", "-x509"];
+        ca.extend_from_slice(&ec);
+        let (ca_key, ca_pem) = (p("ca.key"), p("ca.pem"));
+        ca.extend_from_slice(&[
+            "-keyout",
+            &ca_key,
+            "-out",
+            &ca_pem,
+            "-days",
+            "1",
+            "-subj",
+            "/CN=sbx-test-ca",
+        ]);
+        run("openssl", &ca);
+        let (srv_key, srv_csr, srv_pem, ext) = (p("srv.key"), p("srv.csr"), p("srv.pem"), p("ext"));
+        let mut req = vec!["req"];
+        req.extend_from_slice(&ec);
+        req.extend_from_slice(&["-keyout", &srv_key, "-out", &srv_csr, "-subj", "/CN=sbxt"]);
+        run("openssl", &req);
+        let mut san = format!("IP:{}", self.ip);
+        for n in names {
+            san.push_str(&format!(",DNS:{n}"));
+        }
+        std::fs::write(
+            &ext,
+            format!("subjectAltName={san}\nbasicConstraints=CA:FALSE\n"),
+        )
+        .unwrap();
+        run(
+            "openssl",
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &srv_csr,
+                "-CA",
+                &ca_pem,
+                "-CAkey",
+                &ca_key,
+                "-CAcreateserial",
+                "-out",
+                &srv_pem,
+                "-days",
+                "1",
+                "-extfile",
+                &ext,
+            ],
+        );
+        let script = p("server.py");
+        std::fs::write(&script, SERVER_PY).unwrap();
+        for args in [
+            vec![script.clone(), self.ip.clone(), "80".into()],
+            vec![
+                script.clone(),
+                self.ip.clone(),
+                "443".into(),
+                srv_pem,
+                srv_key,
+            ],
+        ] {
+            let child = Command::new("ip")
+                .args(["netns", "exec", &self.ns, "python3"])
+                .args(&args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            self.servers.push(child);
+        }
+        self.certs = Some(dir);
+        for port in [80, 443] {
+            self.wait_port(port);
+        }
+    }
+
+    fn wait_port(&self, port: u16) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let addr = format!("{}:{port}", self.ip).parse().unwrap();
+        while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "test server :{port} did not start"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn ca_pem(&self) -> Vec<u8> {
+        std::fs::read(self.certs.as_ref().unwrap().path().join("ca.pem")).unwrap()
+    }
+}
+
+impl Drop for TestHost {
+    fn drop(&mut self) {
+        for c in &mut self.servers {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = Command::new("ip").args(["netns", "del", &self.ns]).output();
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.host_if])
+            .output();
+    }
+}
+
+fn rand_u32() -> u32 {
+    let mut b = [0u8; 4];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
+        .unwrap();
+    u32::from_ne_bytes(b)
+}
+
+const SERVER_PY: &str = r#"
+import http.server, ssl, sys
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        if self.path.startswith("/bulk/"):
+            n = int(self.path[6:])
+            self.send_response(200)
+            self.send_header("Content-Length", str(n))
+            self.end_headers()
+            chunk = b"x" * 65536
+            while n > 0:
+                k = min(n, len(chunk))
+                self.wfile.write(chunk[:k])
+                n -= k
+            return
+        body = ("hello-%s\n" % ("tls" if len(sys.argv) > 3 else "plain")).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+s = http.server.ThreadingHTTPServer((sys.argv[1], int(sys.argv[2])), H)
+if len(sys.argv) > 3:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(sys.argv[3], sys.argv[4])
+    s.socket = ctx.wrap_socket(s.socket, server_side=True)
+s.serve_forever()
+"#;
+
+/// A unique /etc/hosts entry, removed again on drop.
+struct HostsEntry {
+    name: String,
+}
+
+impl HostsEntry {
+    fn set(name: &str, ip: &str) -> HostsEntry {
+        let e = HostsEntry {
+            name: name.to_string(),
+        };
+        e.point_to(ip);
+        e
+    }
+
+    fn point_to(&self, ip: &str) {
+        let hosts = std::fs::read_to_string("/etc/hosts").unwrap();
+        let mut out: String = hosts
+            .lines()
+            .filter(|l| !l.contains(&self.name))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        out.push_str(&format!("{ip} {} # sbx network test\n", self.name));
+        // /etc/hosts may be a bind mount: rewrite in place, never rename over it.
+        std::fs::write("/etc/hosts", out).unwrap();
+    }
+}
+
+impl Drop for HostsEntry {
+    fn drop(&mut self) {
+        if let Ok(hosts) = std::fs::read_to_string("/etc/hosts") {
+            let out: String = hosts
+                .lines()
+                .filter(|l| !l.contains(&self.name))
+                .map(|l| format!("{l}\n"))
+                .collect();
+            let _ = std::fs::write("/etc/hosts", out);
+        }
+    }
+}
+
+async fn create_v1(d: &Daemon, name: &str, network: Value) -> String {
+    let (status, body) = d
+        .call(
+            "POST",
+            "/v1/sandboxes",
+            Some(json!({"name": name, "vcpu": 1, "memoryMb": 1024, "network": network})),
+        )
+        .await;
+    assert_eq!(status, 201, "create: {body}");
+    body["data"]["id"].as_str().unwrap().to_string()
+}
+
+async fn upload(d: &Daemon, id: &str, path: &str, bytes: Vec<u8>) {
+    let resp = d
+        .http
+        .put(d.url(&format!("/v2/sandboxes/{id}/files?path={path}")))
+        .body(bytes)
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_success(), "upload: {}", resp.status());
+}
+
+async fn sh(d: &Daemon, id: &str, script: &str) -> (i64, String, String) {
+    d.exec(id, &["sh", "-c", script]).await
+}
+
+async fn network_of(d: &Daemon, id: &str) -> Value {
+    let (status, body) = d.call("GET", &format!("/v1/sandboxes/{id}"), None).await;
+    assert_eq!(status, 200, "{body}");
+    body["data"]["network"].clone()
+}
+
+fn denial_reasons(net: &Value) -> Vec<(String, String)> {
+    net["recentDenials"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            (
+                d["host"].as_str().unwrap().to_string(),
+                d["reason"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// `curl` through the HTTP proxy with NO_PROXY cleared (so loopback goes to the proxy too);
+/// prints the HTTP status (000 when none).
+fn curl_proxied(url: &str, extra: &str) -> String {
+    format!("NO_PROXY= no_proxy= curl -s -o /dev/null -w '%{{http_code}}' --max-time 20 {extra} '{url}'")
+}
+
+#[tokio::test]
+#[ignore = "needs root, runsc and the image; run ./scripts/test"]
+async fn public_allows_test_host_and_refuses_everything_internal() {
+    let _ = IGNORE;
+    let mut public = TestHost::create();
+    public.serve_http_and_tls(&[]);
+    let private = TestHost::create();
+    let d = Daemon::start(&["--network-test-public-cidr", &public.cidr]).await;
+    let id = create_v1(&d, "net-public", json!({"mode": "public"})).await;
+    upload(&d, &id, "/tmp/ca.pem", public.ca_pem()).await;
+
+    // Proxy environment is there (and the user's environment could override it).
+    let (code, env, err) = sh(&d, &id, "env").await;
+    assert!(
+        env.contains("HTTPS_PROXY=http://127.0.0.1:3128"),
+        "{code} {env} {err}"
+    );
+    assert!(env.contains("ALL_PROXY=socks5h://127.0.0.1:1080"), "{env}");
+    assert!(env.contains("NODE_USE_ENV_PROXY=1"), "{env}");
+
+    // 443 with the test CA, through the env proxy.
+    let (code, out, err) = sh(
+        &d,
+        &id,
+        &format!(
+            "curl -sS --max-time 20 --cacert /tmp/ca.pem https://{}/",
+            public.ip
+        ),
+    )
+    .await;
+    assert_eq!((code, out.as_str()), (0, "hello-tls\n"), "{err}");
+    // Plain HTTP through the proxy (absolute form) and through SOCKS5.
+    let (code, out, err) = sh(
+        &d,
+        &id,
+        &format!("curl -sS --max-time 20 http://{}/", public.ip),
+    )
+    .await;
+    assert_eq!((code, out.as_str()), (0, "hello-plain\n"), "{err}");
+    let (code, out, err) = sh(
+        &d,
+        &id,
+        &format!(
+            "curl -sS --max-time 20 -x socks5h://127.0.0.1:1080 --cacert /tmp/ca.pem https://{}/",
+            public.ip
+        ),
+    )
+    .await;
+    assert_eq!((code, out.as_str()), (0, "hello-tls\n"), "{err}");
+    // A larger transfer crosses many credit windows intact.
+    let (code, out, err) = sh(
+        &d,
+        &id,
+        &format!(
+            "curl -sS --max-time 60 http://{}/bulk/20000000 | wc -c",
+            public.ip
+        ),
+    )
+    .await;
+    assert_eq!((code, out.trim()), (0, "20000000"), "{err}");
+
+    // Refused by policy (403 from the proxy), never dialled.
+    let sbxd = format!("http://127.0.0.1:{}/healthz", d.port);
+    let host_addr = format!("http://{}:{}/healthz", public.host_ip, d.port);
+    for (url, reason) in [
+        (format!("http://{}/", private.ip), "private"),
+        (sbxd.clone(), "loopback"),
+        (format!("http://[::1]:{}/healthz", d.port), "loopback"),
+        (host_addr, "host-address"),
+        (
+            "http://169.254.169.254/latest/meta-data/".to_string(),
+            "link-local",
+        ),
+        ("http://[::ffff:127.0.0.1]/".to_string(), "loopback"),
+    ] {
+        let (_, status, _) = sh(&d, &id, &curl_proxied(&url, "")).await;
+        assert_eq!(status, "403", "{url} must be refused");
+        let net = network_of(&d, &id).await;
+        let last = denial_reasons(&net).pop().unwrap();
+        assert_eq!(last.1, reason, "{url}: {net}");
+    }
+    // SOCKS refuses too (curl exit 97: the proxy refused the connection).
+    let (code, _, _) = sh(
+        &d,
+        &id,
+        &format!("curl -s --max-time 20 -x socks5h://127.0.0.1:1080 {sbxd}"),
+    )
+    .await;
+    assert_ne!(code, 0);
+    let (code, _, _) = sh(
+        &d,
+        &id,
+        "curl -s --max-time 20 -x socks5h://127.0.0.1:1080 http://169.254.169.254/",
+    )
+    .await;
+    assert_ne!(code, 0);
+
+    let net = network_of(&d, &id).await;
+    assert_eq!(net["policy"]["mode"], "public");
+    assert!(net["allowed"].as_u64().unwrap() >= 4, "{net}");
+    assert!(net["denied"].as_u64().unwrap() >= 7, "{net}");
+}
+
+#[tokio::test]
+#[ignore = "needs root, runsc and the image; run ./scripts/test"]
+async fn https_only_refuses_port_80_and_plain_http_on_443() {
+    let mut host = TestHost::create();
+    host.serve_http_and_tls(&[]);
+    let d = Daemon::start(&["--network-test-public-cidr", &host.cidr]).await;
+    let id = create_v1(&d, "net-https", json!({"mode": "https-only"})).await;
+    upload(&d, &id, "/tmp/ca.pem", host.ca_pem()).await;
+    let (code, out, err) = sh(
+        &d,
+        &id,
+        &format!(
+            "curl -sS --max-time 20 --cacert /tmp/ca.pem https://{}/",
+            host.ip
+        ),
+    )
+    .await;
+    assert_eq!((code, out.as_str()), (0, "hello-tls\n"), "{err}");
+    let (_, status, _) = sh(&d, &id, &curl_proxied(&format!("http://{}/", host.ip), "")).await;
+    assert_eq!(status, "403");
+    let net = network_of(&d, &id).await;
+    assert_eq!(denial_reasons(&net).pop().unwrap().1, "port", "{net}");
+    // Plain HTTP tunnelled to 443 is cut: the first bytes are not a TLS handshake.
+    let (code, _, _) = sh(
+        &d,
+        &id,
+        &format!(
+            "curl -s --max-time 20 -p -x http://127.0.0.1:3128 http://{}:443/",
+            host.ip
+        ),
+    )
+    .await;
+    assert_ne!(code, 0);
+    let net = network_of(&d, &id).await;
+    assert_eq!(denial_reasons(&net).pop().unwrap().1, "not-tls", "{net}");
+}
+
+#[tokio::test]
+#[ignore = "needs root, runsc and the image; run ./scripts/test"]
+async fn allowlisted_name_rebound_to_loopback_is_refused() {
+    let mut host = TestHost::create();
+    let name = format!("{}.sbx-test.invalid", host.ns);
+    host.serve_http_and_tls(&[&name]);
+    let d = Daemon::start(&["--network-test-public-cidr", &host.cidr]).await;
+    let hosts = HostsEntry::set(&name, &host.ip);
+    let id = create_v1(
+        &d,
+        "net-allow",
+        json!({"mode": "allowlist", "allow": [{"host": name, "ports": [443]}]}),
+    )
+    .await;
+    upload(&d, &id, "/tmp/ca.pem", host.ca_pem()).await;
+    let (code, out, err) = sh(
+        &d,
+        &id,
+        &format!("curl -sS --max-time 20 --cacert /tmp/ca.pem https://{name}/"),
+    )
+    .await;
+    assert_eq!((code, out.as_str()), (0, "hello-tls\n"), "{err}");
+    // Not listed: the address itself, another port.
+    let (_, status, _) = sh(&d, &id, &curl_proxied(&format!("http://{}/", host.ip), "")).await;
+    assert_eq!(status, "403");
+    let (_, status, _) = sh(&d, &id, &curl_proxied(&format!("http://{name}/"), "")).await;
+    assert_eq!(status, "403");
+    // Rebinding: the allowed name now points at the host's loopback.
+    hosts.point_to("127.0.0.1");
+    let (code, _, _) = sh(
+        &d,
+        &id,
+        &format!("curl -s --max-time 20 --cacert /tmp/ca.pem https://{name}/"),
+    )
+    .await;
+    assert_ne!(code, 0);
+    let net = network_of(&d, &id).await;
+    assert_eq!(
+        denial_reasons(&net).pop().unwrap(),
+        (name.clone(), "loopback".to_string()),
+        "{net}"
+    );
+    drop(hosts);
+}
+
+#[tokio::test]
+#[ignore = "needs root, runsc and the image; run ./scripts/test"]
+async fn none_has_only_loopback_and_no_proxy() {
+    let d = Daemon::start(&[]).await;
+    let id = create_v1(&d, "net-none", json!({"mode": "none"})).await;
+    let (code, out, _) = sh(
+        &d,
+        &id,
+        "python3 -c 'import socket; print(sorted(n for _, n in socket.if_nameindex()))'",
+    )
+    .await;
+    assert_eq!((code, out.trim()), (0, "['lo']"));
+    let (code, _, _) = sh(
+        &d,
+        &id,
+        "curl -s --max-time 5 -x http://127.0.0.1:3128 http://example.com/",
+    )
+    .await;
+    assert_eq!(code, 7, "connection refused on 3128");
+    let (code, _, _) = sh(
+        &d,
+        &id,
+        "curl -s --max-time 5 -x socks5h://127.0.0.1:1080 http://example.com/",
+    )
+    .await;
+    assert_eq!(code, 7, "connection refused on 1080");
+    let (_, env, _) = sh(&d, &id, "env").await;
+    assert!(!env.contains("127.0.0.1:3128"), "{env}");
+    let net = network_of(&d, &id).await;
+    assert_eq!(net["policy"]["mode"], "none");
+}
+
+#[tokio::test]
+#[ignore = "needs root, runsc and the image; run ./scripts/test"]
+async fn v2_default_is_public_and_node_fetch_uses_the_proxy() {
+    let mut host = TestHost::create();
+    host.serve_http_and_tls(&[]);
+    let d = Daemon::start(&["--network-test-public-cidr", &host.cidr]).await;
+    let id = d.create_running("net-sdk").await;
+    upload(&d, &id, "/tmp/ca.pem", host.ca_pem()).await;
+    let net = network_of(&d, &id).await;
+    assert_eq!(net["policy"]["mode"], "public");
+    let script = format!(
+        "NODE_EXTRA_CA_CERTS=/tmp/ca.pem node -e \"fetch('https://{}/').then(r => r.text()).then(t => process.stdout.write(t))\"",
+        host.ip
+    );
+    let (code, out, err) = sh(&d, &id, &script).await;
+    assert_eq!((code, out.as_str()), (0, "hello-tls\n"), "{err}");
+    // Another sandbox's server is not reachable: it has no address, and loopback is refused.
+    let other = d.create_running("net-sdk-2").await;
+    d.call(
+        "POST",
+        &format!("/v2/sandboxes/{other}/processes"),
+        Some(json!({"command": ["python3", "-m", "http.server", "8000", "--bind", "0.0.0.0"]})),
+    )
+    .await;
+    let (_, status, _) = sh(&d, &id, &curl_proxied("http://127.0.0.1:8000/", "")).await;
+    assert_eq!(status, "403");
+    let (code, _, _) = sh(
+        &d,
+        &id,
+        "curl -s --max-time 5 --noproxy '*' http://127.0.0.1:8000/",
+    )
+    .await;
+    assert_eq!(code, 7, "nothing listens on this sandbox's own loopback");
+}
+
+#[tokio::test]
+#[ignore = "needs root, runsc and the image; run ./scripts/test"]
+async fn policy_survives_snapshot_clone_and_daemon_restart() {
+    let mut host = TestHost::create();
+    host.serve_http_and_tls(&[]);
+    let mut d = Daemon::start(&["--network-test-public-cidr", &host.cidr]).await;
+    let id = create_v1(&d, "net-snap", json!({"mode": "https-only"})).await;
+    upload(&d, &id, "/tmp/ca.pem", host.ca_pem()).await;
+    let fetch = format!(
+        "curl -sS --max-time 20 --cacert /tmp/ca.pem https://{}/",
+        host.ip
+    );
+    // Name idempotency compares the policy.
+    let (status, _) = d
+        .call(
+            "POST",
+            "/v1/sandboxes",
+            Some(json!({"name": "net-snap", "vcpu": 1, "memoryMb": 1024, "network": {"mode": "public"}})),
+        )
+        .await;
+    assert_eq!(status, 409);
+    // A clone keeps the policy.
+    let (status, body) = d
+        .call(
+            "POST",
+            &format!("/v2/sandboxes/{id}/snapshots"),
+            Some(json!({})),
+        )
+        .await;
+    assert!(status == 201 || status == 202, "{body}");
+    let snap = body["data"]["id"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, b) = d.call("GET", &format!("/v2/snapshots/{snap}"), None).await;
+        if b["data"]["status"] == "READY" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "snapshot never READY: {b}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (status, body) = d
+        .call(
+            "POST",
+            "/v2/sandboxes",
+            Some(json!({"name": "net-clone", "snapshotId": snap})),
+        )
+        .await;
+    assert!(status == 201 || status == 202, "{body}");
+    let clone = body["data"]["id"].as_str().unwrap().to_string();
+    d.wait_status(&clone, "RUNNING", Duration::from_secs(60))
+        .await;
+    let net = network_of(&d, &clone).await;
+    assert_eq!(net["policy"]["mode"], "https-only");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (code, out, _) = sh(&d, &clone, &fetch).await;
+        if code == 0 {
+            assert_eq!(out, "hello-tls\n");
+            break;
+        }
+        assert!(Instant::now() < deadline, "clone never reached the host");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (_, status, _) = sh(
+        &d,
+        &clone,
+        &curl_proxied(&format!("http://{}/", host.ip), ""),
+    )
+    .await;
+    assert_eq!(status, "403");
+    // After a daemon restart the broker is back (reattach sends a new net_serve).
+    d.kill9();
+    d.spawn().await;
+    let (code, out, err) = sh(&d, &id, &fetch).await;
+    assert_eq!((code, out.as_str()), (0, "hello-tls\n"), "{err}");
+    let _ = PathBuf::new();
+}
