@@ -219,6 +219,14 @@ impl GvisorRuntime {
             Err(e) if e.is_not_found() => {}
             Err(e) => return Err(e.into()),
         }
+        // runsc may not know the container (sbxd died inside `runsc run`) while
+        // its processes and state files are still there: remove them directly.
+        let killed =
+            super::leftovers::kill_container_processes(&self.config.runsc_root, &cid).await;
+        if killed > 0 {
+            tracing::warn!(sandbox = %id, killed, "killed sandbox processes runsc did not know about");
+        }
+        super::leftovers::remove_state_files(&self.config.runsc_root, &cid);
         sbx_runsc::cleanup::remove_cgroups(
             Path::new(sbx_runsc::cleanup::DEFAULT_CGROUP_MOUNT),
             CGROUP_PARENT,

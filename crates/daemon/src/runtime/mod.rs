@@ -5,6 +5,7 @@
 
 pub mod agent_conn;
 pub mod gvisor;
+mod leftovers;
 
 pub use agent_conn::{AgentCallError, AgentConn, AgentStream, StreamItem, Upload};
 
