@@ -150,7 +150,12 @@ impl Api {
 
     /// `POST /v2/sandboxes` with `body`, then waits for RUNNING. Returns the id.
     pub async fn create(&self, body: Value) -> Result<String> {
-        let r = self.call(Method::POST, "/v2/sandboxes", Some(body)).await?;
+        self.create_at("/v2/sandboxes", body).await
+    }
+
+    /// Like [`Api::create`] through `path` (`/v1/sandboxes` takes a `network` policy).
+    pub async fn create_at(&self, path: &str, body: Value) -> Result<String> {
+        let r = self.call(Method::POST, path, Some(body)).await?;
         let id = r.data_str("id")?;
         self.sandboxes.lock().unwrap().insert(id.clone());
         let status = r.data_str("status")?;

@@ -12,6 +12,7 @@
 //! `bench-raw-<tag>-*` under the run's own runsc `--root`.
 
 mod api;
+mod network;
 mod raw;
 mod reaper;
 mod stats;
@@ -46,6 +47,10 @@ const SCENARIOS: &[&str] = &[
     "snapshot-idle",
     "snapshot-50MB",
     "clone",
+    "create-public",
+    "create-none",
+    "net-connect",
+    "net-throughput",
 ];
 
 /// Scenarios that run on the long-lived ("warm") sandbox pair.
@@ -846,6 +851,9 @@ async fn main() -> Result<()> {
             if WARM_SCENARIOS.iter().any(|s| b.wants(s)) {
                 b.warm_scenarios().await;
             }
+            if network::SCENARIOS.iter().any(|s| b.wants(s)) {
+                b.network().await;
+            }
         };
         tokio::select! {
             _ = run => false,
@@ -894,7 +902,7 @@ mod tests {
             ["exec", "snapshot-idle", "snapshot-50MB"]
         );
         assert!(select(&["nope".into()]).is_err());
-        for s in WARM_SCENARIOS {
+        for s in WARM_SCENARIOS.iter().chain(network::SCENARIOS) {
             assert!(SCENARIOS.contains(s));
         }
     }

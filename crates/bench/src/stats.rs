@@ -12,6 +12,8 @@ pub enum Failure {
     Error(String),
     /// Not measured (no equivalent, or a prerequisite failed).
     Skipped(String),
+    /// Not measurable with this server's configuration; shown as `n/a (<why>)`.
+    NotAvailable(String),
 }
 
 /// The measurements of one side (sbx or raw runsc) of one scenario.
@@ -173,6 +175,7 @@ impl Row {
             Some(Failure::Unsupported(code)) => format!("n/a (server: {code})"),
             Some(Failure::Error(_)) => "error (see notes)".into(),
             Some(Failure::Skipped(why)) => format!("— ({why})"),
+            Some(Failure::NotAvailable(why)) => format!("n/a ({why})"),
             None => "—".into(),
         }
     }

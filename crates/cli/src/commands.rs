@@ -5,8 +5,8 @@ use crate::{resolve, Cli, Command, CreateArgs, ExecArgs, LifecycleArgs, SecretCo
 use anyhow::{anyhow, bail, Context};
 use futures::StreamExt;
 use sbx_client::api::{
-    CreateSandboxRequest, ExecRequest, FileKind, OutputStream, ProcessStartRequest, Sandbox,
-    SandboxStatus, SignalRequest,
+    CreateSandboxRequest, CreateSandboxV1Request, ExecRequest, FileKind, OutputStream,
+    ProcessStartRequest, Sandbox, SandboxStatus, SignalRequest,
 };
 use sbx_client::{Chunk, Client, Snapshot, SnapshotStatus};
 use std::collections::BTreeMap;
@@ -28,7 +28,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::List => list(c).await,
         Command::Get { sandbox } => {
             let id = resolve::sandbox(c, &sandbox).await?;
-            print_json(&c.get_sandbox(id).await?)
+            print_json(&c.sandbox_detail(id).await?)
         }
         Command::Destroy { sandbox } => {
             let id = resolve::sandbox(c, &sandbox).await?;
@@ -181,6 +181,7 @@ fn write_chunk(chunk: &Chunk) -> std::io::Result<()> {
 }
 
 async fn create(c: &Client, args: CreateArgs) -> anyhow::Result<u8> {
+    let network = crate::network::policy(args.network, args.allow).map_err(|e| anyhow!(e))?;
     let req = CreateSandboxRequest {
         name: Some(args.name),
         vcpu: Some(args.vcpu),
@@ -189,7 +190,20 @@ async fn create(c: &Client, args: CreateArgs) -> anyhow::Result<u8> {
         secrets: (!args.secrets.is_empty()).then_some(args.secrets),
         snapshot_id: None,
     };
-    create_and_report(c, &req, args.no_wait, args.timeout).await
+    let Some(network) = network else {
+        return create_and_report(c, &req, args.no_wait, args.timeout).await;
+    };
+    let req = CreateSandboxV1Request {
+        name: req.name,
+        vcpu: req.vcpu,
+        memory_mb: req.memory_mb,
+        environment: req.environment,
+        secrets: req.secrets,
+        snapshot_id: None,
+        network: Some(network),
+    };
+    let sb = c.create_sandbox_v1(&req).await?;
+    report_created(c, sb, args.no_wait, args.timeout).await
 }
 
 /// Creates, waits for RUNNING unless told not to, prints the id (status on stderr).
@@ -199,7 +213,17 @@ async fn create_and_report(
     no_wait: bool,
     timeout: Duration,
 ) -> anyhow::Result<u8> {
-    let mut sb = c.create_sandbox(req).await?;
+    let sb = c.create_sandbox(req).await?;
+    report_created(c, sb, no_wait, timeout).await
+}
+
+/// Waits for RUNNING unless told not to, prints the id (status on stderr).
+async fn report_created(
+    c: &Client,
+    mut sb: Sandbox,
+    no_wait: bool,
+    timeout: Duration,
+) -> anyhow::Result<u8> {
     if !no_wait {
         sb = wait_running(c, sb, timeout).await?;
     }

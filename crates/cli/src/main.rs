@@ -2,6 +2,7 @@
 
 mod commands;
 mod follow;
+mod network;
 mod resolve;
 mod util;
 
@@ -34,10 +35,11 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Create a sandbox (waits until RUNNING) and print its id.
+    #[command(after_help = network::HELP)]
     Create(CreateArgs),
     /// List sandboxes.
     List,
-    /// Show a sandbox as JSON.
+    /// Show a sandbox as JSON (the /v1 detail: environment, network policy and counters).
     Get {
         /// Sandbox id or name.
         sandbox: String,
@@ -205,6 +207,12 @@ pub struct CreateArgs {
     /// Workspace secret to inject as an environment variable (repeatable).
     #[arg(long = "secret", value_name = "NAME")]
     pub secrets: Vec<String>,
+    /// Network egress: none, public, https-only or allowlist (see below).
+    #[arg(long, value_name = "MODE", value_parser = network::parse_mode)]
+    pub network: Option<sbx_client::api::NetworkMode>,
+    /// Allowlist entry host=NAME[:PORT,...] or cidr=ADDR/LEN[:PORT,...] (repeatable).
+    #[arg(long = "allow", value_name = "RULE", value_parser = network::parse_allow)]
+    pub allow: Vec<sbx_client::api::AllowRule>,
     /// Return without waiting for RUNNING.
     #[arg(long)]
     pub no_wait: bool,
@@ -388,6 +396,39 @@ mod tests {
 
         assert!(Cli::try_parse_from(["sbx", "exec", "web"]).is_err());
         assert!(Cli::try_parse_from(["sbx", "exec", "web", "--shell", "x", "--", "ls"]).is_err());
+    }
+
+    #[test]
+    fn create_takes_network_flags() {
+        use sbx_client::api::NetworkMode;
+        let cli = Cli::parse_from(["sbx", "create", "--name", "a", "--network", "https-only"]);
+        let Command::Create(args) = cli.command else {
+            panic!("not create")
+        };
+        assert_eq!(args.network, Some(NetworkMode::HttpsOnly));
+        assert!(args.allow.is_empty());
+        let cli = Cli::parse_from([
+            "sbx",
+            "create",
+            "--name",
+            "a",
+            "--allow",
+            "host=example.com:443",
+            "--allow",
+            "cidr=1.2.3.0/24:80,443",
+        ]);
+        let Command::Create(args) = cli.command else {
+            panic!("not create")
+        };
+        assert_eq!(args.network, None);
+        assert_eq!(args.allow.len(), 2);
+        assert_eq!(args.allow[1].ports, Some(vec![80, 443]));
+        let p = network::policy(args.network, args.allow).unwrap().unwrap();
+        assert_eq!(p.mode, NetworkMode::Allowlist);
+        assert!(
+            Cli::try_parse_from(["sbx", "create", "--name", "a", "--network", "open"]).is_err()
+        );
+        assert!(Cli::try_parse_from(["sbx", "create", "--name", "a", "--allow", "x"]).is_err());
     }
 
     #[test]

@@ -84,6 +84,36 @@ async fn serve(seen: Arc<Mutex<Seen>>) -> String {
             }),
         )
         .route(
+            "/v1/sandboxes/{id}",
+            get(|Path(id): Path<String>| async move {
+                if id != ACTIVE {
+                    return (
+                        StatusCode::NOT_FOUND,
+                        [
+                            ("content-type", "application/json"),
+                            ("x-request-id", "req-404"),
+                        ],
+                        json!({"errors": [{"code": "sandbox_not_found", "message": "sandbox not found"}]})
+                            .to_string(),
+                    )
+                        .into_response();
+                }
+                let mut v = sandbox(ACTIVE, "RUNNING");
+                v.as_object_mut().unwrap().extend(
+                    json!({
+                        "environment": {}, "secrets": [],
+                        "activeRuntimeMs": 10, "activeRuntimeLimitMs": 3600000,
+                        "network": {"policy": {"mode": "public"}, "allowed": 3, "denied": 1,
+                                    "failed": 0, "recentDenials": []}
+                    })
+                    .as_object()
+                    .unwrap()
+                    .clone(),
+                );
+                envelope(v)
+            }),
+        )
+        .route(
             "/v2/sandboxes/{id}/exec",
             post(move |Path(id): Path<String>, body: Bytes| {
                 let seen = s_exec.clone();
@@ -230,6 +260,8 @@ async fn api_errors_print_code_message_and_request_id() {
     assert!(out.status.success());
     let sb: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(sb["id"], ACTIVE);
+    assert_eq!(sb["network"]["policy"]["mode"], "public");
+    assert_eq!(sb["network"]["allowed"], 3);
 }
 
 #[tokio::test(flavor = "multi_thread")]

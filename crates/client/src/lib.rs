@@ -39,8 +39,8 @@ use futures::stream::{BoxStream, Stream, StreamExt};
 use reqwest::header::{HeaderValue, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE};
 use reqwest::{Method, RequestBuilder, Response, Url};
 use sbx_api_types::{
-    CreateSandboxRequest, ExecRequest, FileInfo, Page, Process, ProcessStartRequest, Sandbox,
-    SignalRequest,
+    CreateSandboxRequest, CreateSandboxV1Request, ExecRequest, FileInfo, Page, Process,
+    ProcessStartRequest, Sandbox, SandboxDetail, SignalRequest,
 };
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -290,6 +290,27 @@ impl Client {
     pub async fn create_sandbox(&self, req: &CreateSandboxRequest) -> Result<Sandbox, ClientError> {
         let resp = self
             .send(self.request(Method::POST, &["v2", "sandboxes"]).json(req))
+            .await?;
+        Self::data(resp).await
+    }
+
+    /// `POST /v1/sandboxes`: like [`Client::create_sandbox`] plus an egress policy
+    /// (`network`; absent means the server's default). Answers like v2.
+    pub async fn create_sandbox_v1(
+        &self,
+        req: &CreateSandboxV1Request,
+    ) -> Result<Sandbox, ClientError> {
+        let resp = self
+            .send(self.request(Method::POST, &["v1", "sandboxes"]).json(req))
+            .await?;
+        Self::data(resp).await
+    }
+
+    /// `GET /v1/sandboxes/{id}`: the v2 resource plus sbx extras (environment, secret
+    /// names, runtime used, network policy and connection counters).
+    pub async fn sandbox_detail(&self, id: Uuid) -> Result<SandboxDetail, ClientError> {
+        let resp = self
+            .send(self.request(Method::GET, &["v1", "sandboxes", &id.to_string()]))
             .await?;
         Self::data(resp).await
     }

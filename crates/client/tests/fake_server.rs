@@ -620,3 +620,88 @@ async fn an_upload_refused_early_reports_the_api_error() {
         .unwrap_err();
     assert_eq!(err.code(), Some("sandbox_file_too_large"), "{err:?}");
 }
+
+#[tokio::test]
+async fn create_v1_sends_the_network_policy_and_detail_decodes_counters() {
+    use sbx_client::api::{AllowRule, CreateSandboxV1Request, NetworkMode, NetworkPolicy};
+    let (url, log) = serve(
+        Router::new()
+            .route(
+                "/v1/sandboxes",
+                post(|body: Bytes| async move {
+                    let req: Value = serde_json::from_slice(&body).unwrap();
+                    assert_eq!(req["name"], "build-42");
+                    assert_eq!(
+                        req["network"],
+                        json!({"mode": "allowlist", "allow": [
+                            {"host": "example.com", "ports": [443]},
+                            {"cidr": "1.2.3.0/24"}
+                        ]})
+                    );
+                    assert!(req.get("vcpu").is_none());
+                    json_resp(StatusCode::ACCEPTED, data(sandbox_json("STARTING")))
+                }),
+            )
+            .route(
+                "/v1/sandboxes/{id}",
+                get(|| async {
+                    let mut v = sandbox_json("RUNNING");
+                    let extra = json!({
+                        "environment": {"A": "1"}, "secrets": ["tok"],
+                        "activeRuntimeMs": 1200, "activeRuntimeLimitMs": 3600000,
+                        "network": {
+                            "policy": {"mode": "https-only"},
+                            "allowed": 4, "denied": 2, "failed": 1,
+                            "recentDenials": [{"host": "10.0.0.1", "port": 80,
+                                "reason": "private", "at": "2026-07-30T12:00:01Z"}]
+                        }
+                    });
+                    v.as_object_mut()
+                        .unwrap()
+                        .extend(extra.as_object().unwrap().clone());
+                    json_resp(StatusCode::OK, data(v))
+                }),
+            ),
+    )
+    .await;
+    let client = Client::new(&url, None).unwrap();
+    let sb = client
+        .create_sandbox_v1(&CreateSandboxV1Request {
+            name: Some("build-42".into()),
+            network: Some(NetworkPolicy {
+                mode: NetworkMode::Allowlist,
+                allow: vec![
+                    AllowRule {
+                        host: Some("example.com".into()),
+                        ports: Some(vec![443]),
+                        ..Default::default()
+                    },
+                    AllowRule {
+                        cidr: Some("1.2.3.0/24".into()),
+                        ..Default::default()
+                    },
+                ],
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(sb.status, SandboxStatus::Starting);
+
+    let d = client.sandbox_detail(sid()).await.unwrap();
+    assert_eq!(d.sandbox.status, SandboxStatus::Running);
+    assert_eq!(d.environment["A"], "1");
+    assert_eq!(d.network.policy.mode, NetworkMode::HttpsOnly);
+    assert_eq!(
+        (d.network.allowed, d.network.denied, d.network.failed),
+        (4, 2, 1)
+    );
+    assert_eq!(d.network.recent_denials[0].reason, "private");
+
+    let seen = log.lock().unwrap().clone();
+    assert_eq!(
+        (seen[0].method.as_str(), seen[0].uri.as_str()),
+        ("POST", "/v1/sandboxes")
+    );
+    assert_eq!(seen[1].uri, format!("/v1/sandboxes/{SID}"));
+}
