@@ -166,8 +166,9 @@ pub enum Request {
     /// Flush filesystem buffers (before a snapshot).
     Sync,
     /// Long-lived: carry the in-sandbox proxies' connections (events
-    /// [`Event::NetDial`], [`Event::NetData`], [`Event::NetAck`], [`Event::NetClose`]).
-    /// Starts the proxies on first use; a newer `net_serve` (any connection) replaces
+    /// [`Event::NetDial`], [`Event::NetData`], [`Event::NetAck`], [`Event::NetClose`])
+    /// and the DNS responder's lookups ([`Event::NetResolve`]).
+    /// Starts the proxies and the DNS responder on first use; a newer `net_serve` (any connection) replaces
     /// this one, which then ends with [`Reply::Ok`].
     NetServe,
     /// Answer to [`Event::NetDial`] (same id as the `net_serve`); no reply.
@@ -197,6 +198,17 @@ pub enum Request {
         /// Abort both directions at once.
         #[serde(default)]
         reset: bool,
+    },
+    /// Answer to [`Event::NetResolve`] (same id as the `net_serve`); no reply.
+    NetResolveResult {
+        /// Query id chosen by the agent.
+        query: u64,
+        /// Addresses the policy allows (empty: none, answer NXDOMAIN).
+        #[serde(default)]
+        addrs: Vec<std::net::IpAddr>,
+        /// `None` when the name was resolved (even to nothing allowed).
+        #[serde(default)]
+        error: Option<NetError>,
     },
 }
 
@@ -310,6 +322,16 @@ pub enum Event {
         /// Abort both directions at once.
         #[serde(default)]
         reset: bool,
+    },
+    /// The in-sandbox DNS responder wants `name`'s addresses (A, or AAAA with `ipv6`).
+    NetResolve {
+        /// Query id chosen by the agent.
+        query: u64,
+        /// The queried name as the client sent it.
+        name: String,
+        /// AAAA (IPv6) rather than A (IPv4).
+        #[serde(default)]
+        ipv6: bool,
     },
 }
 
@@ -525,5 +547,44 @@ mod tests {
         };
         let json = serde_json::to_value(&e).unwrap();
         assert_eq!(json["msg"]["code"], "not_found");
+    }
+
+    #[test]
+    fn net_resolve_shapes() {
+        let ev = Event::NetResolve {
+            query: 7,
+            name: "example.com".into(),
+            ipv6: true,
+        };
+        let json = serde_json::to_value(&ev).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"type": "net_resolve", "query": 7, "name": "example.com", "ipv6": true})
+        );
+        assert_eq!(serde_json::from_value::<Event>(json).unwrap(), ev);
+        let req = Request::NetResolveResult {
+            query: 7,
+            addrs: vec!["192.0.2.1".parse().unwrap(), "2001:db8::1".parse().unwrap()],
+            error: None,
+        };
+        let json = serde_json::to_value(&req).unwrap();
+        assert_eq!(json["op"], "net_resolve_result");
+        assert_eq!(
+            json["addrs"],
+            serde_json::json!(["192.0.2.1", "2001:db8::1"])
+        );
+        assert_eq!(serde_json::from_value::<Request>(json).unwrap(), req);
+        let refused: Request = serde_json::from_value(
+            serde_json::json!({"op": "net_resolve_result", "query": 8, "error": "denied"}),
+        )
+        .unwrap();
+        assert_eq!(
+            refused,
+            Request::NetResolveResult {
+                query: 8,
+                addrs: Vec::new(),
+                error: Some(NetError::Denied)
+            }
+        );
     }
 }

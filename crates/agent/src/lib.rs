@@ -16,7 +16,9 @@
 //! * [`upload`]: chunked uploads finished by an atomic rename.
 //! * [`relay`]: stdio ⇄ socket bridge used by the daemon.
 //! * [`proxy`]: the HTTP and SOCKS5 egress proxies carried over `net_serve`.
+//! * [`dns`]: the DNS responder on 127.0.0.1:53, answered over `net_serve`.
 
+pub mod dns;
 pub mod exec;
 pub mod files;
 pub mod procs;

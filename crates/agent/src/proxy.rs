@@ -17,6 +17,7 @@ use crate::console;
 use crate::server::{Outcome, Sink};
 use sbx_agent_proto::{Event, NetError, Reply, NET_CHUNK_BYTES, NET_WINDOW_BYTES};
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -34,6 +35,14 @@ const MAX_CONNS: usize = 1024;
 const DIAL_TIMEOUT: Duration = Duration::from_secs(40);
 /// Largest HTTP request head the proxy reads.
 const MAX_HEAD_BYTES: usize = 64 * 1024;
+/// How long a DNS query waits for the daemon's answer.
+const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Most DNS lookups waiting for the daemon at once.
+const MAX_RESOLVES: usize = 256;
+
+/// What a lookup came to: `Ok(Some(addrs))` (possibly empty: NOERROR without
+/// answers), `Ok(None)` (NXDOMAIN), `Err(())` (SERVFAIL).
+pub type Resolved = Result<Option<Vec<IpAddr>>, ()>;
 
 enum Inbound {
     Data(Vec<u8>),
@@ -63,6 +72,9 @@ struct State {
     conns: HashMap<u64, Entry>,
     next_conn: u64,
     next_serve: u64,
+    /// DNS lookups waiting for `net_resolve_result`: serve id and waiter.
+    resolves: HashMap<u64, (u64, oneshot::Sender<Resolved>)>,
+    next_query: u64,
 }
 
 /// Proxy state shared by the listeners and the agent connections.
@@ -104,6 +116,7 @@ impl Net {
         if self.listening.swap(true, Ordering::SeqCst) {
             return;
         }
+        crate::dns::start(self);
         for (addr, socks) in [(HTTP_PROXY_ADDR, false), (SOCKS_PROXY_ADDR, true)] {
             let bound = std::net::TcpListener::bind(addr).and_then(|l| {
                 l.set_nonblocking(true)?;
@@ -183,6 +196,49 @@ impl Net {
                 .inbound
                 .send(if reset { Inbound::Reset } else { Inbound::Eof });
         }
+    }
+
+    /// `net_resolve_result` from the daemon.
+    pub fn resolve_result(&self, query: u64, addrs: Vec<IpAddr>, error: Option<NetError>) {
+        let Some((_, tx)) = self.lock().resolves.remove(&query) else {
+            return;
+        };
+        let _ = tx.send(match error {
+            None => Ok(Some(addrs)),
+            Some(NetError::Denied | NetError::Resolve) => Ok(None),
+            Some(_) => Err(()),
+        });
+    }
+
+    /// Asks the daemon for `name`'s addresses the policy allows (A, or AAAA with `ipv6`).
+    pub async fn resolve(&self, name: String, ipv6: bool) -> Resolved {
+        let (tx, rx) = oneshot::channel();
+        let (query, sink) = {
+            let mut st = self.lock();
+            let Some(serve) = st.serve.as_ref() else {
+                return Err(());
+            };
+            if st.resolves.len() >= MAX_RESOLVES {
+                return Err(());
+            }
+            let (serve_id, sink) = (serve.id, serve.sink.clone());
+            st.next_query += 1;
+            let query = st.next_query;
+            st.resolves.insert(query, (serve_id, tx));
+            (query, sink)
+        };
+        let sent = sink
+            .event(Event::NetResolve { query, name, ipv6 }, Vec::new())
+            .await;
+        let out = match sent {
+            Err(_) => Err(()),
+            Ok(()) => match tokio::time::timeout(RESOLVE_TIMEOUT, rx).await {
+                Ok(Ok(r)) => r,
+                _ => Err(()),
+            },
+        };
+        self.lock().resolves.remove(&query);
+        out
     }
 
     fn forget(&self, conn: u64) {
@@ -274,6 +330,8 @@ impl Drop for ServeGuard {
             st.serve = None;
         }
         let id = self.id;
+        // Dropping the waiters answers their lookups SERVFAIL at once.
+        st.resolves.retain(|_, (serve, _)| *serve != id);
         st.conns.retain(|_, e| {
             if e.serve == id {
                 let _ = e.inbound.send(Inbound::Reset);

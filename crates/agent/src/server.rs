@@ -357,6 +357,11 @@ impl Connection {
             Request::NetData { conn } => self.agent.net.data(conn, payload),
             Request::NetAck { conn, bytes } => self.agent.net.ack(conn, bytes),
             Request::NetClose { conn, reset } => self.agent.net.close(conn, reset),
+            Request::NetResolveResult {
+                query,
+                addrs,
+                error,
+            } => self.agent.net.resolve_result(query, addrs, error),
             _ if self.busy(id) => {
                 self.error(
                     id,
@@ -484,7 +489,8 @@ pub async fn dispatch(agent: &Arc<Agent>, req: Request, sink: &Sink) -> Outcome 
         | Request::NetDialResult { .. }
         | Request::NetData { .. }
         | Request::NetAck { .. }
-        | Request::NetClose { .. } => Err(AgentError::new(
+        | Request::NetClose { .. }
+        | Request::NetResolveResult { .. } => Err(AgentError::new(
             AgentErrorCode::Protocol,
             "net frames are handled by the connection",
         )),

@@ -31,6 +31,8 @@ pub struct Config {
     pub default_network: sbx_api_types::NetworkMode,
     /// Private ranges treated as public (tests only: their own netns hosts).
     pub network_test_public: Vec<String>,
+    /// Warm pool size per shape `(vcpu, memory_mb)`; empty: no pool.
+    pub warm_pool: std::collections::BTreeMap<(u32, u32), usize>,
 }
 
 /// Tunable limits (DESIGN.md, "Limits").
@@ -113,6 +115,36 @@ impl Config {
     }
 }
 
+/// Largest warm pool per shape.
+pub const WARM_POOL_MAX: usize = 64;
+
+/// Parses `--warm-pool` values (`VCPUxMIB=N`, e.g. `1x1024=2`) into sizes per shape.
+pub fn parse_warm_pool(
+    values: &[String],
+) -> Result<std::collections::BTreeMap<(u32, u32), usize>, String> {
+    let mut pool = std::collections::BTreeMap::new();
+    for value in values.iter().map(|v| v.trim()).filter(|v| !v.is_empty()) {
+        let bad = || format!("--warm-pool {value:?}: expected SHAPE=N, e.g. 1x1024=2");
+        let (shape, n) = value.split_once('=').ok_or_else(bad)?;
+        let (vcpu, mem) = shape.trim().split_once('x').ok_or_else(bad)?;
+        let vcpu: u64 = vcpu.trim().parse().map_err(|_| bad())?;
+        let mem: u64 = mem.trim().parse().map_err(|_| bad())?;
+        let n: usize = n.trim().parse().map_err(|_| bad())?;
+        let shape = sbx_api_types::validate::shape(vcpu, mem)
+            .map_err(|e| format!("--warm-pool {value:?}: {e}"))?;
+        if n > WARM_POOL_MAX {
+            return Err(format!(
+                "--warm-pool {value:?}: at most {WARM_POOL_MAX} per shape"
+            ));
+        }
+        if pool.insert(shape, n).is_some() {
+            return Err(format!("--warm-pool {value:?}: shape given twice"));
+        }
+    }
+    pool.retain(|_, n| *n > 0);
+    Ok(pool)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,7 +163,23 @@ mod tests {
             runsc_extra_flags: vec![],
             default_network: sbx_api_types::NetworkMode::Public,
             network_test_public: vec![],
+            warm_pool: Default::default(),
         }
+    }
+
+    #[test]
+    fn warm_pool_values() {
+        let v = |s: &[&str]| parse_warm_pool(&s.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert!(v(&[]).unwrap().is_empty());
+        let p = v(&["1x1024=2", "2x2048=1", "4x4096=0"]).unwrap();
+        assert_eq!(
+            p.into_iter().collect::<Vec<_>>(),
+            vec![((1, 1024), 2), ((2, 2048), 1)]
+        );
+        for bad in ["1x1024", "1x1000=1", "x=1", "1x1024=-1", "1x1024=65"] {
+            assert!(v(&[bad]).is_err(), "{bad}");
+        }
+        assert!(v(&["1x1024=1", "1x1024=2"]).is_err());
     }
 
     #[test]

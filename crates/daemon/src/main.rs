@@ -50,6 +50,10 @@ struct Args {
     /// TEST ONLY: treat this private CIDR as public (repeatable), for test hosts in network namespaces.
     #[arg(long = "network-test-public-cidr")]
     network_test_public_cidr: Vec<String>,
+    /// Warm pool: SHAPE=N sandboxes booted ahead per shape (repeatable, e.g.
+    /// --warm-pool 1x1024=2; comma-separated in SBX_WARM_POOL). Default: no pool.
+    #[arg(long = "warm-pool", env = "SBX_WARM_POOL", value_delimiter = ',')]
+    warm_pool: Vec<String>,
 }
 
 #[tokio::main]
@@ -85,6 +89,8 @@ async fn main() -> anyhow::Result<()> {
             _ => anyhow::bail!("--default-network must be none, public or https-only"),
         },
         network_test_public: args.network_test_public_cidr,
+        warm_pool: sbx_daemon::config::parse_warm_pool(&args.warm_pool)
+            .map_err(anyhow::Error::msg)?,
     };
     sbx_daemon::network::Network::new(config.default_network, &config.network_test_public)
         .map_err(anyhow::Error::msg)?;
@@ -109,6 +115,7 @@ async fn main() -> anyhow::Result<()> {
         .reconcile()
         .await
         .context("reconciling with the host")?;
+    service.refill_pool();
     let sweeper = service.clone();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(1));

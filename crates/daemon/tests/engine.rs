@@ -244,8 +244,9 @@ async fn bad_input_gets_structured_errors_and_changes_nothing() {
     assert_eq!(raw.status().as_u16(), 400);
     let body: serde_json::Value = raw.json().await.unwrap();
     assert_eq!(body["errors"][0]["code"], "invalid_request");
-    let huge = d
-        .http
+    // A fresh client: the server may close a connection after refusing an
+    // oversized body, and the shared pool must not reuse it for the next call.
+    let huge = reqwest::Client::new()
         .post(d.url("/v2/sandboxes"))
         .header("content-type", "application/json")
         .body(format!("{{\"name\":\"{}\"}}", "a".repeat(2 * 1024 * 1024)))

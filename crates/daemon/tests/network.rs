@@ -660,3 +660,36 @@ async fn policy_survives_snapshot_clone_and_daemon_restart() {
     assert_eq!((code, out.as_str()), (0, "hello-tls\n"), "{err}");
     let _ = PathBuf::new();
 }
+
+#[tokio::test]
+#[ignore = "needs root, runsc and the image; run ./scripts/test"]
+async fn dns_in_the_sandbox_answers_through_the_policy() {
+    let host = TestHost::create();
+    let good = format!("dns-{}.sbx-test.invalid", host.ns);
+    let bad = format!("dns-lo-{}.sbx-test.invalid", host.ns);
+    let d = Daemon::start(&["--network-test-public-cidr", &host.cidr]).await;
+    let good_entry = HostsEntry::set(&good, &host.ip);
+    let bad_entry = HostsEntry::set(&bad, "127.0.0.1");
+    let id = create_v1(&d, "net-dns", json!({"mode": "public"})).await;
+    let (code, conf, _) = sh(&d, &id, "cat /etc/resolv.conf").await;
+    assert_eq!(code, 0);
+    assert!(conf.contains("nameserver 127.0.0.1"), "{conf}");
+    let lookup = |name: &str| {
+        format!(
+            "python3 -c \"import socket\ntry:\n  print(socket.gethostbyname('{name}'))\nexcept socket.gaierror as e:\n  print('gaierror', e)\""
+        )
+    };
+    let (code, out, err) = sh(&d, &id, &lookup(&good)).await;
+    assert_eq!((code, out.trim()), (0, host.ip.as_str()), "{err}");
+    // Resolves on the host, but only to an address the policy refuses: nothing.
+    let (code, out, err) = sh(&d, &id, &lookup(&bad)).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("gaierror"), "{out}");
+    let net = network_of(&d, &id).await;
+    assert!(
+        denial_reasons(&net).contains(&(bad.clone(), "loopback".to_string())),
+        "{net}"
+    );
+    drop(good_entry);
+    drop(bad_entry);
+}

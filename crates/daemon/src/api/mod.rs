@@ -4,6 +4,7 @@ mod auth;
 mod envelope;
 mod error;
 mod files;
+mod pool;
 mod processes;
 mod sandboxes;
 mod snapshots;
@@ -86,6 +87,7 @@ pub fn router(service: Arc<Service>) -> Router {
         .route("/v1/sandboxes/{id}/fs/mkdir", post(files::mkdir))
         .route("/v1/sandboxes/{id}/fs/remove", post(files::remove))
         .route("/v1/sandboxes/{id}/fs/rename", post(files::rename))
+        .route("/v1/pool", get(pool::status))
         .layer(DefaultBodyLimit::max(json_limit));
     // Uploads stream their body and enforce the file limit themselves.
     let uploads = Router::new()

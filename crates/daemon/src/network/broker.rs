@@ -131,6 +131,33 @@ pub async fn run(ctx: Arc<Ctx>, mut stream: AgentStream) {
                     let _ = r.tx.send(if reset { Down::Reset } else { Down::Eof });
                 }
             }
+            Event::NetResolve { query, name, ipv6 } => {
+                let ctx = Arc::clone(&ctx);
+                tokio::spawn(async move {
+                    let (addrs, error) =
+                        match resolve(&ctx.policy, &ctx.test_public, &name, ipv6).await {
+                            Ok(addrs) => (addrs, None),
+                            Err(Ok(reason)) => {
+                                // Counted as a denial on port 0 (a lookup, not a connection).
+                                ctx.stats.denied(ctx.sandbox, &name, 0, reason);
+                                (Vec::new(), Some(NetError::Denied))
+                            }
+                            Err(Err(e)) => (Vec::new(), Some(e)),
+                        };
+                    let _ = ctx
+                        .conn
+                        .send_on(
+                            id,
+                            Request::NetResolveResult {
+                                query,
+                                addrs,
+                                error,
+                            },
+                            Vec::new(),
+                        )
+                        .await;
+                });
+            }
             _ => {}
         }
     }
@@ -184,6 +211,69 @@ pub async fn decide(
     Ok(addrs
         .into_iter()
         .map(|ip| SocketAddr::new(ip, port))
+        .collect())
+}
+
+/// A DNS lookup for the in-sandbox responder: the addresses of `name` in
+/// the asked family that the policy allows (each checked like a dial's, the
+/// port aside). `Ok(empty)` when only the other family has allowed addresses
+/// (NOERROR without answers); `Err(Ok(reason))` when the policy refuses the
+/// name or every address; `Err(Err(Resolve))` when the name does not resolve.
+pub async fn resolve(
+    policy: &NetworkPolicy,
+    test_public: &[Cidr],
+    name: &str,
+    ipv6: bool,
+) -> Result<Vec<IpAddr>, Result<&'static str, NetError>> {
+    let host = policy::normalize_host(name);
+    if host.is_empty() {
+        return Err(Err(NetError::Resolve));
+    }
+    policy::precheck_name(policy, &host).map_err(Ok)?;
+    let found: Vec<IpAddr> = match host.parse::<IpAddr>() {
+        Ok(ip) => vec![ip],
+        Err(_) => {
+            let lookup = tokio::net::lookup_host((host.as_str(), 0));
+            match tokio::time::timeout(RESOLVE_TIMEOUT, lookup).await {
+                Ok(Ok(it)) => {
+                    let mut v: Vec<IpAddr> = Vec::new();
+                    for a in it {
+                        if !v.contains(&a.ip()) {
+                            v.push(a.ip());
+                        }
+                    }
+                    v
+                }
+                _ => return Err(Err(NetError::Resolve)),
+            }
+        }
+    };
+    if found.is_empty() {
+        return Err(Err(NetError::Resolve));
+    }
+    let facts = Facts {
+        test_public: test_public.to_vec(),
+        own: policy::own_addresses(),
+    };
+    let mut reason = "";
+    let allowed: Vec<IpAddr> = found
+        .into_iter()
+        .filter(
+            |ip| match policy::check_resolved_name(policy, &facts, &host, *ip) {
+                Ok(()) => true,
+                Err(r) => {
+                    reason = r;
+                    false
+                }
+            },
+        )
+        .collect();
+    if allowed.is_empty() {
+        return Err(Ok(reason));
+    }
+    Ok(allowed
+        .into_iter()
+        .filter(|ip| ip.is_ipv6() == ipv6)
         .collect())
 }
 

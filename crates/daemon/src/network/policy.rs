@@ -230,6 +230,53 @@ pub fn precheck(policy: &NetworkPolicy, host: &str, port: u16) -> Result<(), &'s
     }
 }
 
+/// Like [`precheck`] for a DNS lookup of `host` (no port: any rule's ports will do).
+pub fn precheck_name(policy: &NetworkPolicy, host: &str) -> Result<(), &'static str> {
+    match policy.mode {
+        NetworkMode::None => Err("network-none"),
+        NetworkMode::Public | NetworkMode::HttpsOnly => Ok(()),
+        NetworkMode::Allowlist => {
+            let literal = host.parse::<IpAddr>().is_ok();
+            let any = policy.allow.iter().any(|r| match (&r.host, &r.cidr) {
+                (Some(h), _) => !literal && host_matches(h, host),
+                (_, Some(_)) => true,
+                _ => false,
+            });
+            if any {
+                Ok(())
+            } else {
+                Err("not-allowlisted")
+            }
+        }
+    }
+}
+
+/// Like [`check_resolved`] for an address a DNS lookup of `host` returned
+/// (no port: any rule's ports will do). The address must pass [`check_addr`].
+pub fn check_resolved_name(
+    policy: &NetworkPolicy,
+    facts: &Facts,
+    host: &str,
+    ip: IpAddr,
+) -> Result<(), &'static str> {
+    precheck_name(policy, host)?;
+    check_addr(facts, ip)?;
+    if policy.mode != NetworkMode::Allowlist {
+        return Ok(());
+    }
+    let literal = host.parse::<IpAddr>().is_ok();
+    let ok = policy.allow.iter().any(|r| match (&r.host, &r.cidr) {
+        (Some(h), _) => !literal && host_matches(h, host),
+        (_, Some(c)) => Cidr::parse(c).is_some_and(|c| c.contains(ip)),
+        _ => false,
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err("not-allowlisted")
+    }
+}
+
 /// Checks one resolved address of `host:port` against the policy.
 pub fn check_resolved(
     policy: &NetworkPolicy,
@@ -435,6 +482,38 @@ mod tests {
         );
         assert_eq!(
             check_resolved(&allow, &f, "10.213.1.2", ip, 8443),
+            Err("not-allowlisted")
+        );
+        // DNS lookups: the name rule whatever the ports, then the address checks.
+        assert_eq!(precheck_name(&none, "x"), Err("network-none"));
+        assert_eq!(precheck_name(&https, "x"), Ok(()));
+        assert_eq!(precheck_name(&allow, "registry.test"), Ok(()));
+        assert_eq!(precheck_name(&allow, "a.cdn.test"), Ok(()));
+        // Could resolve into the listed range.
+        assert_eq!(precheck_name(&allow, "other.test"), Ok(()));
+        assert_eq!(check_resolved_name(&allow, &f, "registry.test", ip), Ok(()));
+        assert_eq!(
+            check_resolved_name(&allow, &f, "registry.test", "127.0.0.1".parse().unwrap()),
+            Err("loopback")
+        );
+        assert_eq!(
+            check_resolved_name(&allow, &f, "other.test", in_range),
+            Ok(())
+        );
+        assert_eq!(
+            check_resolved_name(&allow, &f, "other.test", ip),
+            Err("not-allowlisted")
+        );
+        let hosts_only = NetworkPolicy {
+            mode: NetworkMode::Allowlist,
+            allow: vec![AllowRule {
+                host: Some("registry.test".into()),
+                ports: Some(vec![443]),
+                ..AllowRule::default()
+            }],
+        };
+        assert_eq!(
+            precheck_name(&hosts_only, "other.test"),
             Err("not-allowlisted")
         );
     }

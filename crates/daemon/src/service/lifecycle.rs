@@ -135,7 +135,9 @@ impl Service {
         let mut record =
             self.new_record(workspace, name, vcpu, memory_mb, environment, secrets, None);
         record.network = network;
-        self.insert_and_boot(record).await
+        // A warm pool member replaces the runtime start (fresh sandboxes only).
+        let warm = self.take_member((vcpu, memory_mb)).await;
+        self.insert_and_boot_with(record, warm).await
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -172,8 +174,35 @@ impl Service {
 
     /// Inserts the row (or finds the active sandbox holding the name) and boots it.
     async fn insert_and_boot(self: &Arc<Self>, record: SandboxRecord) -> Result<CreateOutcome> {
-        match self.store.create_sandbox(&record)? {
+        self.insert_and_boot_with(record, None).await
+    }
+
+    /// Like `insert_and_boot`; `warm` is a booted pool member that takes the
+    /// place of the runtime start: its uuid becomes the sandbox id. An unused
+    /// member (name held, store error) goes back to the pool untouched.
+    async fn insert_and_boot_with(
+        self: &Arc<Self>,
+        mut record: SandboxRecord,
+        warm: Option<super::pool::Member>,
+    ) -> Result<CreateOutcome> {
+        if let Some(member) = &warm {
+            record.id = member.id;
+        }
+        let shape = (record.vcpu, record.memory_mb);
+        let created = match self.store.create_sandbox(&record) {
+            Ok(created) => created,
+            Err(e) => {
+                if let Some(member) = warm {
+                    self.return_member(shape, member);
+                }
+                return Err(e.into());
+            }
+        };
+        match created {
             sbx_store::CreateOutcome::NameHeld(existing) => {
+                if let Some(member) = warm {
+                    self.return_member(shape, member);
+                }
                 if same_config(&existing, &record) {
                     Ok(CreateOutcome::Existing(*existing))
                 } else {
@@ -181,7 +210,11 @@ impl Service {
                 }
             }
             sbx_store::CreateOutcome::Created => {
-                let done = self.spawn_boot(record.id);
+                let conn = warm.map(|m| m.conn);
+                if conn.is_some() {
+                    self.refill_pool();
+                }
+                let done = self.spawn_boot_with(record.id, conn);
                 let wait = self.config.limits.create_sync_wait;
                 let _ = tokio::time::timeout(wait, wait_done(done)).await;
                 Ok(CreateOutcome::Created(
@@ -264,6 +297,15 @@ impl Service {
 
     /// Boots a STARTING sandbox in the background; the receiver turns true when done.
     pub(super) fn spawn_boot(self: &Arc<Self>, id: Uuid) -> tokio::sync::watch::Receiver<bool> {
+        self.spawn_boot_with(id, None)
+    }
+
+    /// Like `spawn_boot`; `warm` is the agent of an already started (pool) sandbox.
+    fn spawn_boot_with(
+        self: &Arc<Self>,
+        id: Uuid,
+        warm: Option<AgentConn>,
+    ) -> tokio::sync::watch::Receiver<bool> {
         let (tx, rx) = tokio::sync::watch::channel(false);
         self.boots
             .lock()
@@ -271,7 +313,7 @@ impl Service {
             .insert(id, rx.clone());
         let this = self.clone();
         tokio::spawn(async move {
-            this.boot(id).await;
+            this.boot(id, warm).await;
             this.boots
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -281,8 +323,13 @@ impl Service {
         rx
     }
 
-    async fn boot(self: &Arc<Self>, id: Uuid) {
+    /// Runtime part (start, restore, or a warm pool member's agent), then the
+    /// finish shared by all: configuration, network, RUNNING, agent registration.
+    async fn boot(self: &Arc<Self>, id: Uuid, warm: Option<AgentConn>) {
         let Ok(Some(record)) = self.store.get_sandbox(id) else {
+            if warm.is_some() {
+                let _ = self.runtime.destroy(id).await;
+            }
             return;
         };
         let spec = SandboxSpec {
@@ -291,6 +338,9 @@ impl Service {
             memory_mb: record.memory_mb,
         };
         let boot = async {
+            if let Some(conn) = warm {
+                return Ok(Some(conn));
+            }
             match record.snapshot_id {
                 // A clone's agent, environment and secrets come back with its
                 // memory: it is RUNNING as soon as runsc restored it, and the

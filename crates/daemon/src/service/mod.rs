@@ -10,6 +10,7 @@ mod files;
 mod lifecycle;
 mod logs;
 mod pause;
+mod pool;
 mod reconcile;
 mod secrets;
 mod snapshots;
@@ -18,6 +19,7 @@ pub use commands::{ExecOutcome, OutputSelection};
 pub use error::ServiceError;
 pub use lifecycle::{CreateOutcome, DestroyOutcome, SandboxPage};
 pub use logs::LogChunk;
+pub use pool::PoolShapeStatus;
 pub use secrets::{KeyError, SecretBox, SecretInfo};
 pub use snapshots::SnapshotPage;
 
@@ -49,6 +51,8 @@ pub struct Service {
     image_id: String,
     /// Egress policies and the broker behind the in-sandbox proxies.
     network: Arc<crate::network::Network>,
+    /// Warm pool of booted, unassigned sandboxes.
+    pool: pool::Pool,
 }
 
 /// Result type of service calls.
@@ -71,6 +75,7 @@ impl Service {
                 .unwrap_or_else(|e| panic!("invalid network configuration: {e}")),
         );
         Arc::new(Service {
+            pool: pool::Pool::new(config.warm_pool.clone()),
             network,
             secrets,
             image_id,

@@ -1,0 +1,249 @@
+//! The warm pool: sandboxes booted ahead of demand, per shape.
+//!
+//! A member is booted exactly like a fresh sandbox (`runtime.start`, agent
+//! connection) but has no store row and belongs to no workspace until a
+//! create takes it; its container id is `sbx-<uuid>` like every sandbox, so
+//! the uuid becomes the sandbox id. Its agent has run nothing: the create's
+//! boot sends `Configure` (environment, secrets, proxy variables) and starts
+//! the network service exactly as for a cold start. Members are never
+//! returned to the pool after assignment. A daemon restart finds members
+//! without a row and reconciliation destroys them as orphans; the pool is
+//! then refilled from scratch.
+
+use super::Service;
+use crate::runtime::{AgentConn, SandboxSpec};
+use sbx_agent_proto::{Reply, Request};
+use serde::Serialize;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use uuid::Uuid;
+
+/// How long a failed member start waits before the pool tries again.
+const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(5);
+/// How long a member gets to answer a ping when it is taken.
+const TAKE_PING_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// A shape: (vCPUs, MiB).
+pub type Shape = (u32, u32);
+
+/// A booted member waiting for assignment.
+pub(super) struct Member {
+    pub id: Uuid,
+    pub conn: AgentConn,
+}
+
+#[derive(Default)]
+struct ShapeState {
+    ready: VecDeque<Member>,
+    starting: usize,
+}
+
+/// Per-shape pool state; all counters change under one lock.
+pub(super) struct Pool {
+    targets: BTreeMap<Shape, usize>,
+    state: Mutex<BTreeMap<Shape, ShapeState>>,
+}
+
+/// One shape's pool in `GET /v1/pool`.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolShapeStatus {
+    /// `VCPUxMIB`, as in `--warm-pool`.
+    pub shape: String,
+    /// vCPUs.
+    pub vcpu: u32,
+    /// Memory in MiB.
+    pub memory_mb: u32,
+    /// Configured size.
+    pub target: usize,
+    /// Members booted and waiting.
+    pub ready: usize,
+    /// Members booting.
+    pub starting: usize,
+}
+
+impl Pool {
+    pub(super) fn new(targets: BTreeMap<Shape, usize>) -> Pool {
+        Pool {
+            targets,
+            state: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<Shape, ShapeState>> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Removes one ready member of the shape (never the same one twice).
+    fn pop(&self, shape: Shape) -> Option<Member> {
+        self.lock().get_mut(&shape)?.ready.pop_front()
+    }
+
+    /// Reserves the missing starts of every shape; returns one shape per start.
+    fn reserve(&self) -> Vec<Shape> {
+        let mut state = self.lock();
+        let mut starts = Vec::new();
+        for (&shape, &target) in &self.targets {
+            let s = state.entry(shape).or_default();
+            let have = s.ready.len() + s.starting;
+            for _ in have..target {
+                s.starting += 1;
+                starts.push(shape);
+            }
+        }
+        starts
+    }
+
+    /// A reserved start ended; `member` is the booted sandbox, if it booted.
+    fn finish_start(&self, shape: Shape, member: Option<Member>) {
+        let mut state = self.lock();
+        let s = state.entry(shape).or_default();
+        s.starting = s.starting.saturating_sub(1);
+        if let Some(m) = member {
+            s.ready.push_back(m);
+        }
+    }
+
+    /// Puts an untouched member back if there is room; otherwise hands it back.
+    fn put_back(&self, shape: Shape, member: Member) -> Option<Member> {
+        let target = self.targets.get(&shape).copied().unwrap_or(0);
+        let mut state = self.lock();
+        let s = state.entry(shape).or_default();
+        if s.ready.len() + s.starting < target {
+            s.ready.push_front(member);
+            None
+        } else {
+            Some(member)
+        }
+    }
+
+    fn status(&self) -> Vec<PoolShapeStatus> {
+        let state = self.lock();
+        self.targets
+            .iter()
+            .map(|(&(vcpu, memory_mb), &target)| {
+                let s = state.get(&(vcpu, memory_mb));
+                PoolShapeStatus {
+                    shape: format!("{vcpu}x{memory_mb}"),
+                    vcpu,
+                    memory_mb,
+                    target,
+                    ready: s.map_or(0, |s| s.ready.len()),
+                    starting: s.map_or(0, |s| s.starting),
+                }
+            })
+            .collect()
+    }
+}
+
+impl Service {
+    /// `GET /v1/pool`: configured size, ready and booting members per shape.
+    pub fn pool_status(&self) -> Vec<PoolShapeStatus> {
+        self.pool.status()
+    }
+
+    /// Boots members until every shape has its configured size (ready +
+    /// starting). Call after [`Service::reconcile`]; create calls it after
+    /// each assignment.
+    pub fn refill_pool(self: &Arc<Self>) {
+        for shape in self.pool.reserve() {
+            let this = self.clone();
+            tokio::spawn(async move {
+                let member = this.start_member(shape).await;
+                let failed = member.is_none();
+                if failed {
+                    // Keep the slot reserved for a while: no hot loop of failing starts.
+                    tokio::time::sleep(RETRY_AFTER_FAILURE).await;
+                }
+                this.pool.finish_start(shape, member);
+                if failed {
+                    this.refill_pool();
+                }
+            });
+        }
+    }
+
+    async fn start_member(&self, (vcpu, memory_mb): Shape) -> Option<Member> {
+        let id = Uuid::new_v4();
+        let spec = SandboxSpec {
+            id,
+            vcpu,
+            memory_mb,
+        };
+        let started =
+            tokio::time::timeout(self.config.limits.start_timeout, self.runtime.start(spec)).await;
+        match started {
+            Ok(Ok(conn)) => {
+                tracing::debug!(member = %id, vcpu, memory_mb, "warm pool member ready");
+                Some(Member { id, conn })
+            }
+            other => {
+                let reason = match other {
+                    Ok(Err(e)) => e.to_string(),
+                    _ => "did not start in time".to_string(),
+                };
+                tracing::warn!(member = %id, vcpu, memory_mb, %reason, "warm pool member failed to start");
+                if let Err(e) = self.runtime.destroy(id).await {
+                    tracing::error!(member = %id, error = %e, "removing failed warm pool member");
+                }
+                None
+            }
+        }
+    }
+
+    /// Takes a live ready member of the shape, if any; dead ones are removed.
+    pub(super) async fn take_member(self: &Arc<Self>, shape: Shape) -> Option<Member> {
+        while let Some(member) = self.pool.pop(shape) {
+            let alive = !member.conn.is_closed()
+                && matches!(
+                    tokio::time::timeout(TAKE_PING_TIMEOUT, member.conn.call(Request::Ping)).await,
+                    Ok(Ok((Reply::Pong, _)))
+                );
+            if alive {
+                return Some(member);
+            }
+            tracing::warn!(member = %member.id, "warm pool member died while waiting; removing it");
+            self.discard_member(member);
+            self.refill_pool();
+        }
+        None
+    }
+
+    /// Returns a member a create did not use (its name was held), untouched.
+    pub(super) fn return_member(self: &Arc<Self>, shape: Shape, member: Member) {
+        if let Some(extra) = self.pool.put_back(shape, member) {
+            self.discard_member(extra);
+        }
+    }
+
+    fn discard_member(self: &Arc<Self>, member: Member) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            drop(member.conn);
+            if let Err(e) = this.runtime.destroy(member.id).await {
+                tracing::error!(member = %member.id, error = %e, "removing warm pool member");
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reserve_never_exceeds_the_target() {
+        let pool = Pool::new(BTreeMap::from([((1, 1024), 2), ((2, 2048), 1)]));
+        let first = pool.reserve();
+        assert_eq!(first, vec![(1, 1024), (1, 1024), (2, 2048)]);
+        assert!(pool.reserve().is_empty(), "starting members count");
+        pool.finish_start((1, 1024), None);
+        assert_eq!(pool.reserve(), vec![(1, 1024)]);
+        let st = pool.status();
+        assert_eq!(st[0].shape, "1x1024");
+        assert_eq!((st[0].target, st[0].ready, st[0].starting), (2, 0, 2));
+        assert!(pool.pop((1, 1024)).is_none());
+        assert!(pool.pop((4, 4096)).is_none());
+    }
+}
