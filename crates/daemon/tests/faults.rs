@@ -17,6 +17,10 @@ use std::time::{Duration, Instant};
 const SETTLE: Duration = Duration::from_secs(60);
 
 /// Polls sqlite (read-only, beside the running sbxd) until `sql` returns `want`.
+/// The fault tests run one at a time: a fork bomb or fifty boots on this
+/// 2-core machine would otherwise decide the other tests' latency assertions.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 async fn wait_sql(d: &Daemon, sql: &str, want: &str, timeout: Duration) -> bool {
     let db = d.data_dir().join("sbx.sqlite");
     let deadline = Instant::now() + timeout;
@@ -76,6 +80,7 @@ async fn answers_within(d: &Daemon, id: &str, timeout: Duration) -> bool {
 #[tokio::test]
 #[ignore = "needs root, runsc and the image; run ./scripts/test"]
 async fn kill9_during_create_then_restart_tells_the_truth() {
+    let _serial = SERIAL.lock().await;
     // Declared first so that it is dropped last, after sbxd is gone.
     let _leftovers: KillLeftovers;
     let mut d = Daemon::start(&[]).await;
@@ -181,6 +186,7 @@ async fn kill9_during_create_then_restart_tells_the_truth() {
 #[tokio::test]
 #[ignore = "needs root, runsc and the image; run ./scripts/test"]
 async fn kill9_during_exec_keeps_the_sandbox_and_its_processes() {
+    let _serial = SERIAL.lock().await;
     // Declared first so that it is dropped last, after sbxd is gone.
     let _leftovers: KillLeftovers;
     let mut d = Daemon::start(&[]).await;
@@ -253,6 +259,7 @@ async fn kill9_during_exec_keeps_the_sandbox_and_its_processes() {
 #[tokio::test]
 #[ignore = "needs root, runsc and the image; run ./scripts/test"]
 async fn kill9_during_upload_leaves_no_partial_file() {
+    let _serial = SERIAL.lock().await;
     // Declared first so that it is dropped last, after sbxd is gone.
     let _leftovers: KillLeftovers;
     let mut d = Daemon::start(&[]).await;
@@ -339,6 +346,7 @@ async fn kill9_during_upload_leaves_no_partial_file() {
 #[tokio::test]
 #[ignore = "needs root, runsc and the image; run ./scripts/test"]
 async fn kill9_during_destroy_finishes_the_destroy() {
+    let _serial = SERIAL.lock().await;
     // Declared first so that it is dropped last, after sbxd is gone.
     let _leftovers: KillLeftovers;
     let mut d = Daemon::start(&[]).await;
@@ -383,6 +391,7 @@ async fn kill9_during_destroy_finishes_the_destroy() {
 #[tokio::test]
 #[ignore = "needs root, runsc and the image; run ./scripts/test"]
 async fn kill9_of_the_gofer_alone() {
+    let _serial = SERIAL.lock().await;
     // Declared first so that it is dropped last, after sbxd is gone.
     let _leftovers: KillLeftovers;
     let d = Daemon::start(&[]).await;
@@ -447,6 +456,7 @@ async fn kill9_of_the_gofer_alone() {
 #[tokio::test]
 #[ignore = "needs root, runsc and the image; run ./scripts/test"]
 async fn kill9_of_the_relay_reconnects() {
+    let _serial = SERIAL.lock().await;
     // Declared first so that it is dropped last, after sbxd is gone.
     let _leftovers: KillLeftovers;
     let d = Daemon::start(&[]).await;
@@ -472,6 +482,7 @@ async fn kill9_of_the_relay_reconnects() {
 #[tokio::test]
 #[ignore = "needs root, runsc and the image; run ./scripts/test"]
 async fn killing_the_agent_from_inside() {
+    let _serial = SERIAL.lock().await;
     // Declared first so that it is dropped last, after sbxd is gone.
     let _leftovers: KillLeftovers;
     let d = Daemon::start(&[]).await;
@@ -533,6 +544,7 @@ async fn killing_the_agent_from_inside() {
 #[tokio::test]
 #[ignore = "needs root, runsc and the image; run ./scripts/test"]
 async fn fifty_concurrent_creates_all_succeed_or_are_refused_retryably() {
+    let _serial = SERIAL.lock().await;
     // Declared first so that it is dropped last, after sbxd is gone.
     let _leftovers: KillLeftovers;
     let d = Daemon::start(&[]).await;
@@ -624,6 +636,7 @@ async fn probe_responsive(d: &Daemon, probe: &str) -> (Duration, Duration) {
 #[tokio::test]
 #[ignore = "needs root, runsc and the image; run ./scripts/test"]
 async fn output_flood_keeps_the_daemon_responsive_and_output_bounded() {
+    let _serial = SERIAL.lock().await;
     // Declared first so that it is dropped last, after sbxd is gone.
     let _leftovers: KillLeftovers;
     let d = Daemon::start(&[]).await;
@@ -710,6 +723,7 @@ async fn output_flood_keeps_the_daemon_responsive_and_output_bounded() {
 #[tokio::test]
 #[ignore = "needs root, runsc and the image; run ./scripts/test"]
 async fn fork_bomb_is_contained() {
+    let _serial = SERIAL.lock().await;
     // Declared first so that it is dropped last, after sbxd is gone.
     let _leftovers: KillLeftovers;
     let d = Daemon::start(&[]).await;

@@ -19,6 +19,8 @@ use uuid::Uuid;
 pub const CONTAINER_PREFIX: &str = "sbx-";
 /// Parent cgroup of every sandbox.
 pub const CGROUP_PARENT: &str = "sbx";
+/// How long a (re)connection to a running sandbox's agent is retried.
+const RECONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a closed relay gets to exit before it is killed.
 const RELAY_EXIT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long `start` waits for the agent to answer after runsc reports running.
@@ -137,7 +139,13 @@ impl GvisorRuntime {
     }
 
     async fn wait_for_agent(&self, id: Uuid) -> Result<AgentConn, RuntimeError> {
-        let deadline = Instant::now() + AGENT_READY_TIMEOUT;
+        self.connect_within(id, AGENT_READY_TIMEOUT).await
+    }
+
+    /// Connects, retrying for up to `limit`: right after a boot or a restore
+    /// `runsc exec` can fail for a moment before the sandbox accepts it.
+    async fn connect_within(&self, id: Uuid, limit: Duration) -> Result<AgentConn, RuntimeError> {
+        let deadline = Instant::now() + limit;
         loop {
             match self.connect_inner(id).await {
                 Ok(conn) => return Ok(conn),
@@ -267,7 +275,7 @@ impl Runtime for GvisorRuntime {
     }
 
     fn connect(&self, id: Uuid) -> BoxFuture<'_, Result<AgentConn, RuntimeError>> {
-        self.connect_inner(id).boxed()
+        self.connect_within(id, RECONNECT_TIMEOUT).boxed()
     }
 
     fn is_alive(&self, id: Uuid) -> BoxFuture<'_, Result<bool, RuntimeError>> {
