@@ -7,6 +7,7 @@ pub mod errors;
 pub mod network;
 pub mod requests;
 pub mod resources;
+pub mod signing_key;
 pub mod validate;
 
 pub use errors::{ErrorBody, ErrorCode, ErrorItem};
