@@ -19,8 +19,8 @@ use uuid::Uuid;
 pub const CONTAINER_PREFIX: &str = "sbx-";
 /// Parent cgroup of every sandbox.
 pub const CGROUP_PARENT: &str = "sbx";
-/// How long a (re)connection to a running sandbox's agent is retried.
-const RECONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the first connection to a restored sandbox is retried.
+const RESTORE_READY_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a closed relay gets to exit before it is killed.
 const RELAY_EXIT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long `start` waits for the agent to answer after runsc reports running.
@@ -275,7 +275,11 @@ impl Runtime for GvisorRuntime {
     }
 
     fn connect(&self, id: Uuid) -> BoxFuture<'_, Result<AgentConn, RuntimeError>> {
-        self.connect_within(id, RECONNECT_TIMEOUT).boxed()
+        self.connect_inner(id).boxed()
+    }
+
+    fn wait_ready(&self, id: Uuid) -> BoxFuture<'_, Result<AgentConn, RuntimeError>> {
+        self.connect_within(id, RESTORE_READY_TIMEOUT).boxed()
     }
 
     fn is_alive(&self, id: Uuid) -> BoxFuture<'_, Result<bool, RuntimeError>> {

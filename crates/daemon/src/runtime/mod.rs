@@ -45,7 +45,10 @@ pub enum RuntimeError {
 pub trait Runtime: Send + Sync {
     /// Boots a fresh sandbox and returns a connection to its agent.
     fn start(&self, spec: SandboxSpec) -> BoxFuture<'_, Result<AgentConn, RuntimeError>>;
-    /// Opens a new connection to a running sandbox's agent.
+    /// Connects to a sandbox that has just booted or been restored, retrying
+    /// while it settles.
+    fn wait_ready(&self, id: Uuid) -> BoxFuture<'_, Result<AgentConn, RuntimeError>>;
+    /// Opens a new connection to a running sandbox's agent (one attempt).
     fn connect(&self, id: Uuid) -> BoxFuture<'_, Result<AgentConn, RuntimeError>>;
     /// Whether the sandbox's container is running (or paused).
     fn is_alive(&self, id: Uuid) -> BoxFuture<'_, Result<bool, RuntimeError>>;

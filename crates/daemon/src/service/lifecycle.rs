@@ -384,7 +384,7 @@ impl Service {
             Ok(r) if r.status == SandboxStatus::Running => {
                 match conn {
                     Some(conn) => self.register_agent(id, conn),
-                    None => self.spawn_first_connect(r),
+                    None => self.spawn_first_connect(r).await,
                 }
                 tracing::info!(sandbox = %id, "sandbox running");
             }
@@ -398,14 +398,27 @@ impl Service {
 
     /// Opens a restored sandbox's first agent connection in the background;
     /// fails the sandbox if it cannot be reached and is not running.
-    fn spawn_first_connect(self: &Arc<Self>, record: SandboxRecord) {
+    ///
+    /// The sandbox's lock is taken before this returns (so before create
+    /// answers) and held until the connection is up: a request that arrives
+    /// first waits for it instead of racing a restore that is still settling.
+    async fn spawn_first_connect(self: &Arc<Self>, record: SandboxRecord) {
+        let guard = self.lock_for(record.id).lock_owned().await;
         let this = self.clone();
         tokio::spawn(async move {
-            if let Err(e) = this.agent(&record.workspace, record.id).await {
-                if !matches!(this.runtime.is_alive(record.id).await, Ok(true)) {
-                    let reason = format!("restored sandbox stopped: {e}");
-                    this.fail(record.id, reason).await;
+            let result = this.runtime.wait_ready(record.id).await;
+            let error = match result {
+                Ok(conn) => {
+                    this.register_agent(record.id, conn.clone());
+                    this.network.serve(record.id, &record.network, &conn).await;
+                    return;
                 }
+                Err(e) => e,
+            };
+            drop(guard);
+            if !matches!(this.runtime.is_alive(record.id).await, Ok(true)) {
+                let reason = format!("restored sandbox stopped: {error}");
+                this.fail(record.id, reason).await;
             }
         });
     }
