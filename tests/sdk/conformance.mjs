@@ -118,7 +118,13 @@ const main = async () => {
     await p.signal({ signal: 15, includeChildren: true });
     const done = await p.wait({ timeout: "30s" });
     check(done.state === "KILLED" && done.terminationSignal === 15, `${done.state} ${done.terminationSignal}`);
-    const ps = await s.commands.run(["python3", "-c", COUNT_SLEEPERS]);
+    // The group's other members die right after the leader; give them a moment.
+    let ps;
+    for (let n = 0; n < 50; n += 1) {
+      ps = await s.commands.run(["python3", "-c", COUNT_SLEEPERS]);
+      if (ps.exitCode === 0 && ps.stdout.trim() === "0") break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
     check(ps.exitCode === 0 && ps.stdout.trim() === "0", `children left: ${JSON.stringify(ps)}`);
   });
 
