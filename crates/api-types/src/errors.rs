@@ -69,6 +69,8 @@ pub enum ErrorCode {
     NotRegularFile,
     /// 422: the start failed synchronously.
     StartFailed,
+    /// 422: an `Idempotency-Key` reused with a different request.
+    IdempotencyKeyReused,
     /// 429: rate limited.
     RateLimited,
     /// 500: unexpected.
@@ -110,6 +112,7 @@ impl ErrorCode {
             FileTooLarge => "sandbox_file_too_large",
             PayloadTooLarge => "payload_too_large",
             StartFailed => "sandbox_start_failed",
+            IdempotencyKeyReused => "idempotency_key_reused",
             RateLimited => "rate_limited",
             InternalError => "internal_error",
             NotImplemented => "not_implemented",
@@ -136,7 +139,7 @@ impl ErrorCode {
             InvalidState | NameTaken | SnapshotNameTaken | SnapshotNotReady
             | OperationAmbiguous => 409,
             ExecOutputTooLarge | FileTooLarge | PayloadTooLarge => 413,
-            StartFailed => 422,
+            StartFailed | IdempotencyKeyReused => 422,
             RateLimited => 429,
             InternalError => 500,
             NotImplemented => 501,

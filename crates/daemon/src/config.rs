@@ -33,6 +33,38 @@ pub struct Config {
     pub network_test_public: Vec<String>,
     /// Warm pool size per shape `(vcpu, memory_mb)`; empty: no pool.
     pub warm_pool: std::collections::BTreeMap<(u32, u32), usize>,
+    /// What the node may hand out to sandboxes (admission control).
+    pub capacity: CapacityConfig,
+}
+
+/// Admission control settings: the node's capacity and how far to overcommit it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CapacityConfig {
+    /// Memory for sandboxes, MiB; `None`: MemTotal minus `memory_reserve_mb`.
+    pub memory_mb: Option<u64>,
+    /// CPUs for sandboxes; `None`: the host's CPU count.
+    pub vcpus: Option<u32>,
+    /// Memory kept for the host when detected, MiB.
+    pub memory_reserve_mb: u64,
+    /// Factor on memory (1.0: a sandbox's memory limit is reserved in full).
+    pub memory_overcommit: f64,
+    /// Factor on CPUs (vCPUs are CPU-time quotas, so some overcommit is normal).
+    pub cpu_overcommit: f64,
+    /// Least free space in the data dir for a new sandbox, MiB.
+    pub min_free_disk_mb: u64,
+}
+
+impl Default for CapacityConfig {
+    fn default() -> Self {
+        CapacityConfig {
+            memory_mb: None,
+            vcpus: None,
+            memory_reserve_mb: 1024,
+            memory_overcommit: 1.0,
+            cpu_overcommit: 4.0,
+            min_free_disk_mb: 1024,
+        }
+    }
 }
 
 /// Tunable limits (DESIGN.md, "Limits").
@@ -54,6 +86,8 @@ pub struct Limits {
     pub pids_per_sandbox: i64,
     /// How long a snapshot lives before the janitor deletes it.
     pub snapshot_ttl: Duration,
+    /// How long an `Idempotency-Key` and its stored response are kept.
+    pub idempotency_ttl: Duration,
 }
 
 impl Default for Limits {
@@ -67,6 +101,7 @@ impl Default for Limits {
             json_body_bytes: 1024 * 1024,
             pids_per_sandbox: 4096,
             snapshot_ttl: Duration::from_secs(7 * 24 * 3600),
+            idempotency_ttl: Duration::from_secs(24 * 3600),
         }
     }
 }
@@ -164,6 +199,7 @@ mod tests {
             default_network: sbx_api_types::NetworkMode::Public,
             network_test_public: vec![],
             warm_pool: Default::default(),
+            capacity: CapacityConfig::default(),
         }
     }
 

@@ -6,3 +6,4 @@ pub mod network;
 pub mod reaper;
 pub mod runtime;
 pub mod service;
+pub mod tenants;

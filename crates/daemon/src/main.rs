@@ -54,6 +54,117 @@ struct Args {
     /// --warm-pool 1x1024=2; comma-separated in SBX_WARM_POOL). Default: no pool.
     #[arg(long = "warm-pool", env = "SBX_WARM_POOL", value_delimiter = ',')]
     warm_pool: Vec<String>,
+    /// How long an Idempotency-Key and its stored response are kept, seconds (default 24 h).
+    #[arg(long, env = "SBX_IDEMPOTENCY_TTL_SECS", default_value_t = 24 * 3600)]
+    idempotency_ttl_secs: u64,
+    /// Memory for sandboxes, MiB (default: MemTotal minus --memory-reserve-mb).
+    #[arg(long, env = "SBX_CAPACITY_MEMORY_MB")]
+    capacity_memory_mb: Option<u64>,
+    /// CPUs for sandboxes (default: the host's CPU count).
+    #[arg(long, env = "SBX_CAPACITY_VCPUS")]
+    capacity_vcpus: Option<u32>,
+    /// Memory kept for the host when the capacity is detected, MiB.
+    #[arg(long, env = "SBX_MEMORY_RESERVE_MB", default_value_t = 1024)]
+    memory_reserve_mb: u64,
+    /// Memory overcommit factor (1.0: every sandbox's memory limit is reserved in full).
+    #[arg(long, env = "SBX_MEMORY_OVERCOMMIT", default_value_t = 1.0)]
+    memory_overcommit: f64,
+    /// CPU overcommit factor (vCPUs are CPU-time quotas).
+    #[arg(long, env = "SBX_CPU_OVERCOMMIT", default_value_t = 4.0)]
+    cpu_overcommit: f64,
+    /// Least free disk in the data dir for a new sandbox, MiB.
+    #[arg(long, env = "SBX_MIN_FREE_DISK_MB", default_value_t = 1024)]
+    min_free_disk_mb: u64,
+}
+
+/// `sbxd keys ...`: manages the signing keys in the data dir's store (sbxd may be running).
+#[derive(Parser, Debug)]
+#[command(name = "sbxd keys")]
+struct KeysArgs {
+    /// Data directory (holds the database).
+    #[arg(
+        long,
+        env = "SBX_DATA_DIR",
+        default_value = "/var/lib/sbx",
+        global = true
+    )]
+    data_dir: PathBuf,
+    #[command(subcommand)]
+    command: KeysCommand,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum KeysCommand {
+    /// Creates a key and prints it once; only its hash is stored.
+    Create {
+        /// Workspace the key belongs to (a-z, 0-9, '_', '-').
+        #[arg(long)]
+        workspace: String,
+        /// Environment the key is bound to; without it, x-inngest-env selects one (default production).
+        #[arg(long)]
+        env: Option<String>,
+        /// A label shown by `keys list`.
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Lists keys (ids, tenants, labels; never secrets).
+    List,
+    /// Revokes a key by id; requests with it get 401 at once.
+    Revoke {
+        /// Key id, from `keys list`.
+        id: uuid::Uuid,
+    },
+}
+
+fn keys_main(args: KeysArgs) -> anyhow::Result<()> {
+    let store = sbx_store::SqliteStore::open(&args.data_dir.join("sbx.sqlite"))
+        .context("opening the store")?;
+    match args.command {
+        KeysCommand::Create {
+            workspace,
+            env,
+            name,
+        } => {
+            let (record, key) = sbx_daemon::tenants::create_key(
+                &store,
+                &workspace,
+                env.as_deref(),
+                name.as_deref(),
+            )?;
+            eprintln!(
+                "key {} for workspace {} ({}); it is shown only now:",
+                record.id,
+                record.workspace,
+                record
+                    .env
+                    .as_deref()
+                    .map_or("any environment".to_string(), |e| format!(
+                        "environment {e}"
+                    ))
+            );
+            println!("{key}");
+        }
+        KeysCommand::List => {
+            println!("ID\tWORKSPACE\tENV\tNAME\tCREATED\tREVOKED");
+            for k in sbx_store::Store::list_api_keys(&store)? {
+                println!(
+                    "{}\t{}\t{}\t{}\t{}\t{}",
+                    k.id,
+                    k.workspace,
+                    k.env.as_deref().unwrap_or("*"),
+                    k.name.as_deref().unwrap_or("-"),
+                    sbx_api_types::format_time(k.created_at),
+                    k.revoked_at
+                        .map_or("-".to_string(), sbx_api_types::format_time),
+                );
+            }
+        }
+        KeysCommand::Revoke { id } => {
+            sbx_daemon::tenants::revoke_key(&store, id)?;
+            eprintln!("key {id} revoked");
+        }
+    }
+    Ok(())
 }
 
 #[tokio::main]
@@ -64,6 +175,10 @@ async fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|_| "info".into()),
         )
         .init();
+    if std::env::args().nth(1).as_deref() == Some("keys") {
+        let args = KeysArgs::parse_from(std::env::args().skip(1));
+        return keys_main(args);
+    }
     let args = Args::parse();
     let config = Config {
         listen: args.listen,
@@ -81,6 +196,7 @@ async fn main() -> anyhow::Result<()> {
         limits: Limits {
             active_runtime: Duration::from_secs(args.active_runtime_secs),
             snapshot_ttl: Duration::from_secs(args.snapshot_ttl_secs),
+            idempotency_ttl: Duration::from_secs(args.idempotency_ttl_secs),
             ..Limits::default()
         },
         runsc_extra_flags: args.runsc_flags,
@@ -91,6 +207,14 @@ async fn main() -> anyhow::Result<()> {
         network_test_public: args.network_test_public_cidr,
         warm_pool: sbx_daemon::config::parse_warm_pool(&args.warm_pool)
             .map_err(anyhow::Error::msg)?,
+        capacity: sbx_daemon::config::CapacityConfig {
+            memory_mb: args.capacity_memory_mb,
+            vcpus: args.capacity_vcpus,
+            memory_reserve_mb: args.memory_reserve_mb,
+            memory_overcommit: args.memory_overcommit,
+            cpu_overcommit: args.cpu_overcommit,
+            min_free_disk_mb: args.min_free_disk_mb,
+        },
     };
     sbx_daemon::network::Network::new(config.default_network, &config.network_test_public)
         .map_err(anyhow::Error::msg)?;
@@ -111,6 +235,13 @@ async fn main() -> anyhow::Result<()> {
     let secrets = SecretBox::load_or_create(&config.secret_key_path())?;
     sbx_daemon::reaper::start();
     let service = Service::new(config.clone(), store, runtime, secrets);
+    let capacity = service.capacity();
+    tracing::info!(
+        vcpus = capacity.vcpu_milli as f64 / 1000.0,
+        memory_mb = capacity.memory_mb,
+        min_free_disk_mb = capacity.min_free_disk / (1024 * 1024),
+        "node capacity for sandboxes"
+    );
     service
         .reconcile()
         .await
@@ -124,6 +255,9 @@ async fn main() -> anyhow::Result<()> {
             sweeper.enforce_runtime_limits().await;
             if n % 2 == 0 {
                 sweeper.snapshot_janitor().await;
+            }
+            if n % 60 == 0 {
+                sweeper.idempotency_janitor();
             }
         }
     });

@@ -6,6 +6,7 @@
 mod records;
 mod snapshots;
 mod sqlite;
+mod tenants;
 
 pub use records::*;
 pub use sqlite::SqliteStore;
@@ -48,6 +49,12 @@ pub struct SandboxCursor {
 pub trait Store: Send + Sync {
     /// Inserts a sandbox unless an active one in the same workspace holds the name.
     fn create_sandbox(&self, record: &SandboxRecord) -> Result<CreateOutcome, StoreError>;
+    /// The active sandbox of the workspace holding `name`, if any.
+    fn active_sandbox_named(
+        &self,
+        workspace: &str,
+        name: &str,
+    ) -> Result<Option<SandboxRecord>, StoreError>;
     /// One sandbox.
     fn get_sandbox(&self, id: Uuid) -> Result<Option<SandboxRecord>, StoreError>;
     /// Writes every field of an existing sandbox.
@@ -97,4 +104,44 @@ pub trait Store: Send + Sync {
     fn list_secrets(&self, workspace: &str) -> Result<Vec<SecretRecord>, StoreError>;
     /// Deletes a secret; false if it did not exist.
     fn delete_secret(&self, workspace: &str, name: &str) -> Result<bool, StoreError>;
+
+    /// Stores a new signing key (its digest).
+    fn create_api_key(&self, record: &ApiKeyRecord) -> Result<(), StoreError>;
+    /// The key with this digest, revoked or not.
+    fn find_api_key(&self, digest: &str) -> Result<Option<ApiKeyRecord>, StoreError>;
+    /// Every key, oldest first.
+    fn list_api_keys(&self) -> Result<Vec<ApiKeyRecord>, StoreError>;
+    /// Revokes a key; false if no unrevoked key has this id.
+    fn revoke_api_key(
+        &self,
+        id: Uuid,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<bool, StoreError>;
+
+    /// Claims an idempotency key (an expired claim is replaced) or returns the existing claim.
+    fn idempotency_begin(
+        &self,
+        record: &IdempotencyRecord,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<IdempotencyBegin, StoreError>;
+    /// The current claim of a key.
+    fn idempotency_get(
+        &self,
+        tenant: &str,
+        path: &str,
+        key: &str,
+    ) -> Result<Option<IdempotencyRecord>, StoreError>;
+    /// Stores the response of a claimed key.
+    fn idempotency_finish(
+        &self,
+        tenant: &str,
+        path: &str,
+        key: &str,
+        status: u16,
+        body: &[u8],
+    ) -> Result<(), StoreError>;
+    /// Releases a claim whose request did nothing (so a retry runs it).
+    fn idempotency_forget(&self, tenant: &str, path: &str, key: &str) -> Result<(), StoreError>;
+    /// Deletes expired claims; returns how many.
+    fn idempotency_expire(&self, now: chrono::DateTime<chrono::Utc>) -> Result<usize, StoreError>;
 }

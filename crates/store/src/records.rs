@@ -156,3 +156,52 @@ pub struct SecretRecord {
     /// Last update.
     pub updated_at: DateTime<Utc>,
 }
+
+/// A signing key of a tenant, stored as a digest only.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiKeyRecord {
+    /// Public id (shown by `keys list`, used by `keys revoke`).
+    pub id: Uuid,
+    /// Owning workspace.
+    pub workspace: String,
+    /// Environment the key is bound to; `None`: the `x-inngest-env` header selects it.
+    pub env: Option<String>,
+    /// Free-form label.
+    pub name: Option<String>,
+    /// `hex(sha256(bearer token))`: the key itself is never stored.
+    pub digest: String,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+    /// Revocation time; a revoked key authenticates nothing.
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+/// One `Idempotency-Key` use: the request's fingerprint and, once finished, its response.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IdempotencyRecord {
+    /// Tenant scope (`workspace/env`).
+    pub tenant: String,
+    /// Request path (holds the sandbox and process ids).
+    pub path: String,
+    /// The client's key.
+    pub key: String,
+    /// hex(sha256) of the canonical request body and query.
+    pub fingerprint: String,
+    /// Boot id of the sbxd that runs (or ran) the request.
+    pub owner: Uuid,
+    /// First use.
+    pub created_at: DateTime<Utc>,
+    /// When the key may be reused for anything.
+    pub expires_at: DateTime<Utc>,
+    /// The stored response once the request finished: (HTTP status, body).
+    pub response: Option<(u16, Vec<u8>)>,
+}
+
+/// Result of [`crate::Store::idempotency_begin`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum IdempotencyBegin {
+    /// The key was free (or expired): the caller runs the request.
+    Started,
+    /// The key is in use; here is its record.
+    Existing(IdempotencyRecord),
+}

@@ -1,8 +1,8 @@
 //! Embedded SQLite implementation (WAL, embedded migrations).
 
 use crate::{
-    CreateOutcome, SandboxCursor, SandboxRecord, SecretRecord, SnapshotRecord, SnapshotStatus,
-    Store, StoreError,
+    ApiKeyRecord, CreateOutcome, IdempotencyBegin, IdempotencyRecord, SandboxCursor, SandboxRecord,
+    SecretRecord, SnapshotRecord, SnapshotStatus, Store, StoreError,
 };
 use chrono::{DateTime, Utc};
 use rusqlite::{params, Connection, OptionalExtension, Row};
@@ -12,7 +12,7 @@ use std::sync::Mutex;
 use uuid::Uuid;
 
 /// Schema versions, applied in order; `PRAGMA user_version` records how many ran.
-const MIGRATIONS: &[&str] = &[
+pub(crate) const MIGRATIONS: &[&str] = &[
     r#"
 CREATE TABLE sandboxes (
     id            TEXT PRIMARY KEY,
@@ -74,6 +74,36 @@ CREATE TABLE secrets (
     r#"
 ALTER TABLE sandboxes ADD COLUMN network TEXT;
 ALTER TABLE snapshots ADD COLUMN network TEXT;
+"#,
+    // 4: tenants. Rows are scoped by `workspace/env`; rows written before tenants
+    // belong to the `default` workspace's `production` environment. Signing keys
+    // (digests only) and `Idempotency-Key` claims.
+    r#"
+UPDATE sandboxes SET workspace = workspace || '/production' WHERE instr(workspace, '/') = 0;
+UPDATE snapshots SET workspace = workspace || '/production' WHERE instr(workspace, '/') = 0;
+UPDATE secrets SET workspace = workspace || '/production' WHERE instr(workspace, '/') = 0;
+CREATE TABLE api_keys (
+    id            TEXT PRIMARY KEY,
+    workspace     TEXT NOT NULL,
+    env           TEXT,
+    name          TEXT,
+    digest        TEXT NOT NULL UNIQUE,
+    created_at_ms INTEGER NOT NULL,
+    revoked_at_ms INTEGER
+);
+CREATE TABLE idempotency (
+    tenant        TEXT NOT NULL,
+    path          TEXT NOT NULL,
+    key           TEXT NOT NULL,
+    fingerprint   TEXT NOT NULL,
+    owner         TEXT NOT NULL,
+    created_at_ms INTEGER NOT NULL,
+    expires_at_ms INTEGER NOT NULL,
+    status        INTEGER,
+    body          BLOB,
+    PRIMARY KEY (tenant, path, key)
+);
+CREATE INDEX idempotency_expiry ON idempotency (expires_at_ms);
 "#,
 ];
 
@@ -228,6 +258,21 @@ impl Store for SqliteStore {
         Ok(CreateOutcome::Created)
     }
 
+    fn active_sandbox_named(
+        &self,
+        workspace: &str,
+        name: &str,
+    ) -> Result<Option<SandboxRecord>, StoreError> {
+        let conn = self.lock();
+        Ok(conn
+            .query_row(
+                &format!("SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE workspace = ?1 AND name = ?2 AND active = 1"),
+                params![workspace, name],
+                sandbox_from_row,
+            )
+            .optional()?)
+    }
+
     fn get_sandbox(&self, id: Uuid) -> Result<Option<SandboxRecord>, StoreError> {
         let conn = self.lock();
         Ok(conn
@@ -351,6 +396,58 @@ impl Store for SqliteStore {
 
     fn delete_secret(&self, workspace: &str, name: &str) -> Result<bool, StoreError> {
         self.delete_secret_row(workspace, name)
+    }
+
+    fn create_api_key(&self, r: &ApiKeyRecord) -> Result<(), StoreError> {
+        self.insert_api_key(r)
+    }
+
+    fn find_api_key(&self, digest: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
+        self.api_key_by_digest(digest)
+    }
+
+    fn list_api_keys(&self) -> Result<Vec<ApiKeyRecord>, StoreError> {
+        self.api_key_rows()
+    }
+
+    fn revoke_api_key(&self, id: Uuid, now: DateTime<Utc>) -> Result<bool, StoreError> {
+        self.revoke_api_key_row(id, now)
+    }
+
+    fn idempotency_begin(
+        &self,
+        r: &IdempotencyRecord,
+        now: DateTime<Utc>,
+    ) -> Result<IdempotencyBegin, StoreError> {
+        self.idempotency_claim(r, now)
+    }
+
+    fn idempotency_get(
+        &self,
+        tenant: &str,
+        path: &str,
+        key: &str,
+    ) -> Result<Option<IdempotencyRecord>, StoreError> {
+        self.idempotency_row(tenant, path, key)
+    }
+
+    fn idempotency_finish(
+        &self,
+        tenant: &str,
+        path: &str,
+        key: &str,
+        status: u16,
+        body: &[u8],
+    ) -> Result<(), StoreError> {
+        self.idempotency_store_response(tenant, path, key, status, body)
+    }
+
+    fn idempotency_forget(&self, tenant: &str, path: &str, key: &str) -> Result<(), StoreError> {
+        self.idempotency_delete(tenant, path, key)
+    }
+
+    fn idempotency_expire(&self, now: DateTime<Utc>) -> Result<usize, StoreError> {
+        self.idempotency_delete_expired(now)
     }
 }
 

@@ -35,6 +35,22 @@ impl From<ValidationError> for ApiError {
     }
 }
 
+impl From<crate::tenants::TenantError> for ApiError {
+    fn from(e: crate::tenants::TenantError) -> Self {
+        use crate::tenants::TenantError as T;
+        let code = match &e {
+            T::MissingKey => ErrorCode::AuthorizationHeaderMissing,
+            T::InvalidKey(_) | T::UnknownKey(_) => ErrorCode::InvalidApiKey,
+            T::BadName(_) => ErrorCode::InvalidFieldFormat,
+            T::Store(_) | T::Random(_) => {
+                tracing::warn!(error = %e, "authentication unavailable");
+                ErrorCode::ComputeUnavailable
+            }
+        };
+        ApiError::new(code, e.to_string())
+    }
+}
+
 impl From<ServiceError> for ApiError {
     fn from(e: ServiceError) -> Self {
         use ServiceError as S;
@@ -58,6 +74,7 @@ impl From<ServiceError> for ApiError {
             S::WaitTimedOut(_) => ErrorCode::ProcessWaitTimedOut,
             S::StartFailed(_) => ErrorCode::StartFailed,
             S::Ambiguous(_) => ErrorCode::OperationAmbiguous,
+            S::IdempotencyKeyReused(_) => ErrorCode::IdempotencyKeyReused,
             S::Unavailable(_) => ErrorCode::ComputeUnavailable,
             S::Internal(_) => ErrorCode::InternalError,
         };

@@ -4,6 +4,7 @@ mod auth;
 mod envelope;
 mod error;
 mod files;
+mod idempotency;
 mod pool;
 mod processes;
 mod sandboxes;
@@ -17,7 +18,7 @@ use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::HeaderValue;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, MethodRouter};
 use axum::Router;
 use sbx_api_types::ErrorCode;
 use serde::de::DeserializeOwned;
@@ -44,16 +45,19 @@ pub fn router(service: Arc<Service>) -> Router {
             "/v2/sandboxes/{id}",
             get(sandboxes::get).delete(sandboxes::destroy),
         )
-        .route("/v2/sandboxes/{id}/exec", post(sandboxes::exec))
+        .route(
+            "/v2/sandboxes/{id}/exec",
+            idempotent(&service, post(sandboxes::exec)),
+        )
         .route("/v2/sandboxes/{id}/logs", get(sandboxes::logs))
         .route(
             "/v2/sandboxes/{id}/processes",
-            post(processes::start).get(processes::list),
+            idempotent(&service, post(processes::start)).get(processes::list),
         )
         .route("/v2/sandboxes/{id}/processes/{pid}", get(processes::get))
         .route(
             "/v2/sandboxes/{id}/processes/{pid}/signals",
-            post(processes::signal),
+            idempotent(&service, post(processes::signal)),
         )
         .route(
             "/v2/sandboxes/{id}/processes/{pid}/wait",
@@ -69,7 +73,10 @@ pub fn router(service: Arc<Service>) -> Router {
         )
         .route("/v2/sandboxes/{id}/pause", post(snapshots::pause))
         .route("/v2/sandboxes/{id}/resume", post(snapshots::resume))
-        .route("/v2/sandboxes/{id}/snapshots", post(snapshots::create))
+        .route(
+            "/v2/sandboxes/{id}/snapshots",
+            idempotent(&service, post(snapshots::create)),
+        )
         .route("/v2/snapshots", get(snapshots::list))
         .route(
             "/v2/snapshots/{id}",
@@ -107,6 +114,14 @@ pub fn router(service: Arc<Service>) -> Router {
         ))
         .layer(axum::middleware::from_fn(request_context))
         .with_state(service)
+}
+
+/// Adds the `Idempotency-Key` layer to a route's methods (exec, process start, signal, snapshot create).
+fn idempotent(service: &Arc<Service>, methods: MethodRouter<AppState>) -> MethodRouter<AppState> {
+    methods.layer(axum::middleware::from_fn_with_state(
+        service.clone(),
+        idempotency::layer,
+    ))
 }
 
 async fn not_found() -> ApiError {

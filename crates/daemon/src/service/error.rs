@@ -64,6 +64,9 @@ pub enum ServiceError {
     /// The outcome of an unsafe operation is unknown.
     #[error("{0}")]
     Ambiguous(String),
+    /// An `Idempotency-Key` was sent again with a different request.
+    #[error("{0}")]
+    IdempotencyKeyReused(String),
     /// Capacity or a transient, safe-to-repeat failure.
     #[error("{0}")]
     Unavailable(String),

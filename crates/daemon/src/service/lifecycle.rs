@@ -103,7 +103,11 @@ impl Service {
                 Some(snapshot_id),
             );
             record.network = snap.network;
-            return self.insert_and_boot(record).await;
+            let admitted = match self.admit(record.vcpu, record.memory_mb) {
+                Ok(r) => r,
+                Err(e) => return self.existing_or(&record, e),
+            };
+            return self.insert_and_boot_with(record, None, admitted).await;
         }
         let vcpu = req.vcpu.ok_or(validate::ValidationError::Missing("vcpu"))?;
         let memory_mb = req
@@ -137,7 +141,14 @@ impl Service {
         record.network = network;
         // A warm pool member replaces the runtime start (fresh sandboxes only).
         let warm = self.take_member((vcpu, memory_mb)).await;
-        self.insert_and_boot_with(record, warm).await
+        let admitted = match &warm {
+            Some(_) => self.hold(vcpu, memory_mb),
+            None => match self.admit(vcpu, memory_mb) {
+                Ok(r) => r,
+                Err(e) => return self.existing_or(&record, e),
+            },
+        };
+        self.insert_and_boot_with(record, warm, admitted).await
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -172,24 +183,39 @@ impl Service {
         }
     }
 
-    /// Inserts the row (or finds the active sandbox holding the name) and boots it.
-    async fn insert_and_boot(self: &Arc<Self>, record: SandboxRecord) -> Result<CreateOutcome> {
-        self.insert_and_boot_with(record, None).await
+    /// A create refused by admission: a repeat of a create whose sandbox
+    /// exists still gets that sandbox (create is idempotent by name).
+    fn existing_or(&self, record: &SandboxRecord, refused: ServiceError) -> Result<CreateOutcome> {
+        match self
+            .store
+            .active_sandbox_named(&record.workspace, &record.name)?
+        {
+            Some(existing) if same_config(&existing, record) => {
+                Ok(CreateOutcome::Existing(existing))
+            }
+            Some(_) => Err(ServiceError::NameTaken(record.name.clone())),
+            None => Err(refused),
+        }
     }
 
-    /// Like `insert_and_boot`; `warm` is a booted pool member that takes the
-    /// place of the runtime start: its uuid becomes the sandbox id. An unused
-    /// member (name held, store error) goes back to the pool untouched.
+    /// Inserts the row (or finds the active sandbox holding the name) and boots
+    /// it. `warm` is a booted pool member that takes the place of the runtime
+    /// start: its uuid becomes the sandbox id. An unused member (name held,
+    /// store error) goes back to the pool untouched. `admitted` holds the
+    /// create's capacity until its row exists.
     async fn insert_and_boot_with(
         self: &Arc<Self>,
         mut record: SandboxRecord,
         warm: Option<super::pool::Member>,
+        admitted: super::Reservation,
     ) -> Result<CreateOutcome> {
         if let Some(member) = &warm {
             record.id = member.id;
         }
         let shape = (record.vcpu, record.memory_mb);
-        let created = match self.store.create_sandbox(&record) {
+        let inserted = self.store.create_sandbox(&record);
+        drop(admitted);
+        let created = match inserted {
             Ok(created) => created,
             Err(e) => {
                 if let Some(member) = warm {

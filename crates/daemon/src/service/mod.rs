@@ -4,9 +4,11 @@
 //! acted on; transitions of one sandbox are serialised by a per-sandbox lock;
 //! the daemon can die at any point and `reconcile` puts things right.
 
+mod admission;
 mod commands;
 mod error;
 mod files;
+mod idempotency;
 mod lifecycle;
 mod logs;
 mod pause;
@@ -15,8 +17,10 @@ mod reconcile;
 mod secrets;
 mod snapshots;
 
+pub use admission::{Capacity, Reservation};
 pub use commands::{ExecOutcome, OutputSelection};
 pub use error::ServiceError;
+pub use idempotency::{Claim, ClaimKey};
 pub use lifecycle::{CreateOutcome, DestroyOutcome, SandboxPage};
 pub use logs::LogChunk;
 pub use pool::PoolShapeStatus;
@@ -53,6 +57,10 @@ pub struct Service {
     network: Arc<crate::network::Network>,
     /// Warm pool of booted, unassigned sandboxes.
     pool: pool::Pool,
+    /// Node capacity and admitted creates.
+    admission: admission::Admission,
+    /// Id of this sbxd process: idempotency claims left by another one were interrupted.
+    boot_id: Uuid,
 }
 
 /// Result type of service calls.
@@ -76,6 +84,8 @@ impl Service {
         );
         Arc::new(Service {
             pool: pool::Pool::new(config.warm_pool.clone()),
+            admission: admission::Admission::new(admission::Capacity::detect(&config.capacity)),
+            boot_id: Uuid::new_v4(),
             network,
             secrets,
             image_id,
@@ -92,6 +102,21 @@ impl Service {
     /// The configuration in force.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// The caller's tenant scope (`workspace/env`) from its `Authorization` and `x-inngest-env` headers.
+    pub fn authenticate(
+        &self,
+        authorization: Option<&str>,
+        env: Option<&str>,
+    ) -> std::result::Result<String, crate::tenants::TenantError> {
+        crate::tenants::resolve(
+            self.store.as_ref(),
+            &self.config.signing_keys,
+            self.config.dev,
+            authorization,
+            env,
+        )
     }
 
     /// Policy and connection counters of a sandbox.

@@ -118,6 +118,14 @@ impl Pool {
         }
     }
 
+    /// Members (ready and booting) per shape: they hold node capacity but belong to no tenant.
+    pub(super) fn members_by_shape(&self) -> Vec<(Shape, usize)> {
+        self.lock()
+            .iter()
+            .map(|(&shape, s)| (shape, s.ready.len() + s.starting))
+            .collect()
+    }
+
     fn status(&self) -> Vec<PoolShapeStatus> {
         let state = self.lock();
         self.targets
@@ -150,7 +158,13 @@ impl Service {
         for shape in self.pool.reserve() {
             let this = self.clone();
             tokio::spawn(async move {
-                let member = this.start_member(shape).await;
+                let member = match this.pool_fits() {
+                    Ok(()) => this.start_member(shape).await,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "warm pool refill postponed");
+                        None
+                    }
+                };
                 let failed = member.is_none();
                 if failed {
                     // Keep the slot reserved for a while: no hot loop of failing starts.

@@ -104,17 +104,25 @@ impl SecretBox {
         if record.nonce.len() != 12 {
             return None;
         }
-        let aad = Self::aad(&record.workspace, &record.name);
-        let pt = self
-            .cipher
-            .decrypt(
-                Nonce::from_slice(&record.nonce),
-                Payload {
-                    msg: &record.ciphertext,
-                    aad: &aad,
-                },
-            )
-            .ok()?;
+        let decrypt = |workspace: &str| {
+            let aad = Self::aad(workspace, &record.name);
+            self.cipher
+                .decrypt(
+                    Nonce::from_slice(&record.nonce),
+                    Payload {
+                        msg: &record.ciphertext,
+                        aad: &aad,
+                    },
+                )
+                .ok()
+        };
+        // Secrets sealed before tenants existed were bound to the workspace
+        // "default", which the tenants migration renamed "default/production".
+        let pt = decrypt(&record.workspace).or_else(|| {
+            (record.workspace == "default/production")
+                .then(|| decrypt("default"))
+                .flatten()
+        })?;
         String::from_utf8(pt).ok()
     }
 }

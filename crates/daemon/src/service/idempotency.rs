@@ -1,0 +1,117 @@
+//! `Idempotency-Key` claims: a repeat of exec, process start, signal or
+//! snapshot create with the same key (per tenant, path and key) gets the
+//! first response instead of running twice.
+//!
+//! A claim is written to the store before the request runs and its response
+//! after. A claim left unfinished by an earlier sbxd process (a crash or
+//! restart mid-request) is never run again: it answers `operation_ambiguous`.
+//! A claim still running in this process is waited for.
+
+use super::{Result, Service, ServiceError};
+use chrono::Utc;
+use sbx_store::{IdempotencyBegin, IdempotencyRecord};
+use std::time::Duration;
+
+/// How often a repeat polls a claim that is still running.
+const POLL: Duration = Duration::from_millis(100);
+/// Longest a repeat waits for the first request (exec may take 5 minutes).
+const MAX_WAIT: Duration = Duration::from_secs(330);
+
+/// What to do with a request that carries an `Idempotency-Key`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Claim {
+    /// The key is ours: run the request, then call `idempotency_finish` or `idempotency_forget`.
+    Run,
+    /// The first request finished: send its response again (status, body).
+    Replay(u16, Vec<u8>),
+}
+
+/// Identifies one claim.
+#[derive(Debug, Clone)]
+pub struct ClaimKey {
+    /// Tenant scope.
+    pub tenant: String,
+    /// Request path (holds the sandbox and process ids).
+    pub path: String,
+    /// The client's key.
+    pub key: String,
+}
+
+impl Service {
+    /// Claims `key` for a request with `fingerprint`, waiting for a first request still running here.
+    pub async fn idempotency_claim(&self, key: &ClaimKey, fingerprint: &str) -> Result<Claim> {
+        let started = tokio::time::Instant::now();
+        loop {
+            let now = Utc::now();
+            let ttl = chrono::Duration::from_std(self.config.limits.idempotency_ttl)
+                .unwrap_or(chrono::Duration::hours(24));
+            let record = IdempotencyRecord {
+                tenant: key.tenant.clone(),
+                path: key.path.clone(),
+                key: key.key.clone(),
+                fingerprint: fingerprint.to_string(),
+                owner: self.boot_id,
+                created_at: now,
+                expires_at: now + ttl,
+                response: None,
+            };
+            let existing = match self.store.idempotency_begin(&record, now)? {
+                IdempotencyBegin::Started => return Ok(Claim::Run),
+                IdempotencyBegin::Existing(e) => e,
+            };
+            if existing.fingerprint != fingerprint {
+                return Err(ServiceError::IdempotencyKeyReused(format!(
+                    "Idempotency-Key {:?} was first used with a different request to {}; use a new key for a new request",
+                    key.key, key.path
+                )));
+            }
+            if let Some((status, body)) = existing.response {
+                return Ok(Claim::Replay(status, body));
+            }
+            if existing.owner != self.boot_id {
+                return Err(ServiceError::Ambiguous(format!(
+                    "the first request with Idempotency-Key {:?} was interrupted by a restart of sbxd; \
+                     it may or may not have happened, and it will not be run again",
+                    key.key
+                )));
+            }
+            if started.elapsed() > MAX_WAIT {
+                return Err(ServiceError::Ambiguous(format!(
+                    "the first request with Idempotency-Key {:?} is still running",
+                    key.key
+                )));
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Stores the response of a claimed request.
+    pub fn idempotency_finish(&self, key: &ClaimKey, status: u16, body: &[u8]) {
+        if let Err(e) =
+            self.store
+                .idempotency_finish(&key.tenant, &key.path, &key.key, status, body)
+        {
+            // The claim stays unfinished: a repeat waits, then answers operation_ambiguous.
+            tracing::error!(error = %e, path = %key.path, "storing an idempotent response");
+        }
+    }
+
+    /// Releases a claim whose request did nothing, so that a repeat runs it.
+    pub fn idempotency_forget(&self, key: &ClaimKey) {
+        if let Err(e) = self
+            .store
+            .idempotency_forget(&key.tenant, &key.path, &key.key)
+        {
+            tracing::error!(error = %e, path = %key.path, "releasing an idempotency claim");
+        }
+    }
+
+    /// Deletes expired claims (the sweeper calls this).
+    pub fn idempotency_janitor(&self) {
+        match self.store.idempotency_expire(Utc::now()) {
+            Ok(0) => {}
+            Ok(n) => tracing::debug!(n, "expired idempotency keys removed"),
+            Err(e) => tracing::warn!(error = %e, "expiring idempotency keys"),
+        }
+    }
+}
