@@ -15,6 +15,7 @@ use crate::runtime::{AgentConn, SandboxSpec};
 use sbx_agent_proto::{Reply, Request};
 use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use uuid::Uuid;
@@ -43,6 +44,8 @@ struct ShapeState {
 pub(super) struct Pool {
     targets: BTreeMap<Shape, usize>,
     state: Mutex<BTreeMap<Shape, ShapeState>>,
+    /// A refill postponed for lack of capacity is already scheduled.
+    retry_scheduled: AtomicBool,
 }
 
 /// One shape's pool in `GET /v1/pool`.
@@ -68,6 +71,7 @@ impl Pool {
         Pool {
             targets,
             state: Mutex::new(BTreeMap::new()),
+            retry_scheduled: AtomicBool::new(false),
         }
     }
 
@@ -80,19 +84,23 @@ impl Pool {
         self.lock().get_mut(&shape)?.ready.pop_front()
     }
 
-    /// Reserves the missing starts of every shape; returns one shape per start.
-    fn reserve(&self) -> Vec<Shape> {
+    /// Reserves one missing start (the first shape below its target), if any.
+    fn reserve_one(&self) -> Option<Shape> {
         let mut state = self.lock();
-        let mut starts = Vec::new();
         for (&shape, &target) in &self.targets {
             let s = state.entry(shape).or_default();
-            let have = s.ready.len() + s.starting;
-            for _ in have..target {
+            if s.ready.len() + s.starting < target {
                 s.starting += 1;
-                starts.push(shape);
+                return Some(shape);
             }
         }
-        starts
+        None
+    }
+
+    /// Reserves every missing start; returns one shape per start.
+    #[cfg(test)]
+    fn reserve(&self) -> Vec<Shape> {
+        std::iter::from_fn(|| self.reserve_one()).collect()
     }
 
     /// A reserved start ended; `member` is the booted sandbox, if it booted.
@@ -155,16 +163,16 @@ impl Service {
     /// starting). Call after [`Service::reconcile`]; create calls it after
     /// each assignment.
     pub fn refill_pool(self: &Arc<Self>) {
-        for shape in self.pool.reserve() {
+        while let Some(shape) = self.pool.reserve_one() {
+            // Admission: the reserved start already counts as pool usage.
+            if let Err(e) = self.pool_fits() {
+                self.pool.finish_start(shape, None);
+                self.retry_refill_later(&e);
+                return;
+            }
             let this = self.clone();
             tokio::spawn(async move {
-                let member = match this.pool_fits() {
-                    Ok(()) => this.start_member(shape).await,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "warm pool refill postponed");
-                        None
-                    }
-                };
+                let member = this.start_member(shape).await;
                 let failed = member.is_none();
                 if failed {
                     // Keep the slot reserved for a while: no hot loop of failing starts.
@@ -176,6 +184,20 @@ impl Service {
                 }
             });
         }
+    }
+
+    /// The node is full: tries the refill again later (one timer at a time).
+    fn retry_refill_later(self: &Arc<Self>, why: &super::ServiceError) {
+        if self.pool.retry_scheduled.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        tracing::info!(reason = %why, "warm pool refill postponed");
+        let this = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(RETRY_AFTER_FAILURE).await;
+            this.pool.retry_scheduled.store(false, Ordering::SeqCst);
+            this.refill_pool();
+        });
     }
 
     async fn start_member(&self, (vcpu, memory_mb): Shape) -> Option<Member> {

@@ -128,6 +128,54 @@ impl Daemon {
         (status, value)
     }
 
+    /// Like [`Daemon::call`] with a raw body and extra headers (e.g. `authorization`).
+    pub async fn call_with(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Vec<u8>>,
+        headers: &[(&str, &str)],
+    ) -> (u16, Value) {
+        let mut req = self.http.request(method.parse().unwrap(), self.url(path));
+        if !headers
+            .iter()
+            .any(|(n, _)| n.eq_ignore_ascii_case("content-type"))
+        {
+            req = req.header("content-type", "application/json");
+        }
+        for (name, value) in headers {
+            req = req.header(*name, *value);
+        }
+        if let Some(b) = body {
+            req = req.body(b);
+        }
+        let resp = req.send().await.expect("request");
+        let status = resp.status().as_u16();
+        let bytes = resp.bytes().await.unwrap();
+        let value = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes)
+                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()))
+        };
+        (status, value)
+    }
+
+    /// `sbxd keys create` on this daemon's data dir; returns the new key.
+    pub fn create_key(&self, workspace: &str, env: Option<&str>) -> String {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_sbxd"));
+        cmd.args(["keys", "create", "--workspace", workspace, "--data-dir"])
+            .arg(self.dir.path());
+        if let Some(env) = env {
+            cmd.args(["--env", env]);
+        }
+        let out = cmd.output().expect("sbxd keys create");
+        assert!(out.status.success(), "keys create: {out:?}");
+        let key = String::from_utf8(out.stdout).unwrap().trim().to_string();
+        assert!(key.starts_with("signkey-"), "{key}");
+        key
+    }
+
     /// Creates a 1/1024 sandbox and asserts it is RUNNING.
     pub async fn create_running(&self, name: &str) -> String {
         let (status, body) = self

@@ -1,0 +1,455 @@
+//! Tenants on real gVisor: a key of workspace A cannot see, list, touch or
+//! guess B's resources on any route (404, never 403), names and secrets are
+//! per tenant, environments separate, and a revoked key gets 401.
+//!
+//! The routes come from `docs/openapi.yaml`, which `openapi.rs` checks against
+//! the router: a new route without a cross-tenant case here fails this test.
+
+mod common;
+
+use common::{assert_error, b64, Daemon, KillLeftovers};
+use sbx_api_types::signing_key::hashed_signing_key;
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The configured (legacy) key: workspace `default`.
+const LEGACY_KEY: &str = "signkey-prod-0123456789abcdef0123456789abcdef";
+
+/// One caller: a key and an optional `x-inngest-env`.
+struct Caller<'a> {
+    d: &'a Daemon,
+    auth: String,
+    env: Option<&'a str>,
+}
+
+impl<'a> Caller<'a> {
+    fn new(d: &'a Daemon, key: &str) -> Caller<'a> {
+        Caller {
+            d,
+            auth: format!("Bearer {}", hashed_signing_key(key)),
+            env: None,
+        }
+    }
+
+    fn with_env(&self, env: &'a str) -> Caller<'a> {
+        Caller {
+            d: self.d,
+            auth: self.auth.clone(),
+            env: Some(env),
+        }
+    }
+
+    async fn raw(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Vec<u8>>,
+        extra: &[(&str, &str)],
+    ) -> (u16, Value) {
+        let mut headers = vec![("authorization", self.auth.as_str())];
+        if let Some(env) = self.env {
+            headers.push(("x-inngest-env", env));
+        }
+        headers.extend_from_slice(extra);
+        self.d.call_with(method, path, body, &headers).await
+    }
+
+    async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        self.raw(method, path, body.map(|b| b.to_string().into_bytes()), &[])
+            .await
+    }
+
+    async fn create(&self, body: Value) -> String {
+        let (status, created) = self.call("POST", "/v2/sandboxes", Some(body)).await;
+        assert_eq!(status, 201, "{created}");
+        created["data"]["id"].as_str().unwrap().to_string()
+    }
+
+    async fn sh(&self, id: &str, script: &str) -> (i64, String) {
+        let (status, body) = self
+            .call(
+                "POST",
+                &format!("/v2/sandboxes/{id}/exec"),
+                Some(json!({"command": ["sh", "-c", script], "timeout": "30000ms"})),
+            )
+            .await;
+        assert_eq!(status, 200, "exec {script}: {body}");
+        (
+            body["data"]["exitCode"].as_i64().unwrap(),
+            b64(&body["data"]["stdout"]),
+        )
+    }
+}
+
+/// Every (METHOD, path template) in `docs/openapi.yaml`.
+fn spec_routes() -> Vec<(String, String)> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/openapi.yaml");
+    let spec: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut routes = Vec::new();
+    for (p, item) in spec["paths"].as_mapping().unwrap() {
+        for (m, _) in item.as_mapping().unwrap() {
+            let m = m.as_str().unwrap();
+            if ["get", "post", "put", "delete", "patch"].contains(&m) {
+                routes.push((m.to_uppercase(), p.as_str().unwrap().to_string()));
+            }
+        }
+    }
+    routes
+}
+
+/// A's resources, as B tries to reach them.
+struct Fixture {
+    sandbox: String,
+    process: String,
+    snapshot: String,
+}
+
+/// What B must get.
+#[derive(Debug)]
+enum Expect {
+    /// 404 with this contract code.
+    NotFound(&'static str),
+    /// 200 and the body does not mention this marker (A's id or name).
+    Lacks(String),
+    /// This status (B acting on its own namespace; A's resources checked afterwards).
+    Status(u16),
+}
+
+/// B's request against A's resources for one route, and what B must get.
+/// Panics for a route without a case: add one when you add a route.
+fn case(method: &str, template: &str, a: &Fixture) -> (String, Option<Vec<u8>>, Expect) {
+    use Expect::*;
+    let json = |v: Value| Some(v.to_string().into_bytes());
+    let path = template
+        .replace(
+            "/v2/snapshots/{id}",
+            &format!("/v2/snapshots/{}", a.snapshot),
+        )
+        .replace("{id}", &a.sandbox)
+        .replace("{pid}", &a.process)
+        .replace("{name}", "A_ONLY");
+    let steal = json!({"name": "stolen", "snapshotId": a.snapshot});
+    let sandbox_nf = NotFound("sandbox_not_found");
+    match (method, template) {
+        ("GET", "/healthz") => (path, None, Status(200)),
+        ("GET", "/v1/pool") => (path, None, Lacks(a.sandbox.clone())),
+        ("POST", "/v2/sandboxes") | ("POST", "/v1/sandboxes") => {
+            (path, json(steal), NotFound("sandbox_snapshot_not_found"))
+        }
+        ("GET", "/v2/sandboxes") => (path, None, Lacks(a.sandbox.clone())),
+        ("GET", "/v2/snapshots") => (
+            "/v2/snapshots?name=snap-a".into(),
+            None,
+            Lacks(a.snapshot.clone()),
+        ),
+        ("GET", "/v1/secrets") => (path, None, Lacks("A_ONLY".into())),
+        // B writes and deletes its own secret of the same name; A's is checked afterwards.
+        ("PUT", "/v1/secrets/{name}") => (path, json(json!({"value": "b-value"})), Status(200)),
+        ("DELETE", "/v1/secrets/{name}") => (path, None, Status(204)),
+        ("GET", "/v2/snapshots/{id}") | ("DELETE", "/v2/snapshots/{id}") => {
+            (path, None, NotFound("sandbox_snapshot_not_found"))
+        }
+        ("POST", "/v2/sandboxes/{id}/exec") => (
+            path,
+            json(json!({"command": ["touch", "/tmp/pwned"], "timeout": "5000ms"})),
+            sandbox_nf,
+        ),
+        ("POST", "/v2/sandboxes/{id}/processes") => (
+            path,
+            json(json!({"command": ["touch", "/tmp/pwned"]})),
+            sandbox_nf,
+        ),
+        ("POST", "/v2/sandboxes/{id}/processes/{pid}/signals") => (
+            path,
+            json(json!({"signal": 9, "includeChildren": true})),
+            sandbox_nf,
+        ),
+        ("POST", "/v2/sandboxes/{id}/processes/{pid}/wait") => {
+            (format!("{path}?timeout=1000ms"), None, sandbox_nf)
+        }
+        ("POST", "/v2/sandboxes/{id}/snapshots") => {
+            (path, json(json!({"name": "b-steal"})), sandbox_nf)
+        }
+        ("GET", "/v2/sandboxes/{id}/files") => (format!("{path}?path=/tmp/a.txt"), None, sandbox_nf),
+        ("PUT", "/v2/sandboxes/{id}/files") => (
+            format!("{path}?path=/tmp/a.txt"),
+            Some(b"pwned".to_vec()),
+            sandbox_nf,
+        ),
+        ("GET", "/v1/sandboxes/{id}/fs/stat") | ("GET", "/v1/sandboxes/{id}/fs/list") => {
+            (format!("{path}?path=/tmp"), None, sandbox_nf)
+        }
+        ("POST", "/v1/sandboxes/{id}/fs/mkdir") => {
+            (format!("{path}?path=/tmp/pwned-dir"), None, sandbox_nf)
+        }
+        ("POST", "/v1/sandboxes/{id}/fs/remove") => {
+            (format!("{path}?path=/tmp/a.txt"), None, sandbox_nf)
+        }
+        ("POST", "/v1/sandboxes/{id}/fs/rename") => (
+            path,
+            json(json!({"from": "/tmp/a.txt", "to": "/tmp/b.txt"})),
+            sandbox_nf,
+        ),
+        ("GET", "/v2/sandboxes/{id}")
+        | ("DELETE", "/v2/sandboxes/{id}")
+        | ("GET", "/v2/sandboxes/{id}/logs")
+        | ("GET", "/v2/sandboxes/{id}/processes")
+        | ("GET", "/v2/sandboxes/{id}/processes/{pid}")
+        | ("GET", "/v2/sandboxes/{id}/processes/{pid}/output")
+        | ("GET", "/v2/sandboxes/{id}/processes/{pid}/output/stream")
+        | ("POST", "/v2/sandboxes/{id}/pause")
+        | ("POST", "/v2/sandboxes/{id}/resume")
+        | ("GET", "/v1/sandboxes/{id}") => (path, None, sandbox_nf),
+        _ => panic!(
+            "no cross-tenant case for {method} {template}: add one to crates/daemon/tests/tenants.rs"
+        ),
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs root, runsc and the image; run ./scripts/test"]
+async fn no_route_lets_one_tenant_reach_another() {
+    let d = Daemon::start(&["--signing-key", LEGACY_KEY]).await;
+    let _leftovers = KillLeftovers::of(&d);
+    let key_a = d.create_key("alpha", None);
+    let key_b = d.create_key("beta", Some("production"));
+    let a = Caller::new(&d, &key_a);
+    let b = Caller::new(&d, &key_b);
+
+    // A's resources: a secret, a sandbox using it, a file, a process, a snapshot, an idempotent exec.
+    let (status, put) = a
+        .call(
+            "PUT",
+            "/v1/secrets/A_ONLY",
+            Some(json!({"value": "a-value"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{put}");
+    let sandbox = a
+        .create(json!({"name": "shared", "vcpu": 1, "memoryMb": 1024, "secrets": ["A_ONLY"]}))
+        .await;
+    let (status, up) = a
+        .raw(
+            "PUT",
+            &format!("/v2/sandboxes/{sandbox}/files?path=/tmp/a.txt"),
+            Some(b"a-data".to_vec()),
+            &[("content-type", "application/octet-stream")],
+        )
+        .await;
+    assert_eq!(status, 200, "{up}");
+    let (status, p) = a
+        .call(
+            "POST",
+            &format!("/v2/sandboxes/{sandbox}/processes"),
+            Some(json!({"command": ["sleep", "300"]})),
+        )
+        .await;
+    assert_eq!(status, 201, "{p}");
+    let process = p["data"]["id"].as_str().unwrap().to_string();
+    let (status, s) = a
+        .call(
+            "POST",
+            &format!("/v2/sandboxes/{sandbox}/snapshots"),
+            Some(json!({"name": "snap-a"})),
+        )
+        .await;
+    assert!(status == 201 || status == 202, "{s}");
+    let snapshot = s["data"]["id"].as_str().unwrap().to_string();
+    for _ in 0..300 {
+        let (_, s) = a
+            .call("GET", &format!("/v2/snapshots/{snapshot}"), None)
+            .await;
+        if s["data"]["status"] == "READY" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (status, first) = a
+        .raw(
+            "POST",
+            &format!("/v2/sandboxes/{sandbox}/exec"),
+            Some(
+                json!({"command": ["echo", "from-a"]})
+                    .to_string()
+                    .into_bytes(),
+            ),
+            &[("idempotency-key", "shared-key")],
+        )
+        .await;
+    assert_eq!(status, 200, "{first}");
+    let fixture = Fixture {
+        sandbox: sandbox.clone(),
+        process: process.clone(),
+        snapshot: snapshot.clone(),
+    };
+
+    // Names are per tenant: B gets its own sandbox called "shared".
+    let b_shared = b
+        .create(json!({"name": "shared", "vcpu": 1, "memoryMb": 1024}))
+        .await;
+    assert_ne!(b_shared, sandbox);
+    // A's secret does not exist for B.
+    assert_error(
+        &b.call(
+            "POST",
+            "/v2/sandboxes",
+            Some(json!({"name": "b-secret", "vcpu": 1, "memoryMb": 1024, "secrets": ["A_ONLY"]})),
+        )
+        .await,
+        400,
+        "invalid_field_format",
+    );
+
+    // Every route: reads first, so that B's own writes cannot mask a leak.
+    let mut routes = spec_routes();
+    assert!(
+        routes.len() >= 30,
+        "only {} routes in the spec",
+        routes.len()
+    );
+    routes.sort_by_key(|(m, _)| m != "GET");
+    for (method, template) in &routes {
+        let (path, body, expect) = case(method, template, &fixture);
+        let content_type = if method == "PUT" && template.ends_with("/files") {
+            "application/octet-stream"
+        } else {
+            "application/json"
+        };
+        let got = b
+            .raw(
+                method,
+                &path,
+                body,
+                &[
+                    ("content-type", content_type),
+                    ("idempotency-key", "shared-key"),
+                ],
+            )
+            .await;
+        let what = format!("B: {method} {path}");
+        match &expect {
+            Expect::NotFound(code) => {
+                assert_eq!(got.0, 404, "{what}: {}", got.1);
+                assert_eq!(got.1["errors"][0]["code"], *code, "{what}: {}", got.1);
+            }
+            Expect::Lacks(marker) => {
+                assert_eq!(got.0, 200, "{what}: {}", got.1);
+                assert!(
+                    !got.1.to_string().contains(marker.as_str()),
+                    "{what} leaks: {}",
+                    got.1
+                );
+            }
+            Expect::Status(s) => assert_eq!(got.0, *s, "{what}: {}", got.1),
+        }
+        assert_ne!(got.1, first, "{what} replayed A's idempotent exec");
+    }
+
+    // A's resources are unchanged.
+    let (status, s) = a
+        .call("GET", &format!("/v2/sandboxes/{sandbox}"), None)
+        .await;
+    assert_eq!(status, 200, "{s}");
+    assert_eq!(s["data"]["status"], "RUNNING");
+    let (_, p) = a
+        .call(
+            "GET",
+            &format!("/v2/sandboxes/{sandbox}/processes/{process}"),
+            None,
+        )
+        .await;
+    assert_eq!(p["data"]["state"], "RUNNING", "{p}");
+    let (code, out) = a
+        .sh(
+            &sandbox,
+            "cat /tmp/a.txt; test -e /tmp/pwned || test -e /tmp/pwned-dir || test -e /tmp/b.txt; echo \" $?\"",
+        )
+        .await;
+    assert_eq!((code, out.as_str()), (0, "a-data 1\n"));
+    let (_, snap) = a
+        .call("GET", &format!("/v2/snapshots/{snapshot}"), None)
+        .await;
+    assert_eq!(snap["data"]["status"], "READY", "{snap}");
+    let (_, list) = a.call("GET", "/v2/snapshots", None).await;
+    assert!(!list.to_string().contains("b-steal"), "{list}");
+    let (_, secrets) = a.call("GET", "/v1/secrets", None).await;
+    assert!(secrets.to_string().contains("A_ONLY"), "{secrets}");
+    // A's secret value survived B's put and delete of the same name.
+    let check = a
+        .create(json!({"name": "a-check", "vcpu": 1, "memoryMb": 1024, "secrets": ["A_ONLY"]}))
+        .await;
+    assert_eq!(a.sh(&check, "printf %s \"$A_ONLY\"").await.1, "a-value");
+    // B's own sandbox of the same name is B's, and A's name still resolves to A's.
+    let (_, b_list) = b.call("GET", "/v2/sandboxes", None).await;
+    assert!(b_list.to_string().contains(&b_shared));
+
+    // Environments: the same workspace's other environment sees nothing of production.
+    let staging = a.with_env("staging");
+    assert_error(
+        &staging
+            .call("GET", &format!("/v2/sandboxes/{sandbox}"), None)
+            .await,
+        404,
+        "sandbox_not_found",
+    );
+    let (status, list) = staging.call("GET", "/v2/sandboxes", None).await;
+    assert_eq!(status, 200);
+    assert!(!list.to_string().contains(&sandbox), "{list}");
+    // A key bound to an environment refuses another one.
+    assert_error(
+        &b.with_env("staging")
+            .call("GET", "/v2/sandboxes", None)
+            .await,
+        401,
+        "invalid_api_key",
+    );
+    // The configured key is the default workspace: it sees neither tenant.
+    let legacy = Caller::new(&d, LEGACY_KEY);
+    assert_error(
+        &legacy
+            .call("GET", &format!("/v2/sandboxes/{sandbox}"), None)
+            .await,
+        404,
+        "sandbox_not_found",
+    );
+
+    // Unknown, missing and revoked keys get 401.
+    let unknown = Caller::new(&d, "signkey-prod-00112233");
+    assert_error(
+        &unknown.call("GET", "/v2/sandboxes", None).await,
+        401,
+        "invalid_api_key",
+    );
+    assert_error(
+        &d.call("GET", "/v2/sandboxes", None).await,
+        401,
+        "authorization_header_missing",
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sbxd"))
+        .args(["keys", "list", "--data-dir"])
+        .arg(d.data_dir())
+        .output()
+        .unwrap();
+    let listing = String::from_utf8(out.stdout).unwrap();
+    assert!(!listing.contains(&key_b[12..]), "keys list shows a secret");
+    let b_id = listing
+        .lines()
+        .find(|l| l.contains("\tbeta\t"))
+        .and_then(|l| l.split('\t').next())
+        .expect("beta's key in keys list")
+        .to_string();
+    let revoked = std::process::Command::new(env!("CARGO_BIN_EXE_sbxd"))
+        .args(["keys", "revoke", &b_id, "--data-dir"])
+        .arg(d.data_dir())
+        .status()
+        .unwrap();
+    assert!(revoked.success());
+    assert_error(
+        &b.call("GET", "/v2/sandboxes", None).await,
+        401,
+        "invalid_api_key",
+    );
+    assert_eq!(a.call("GET", "/v2/sandboxes", None).await.0, 200);
+}
