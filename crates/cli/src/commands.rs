@@ -21,7 +21,10 @@ const WAIT_SLICE: Duration = Duration::from_secs(60);
 
 /// Runs the parsed command line.
 pub async fn run(cli: Cli) -> anyhow::Result<u8> {
-    let client = Client::new(&cli.url, cli.key.as_deref())?;
+    let mut client = Client::new(&cli.url, cli.key.as_deref())?;
+    if let Some(env) = cli.workspace_env.as_deref() {
+        client = client.with_env(env)?;
+    }
     let c = &client;
     match cli.command {
         Command::Create(args) => create(c, args).await,

@@ -27,6 +27,9 @@ pub struct Cli {
     /// Signing key (sent hashed, as the inngest SDK does).
     #[arg(long, env = "SBX_SIGNING_KEY", hide_env_values = true, global = true)]
     pub key: Option<String>,
+    /// Environment of the key's workspace to work in (sent as x-inngest-env).
+    #[arg(long = "workspace-env", env = "SBX_ENV", global = true)]
+    pub workspace_env: Option<String>,
     #[command(subcommand)]
     pub command: Command,
 }

@@ -62,6 +62,7 @@ pub struct Client {
     http: reqwest::Client,
     base: Url,
     auth: Option<HeaderValue>,
+    env: Option<HeaderValue>,
 }
 
 impl std::fmt::Debug for Client {
@@ -167,7 +168,25 @@ impl Client {
             })?),
             None => None,
         };
-        Ok(Client { http, base, auth })
+        Ok(Client {
+            http,
+            base,
+            auth,
+            env: None,
+        })
+    }
+
+    /// The same client working in environment `env` (sent as `x-inngest-env`, as the SDK does).
+    pub fn with_env(mut self, env: &str) -> Result<Client, ClientError> {
+        let env = env.trim();
+        self.env = if env.is_empty() {
+            None
+        } else {
+            Some(HeaderValue::from_str(env).map_err(|_| {
+                ClientError::Invalid(format!("environment {env:?}: not a valid header value"))
+            })?)
+        };
+        Ok(self)
     }
 
     /// The base URL.
@@ -198,6 +217,10 @@ impl Client {
             .http
             .request(method, self.url(segments))
             .header(CONTENT_TYPE, content_type);
+        let rb = match &self.env {
+            Some(v) => rb.header("x-inngest-env", v.clone()),
+            None => rb,
+        };
         match &self.auth {
             Some(v) => rb.header(AUTHORIZATION, v.clone()),
             None => rb,

@@ -61,7 +61,7 @@ impl Default for CapacityConfig {
             vcpus: None,
             memory_reserve_mb: 1024,
             memory_overcommit: 1.0,
-            cpu_overcommit: 4.0,
+            cpu_overcommit: 16.0,
             min_free_disk_mb: 1024,
         }
     }

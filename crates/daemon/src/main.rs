@@ -70,7 +70,7 @@ struct Args {
     #[arg(long, env = "SBX_MEMORY_OVERCOMMIT", default_value_t = 1.0)]
     memory_overcommit: f64,
     /// CPU overcommit factor (vCPUs are CPU-time quotas).
-    #[arg(long, env = "SBX_CPU_OVERCOMMIT", default_value_t = 4.0)]
+    #[arg(long, env = "SBX_CPU_OVERCOMMIT", default_value_t = 16.0)]
     cpu_overcommit: f64,
     /// Least free disk in the data dir for a new sandbox, MiB.
     #[arg(long, env = "SBX_MIN_FREE_DISK_MB", default_value_t = 1024)]
