@@ -6,6 +6,7 @@
 
 mod admission;
 mod commands;
+mod create;
 mod error;
 mod files;
 mod idempotency;

@@ -1,0 +1,231 @@
+//! Create: validation, admission, the name-idempotent insert, then the boot.
+
+use super::lifecycle::{wait_done, CreateOutcome};
+use super::{Result, Service, ServiceError};
+use chrono::Utc;
+use sbx_api_types::{validate, CreateSandboxRequest, NetworkPolicy, SandboxStatus};
+use sbx_store::SandboxRecord;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use uuid::Uuid;
+
+impl Service {
+    /// `POST /v2/sandboxes`: the server's default network policy.
+    pub async fn create(
+        self: &Arc<Self>,
+        workspace: &str,
+        req: CreateSandboxRequest,
+    ) -> Result<CreateOutcome> {
+        self.create_with_network(workspace, req, None).await
+    }
+
+    /// `POST /v1/sandboxes`: like `create`, with an egress policy (`None`: the
+    /// server's default). A clone always keeps its source's policy.
+    pub async fn create_with_network(
+        self: &Arc<Self>,
+        workspace: &str,
+        req: CreateSandboxRequest,
+        network: Option<NetworkPolicy>,
+    ) -> Result<CreateOutcome> {
+        if network.is_some() && req.snapshot_id.is_some() {
+            return Err(validate::ValidationError::Format {
+                field: "network",
+                reason:
+                    "a clone keeps its source's network policy; do not send network with snapshotId"
+                        .into(),
+            }
+            .into());
+        }
+        let network = match network {
+            Some(p) => p
+                .validate()
+                .map_err(|reason| validate::ValidationError::Format {
+                    field: "network",
+                    reason,
+                })?,
+            None => self.network.default_policy().clone(),
+        };
+        let name = req
+            .name
+            .clone()
+            .ok_or(validate::ValidationError::Missing("name"))?;
+        validate::name("name", &name)?;
+        if let Some(snapshot_id) = req.snapshot_id {
+            if req.vcpu.is_some()
+                || req.memory_mb.is_some()
+                || req.environment.is_some()
+                || req.secrets.is_some()
+            {
+                return Err(validate::ValidationError::Format {
+                    field: "snapshotId",
+                    reason: "a clone takes its resources, environment and secrets from the snapshot; send only name and snapshotId".into(),
+                }
+                .into());
+            }
+            let snap = self.clone_source(workspace, snapshot_id)?;
+            let mut record = self.new_record(
+                workspace,
+                name,
+                snap.vcpu,
+                snap.memory_mb,
+                snap.environment,
+                snap.secrets,
+                Some(snapshot_id),
+            );
+            record.network = snap.network;
+            let admitted = match self.admit(record.vcpu, record.memory_mb) {
+                Ok(r) => r,
+                Err(e) => return self.existing_or(&record, e),
+            };
+            return self.insert_and_boot_with(record, None, admitted).await;
+        }
+        let vcpu = req.vcpu.ok_or(validate::ValidationError::Missing("vcpu"))?;
+        let memory_mb = req
+            .memory_mb
+            .ok_or(validate::ValidationError::Missing("memoryMb"))?;
+        let (vcpu, memory_mb) = validate::shape(vcpu, memory_mb)?;
+        let environment = req.environment.clone().unwrap_or_default();
+        let mut secrets = req.secrets.clone().unwrap_or_default();
+        for s in &secrets {
+            validate::secret_name(s)?;
+            if environment.contains_key(s) {
+                return Err(validate::ValidationError::Format {
+                    field: "secrets",
+                    reason: format!("{s:?} is also a key in environment"),
+                }
+                .into());
+            }
+        }
+        validate::environment("environment", &environment, &secrets)?;
+        secrets.sort();
+        if secrets.windows(2).any(|w| w[0] == w[1]) {
+            return Err(validate::ValidationError::Format {
+                field: "secrets",
+                reason: "duplicate secret name".into(),
+            }
+            .into());
+        }
+        self.check_secrets_exist(workspace, &secrets)?;
+        let mut record =
+            self.new_record(workspace, name, vcpu, memory_mb, environment, secrets, None);
+        record.network = network;
+        // A warm pool member replaces the runtime start (fresh sandboxes only).
+        let warm = self.take_member((vcpu, memory_mb)).await;
+        let admitted = match &warm {
+            Some(_) => self.hold(vcpu, memory_mb),
+            None => match self.admit(vcpu, memory_mb) {
+                Ok(r) => r,
+                Err(e) => return self.existing_or(&record, e),
+            },
+        };
+        self.insert_and_boot_with(record, warm, admitted).await
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn new_record(
+        &self,
+        workspace: &str,
+        name: String,
+        vcpu: u32,
+        memory_mb: u32,
+        environment: BTreeMap<String, String>,
+        secrets: Vec<String>,
+        snapshot_id: Option<Uuid>,
+    ) -> SandboxRecord {
+        SandboxRecord {
+            id: Uuid::new_v4(),
+            workspace: workspace.to_string(),
+            name,
+            status: SandboxStatus::Starting,
+            vcpu,
+            memory_mb,
+            environment,
+            secrets,
+            snapshot_id,
+            image_ref: self.config.image_ref.clone(),
+            created_at: Utc::now(),
+            started_at: None,
+            ended_at: None,
+            error: None,
+            active_ms: 0,
+            running_since: None,
+            network: NetworkPolicy::default(),
+        }
+    }
+
+    /// A create refused by admission: a repeat of a create whose sandbox
+    /// exists still gets that sandbox (create is idempotent by name).
+    fn existing_or(&self, record: &SandboxRecord, refused: ServiceError) -> Result<CreateOutcome> {
+        match self
+            .store
+            .active_sandbox_named(&record.workspace, &record.name)?
+        {
+            Some(existing) if same_config(&existing, record) => {
+                Ok(CreateOutcome::Existing(existing))
+            }
+            Some(_) => Err(ServiceError::NameTaken(record.name.clone())),
+            None => Err(refused),
+        }
+    }
+
+    /// Inserts the row (or finds the active sandbox holding the name) and boots
+    /// it. `warm` is a booted pool member that takes the place of the runtime
+    /// start: its uuid becomes the sandbox id. An unused member (name held,
+    /// store error) goes back to the pool untouched. `admitted` holds the
+    /// create's capacity until its row exists.
+    async fn insert_and_boot_with(
+        self: &Arc<Self>,
+        mut record: SandboxRecord,
+        warm: Option<super::pool::Member>,
+        admitted: super::Reservation,
+    ) -> Result<CreateOutcome> {
+        if let Some(member) = &warm {
+            record.id = member.id;
+        }
+        let shape = (record.vcpu, record.memory_mb);
+        let inserted = self.store.create_sandbox(&record);
+        drop(admitted);
+        let created = match inserted {
+            Ok(created) => created,
+            Err(e) => {
+                if let Some(member) = warm {
+                    self.return_member(shape, member);
+                }
+                return Err(e.into());
+            }
+        };
+        match created {
+            sbx_store::CreateOutcome::NameHeld(existing) => {
+                if let Some(member) = warm {
+                    self.return_member(shape, member);
+                }
+                if same_config(&existing, &record) {
+                    Ok(CreateOutcome::Existing(*existing))
+                } else {
+                    Err(ServiceError::NameTaken(record.name))
+                }
+            }
+            sbx_store::CreateOutcome::Created => {
+                let conn = warm.map(|m| m.conn);
+                if conn.is_some() {
+                    self.refill_pool();
+                }
+                let done = self.spawn_boot_with(record.id, conn);
+                let wait = self.config.limits.create_sync_wait;
+                let _ = tokio::time::timeout(wait, wait_done(done)).await;
+                Ok(CreateOutcome::Created(
+                    self.load(&record.workspace, record.id)?,
+                ))
+            }
+        }
+    }
+}
+
+fn same_config(a: &SandboxRecord, b: &SandboxRecord) -> bool {
+    a.vcpu == b.vcpu
+        && a.memory_mb == b.memory_mb
+        && a.environment == b.environment
+        && a.secrets == b.secrets
+        && a.snapshot_id == b.snapshot_id
+        && a.network == b.network
+}
