@@ -82,3 +82,24 @@ async fn the_warm_pool_counts_against_the_node_not_a_tenant() {
         "compute_unavailable",
     );
 }
+
+#[tokio::test]
+#[ignore = "needs root, runsc and the image; run ./scripts/test"]
+async fn a_data_dir_without_free_disk_refuses_creates() {
+    let d = Daemon::start(&["--min-free-disk-mb", "1000000000"]).await;
+    let _leftovers = KillLeftovers::of(&d);
+    let got = d
+        .call(
+            "POST",
+            "/v2/sandboxes",
+            Some(json!({"name": "full", "vcpu": 1, "memoryMb": 1024})),
+        )
+        .await;
+    assert_error(&got, 503, "compute_unavailable");
+    assert!(got.1["errors"][0]["message"]
+        .as_str()
+        .unwrap()
+        .contains("disk"));
+    let (_, list) = d.call("GET", "/v2/sandboxes", None).await;
+    assert_eq!(list["data"].as_array().map_or(0, Vec::len), 0, "{list}");
+}

@@ -278,4 +278,27 @@ mod tests {
             "ciphertext moved to another name must not decrypt"
         );
     }
+
+    #[test]
+    fn secrets_sealed_before_tenants_still_open_only_for_default_production() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = SecretBox::load_or_create(&dir.path().join("key")).unwrap();
+        let (nonce, ciphertext) = b.seal("default", "TOKEN", "old").unwrap();
+        let mut r = SecretRecord {
+            workspace: "default/production".into(),
+            name: "TOKEN".into(),
+            nonce,
+            ciphertext,
+            created_at: Utc::now(),
+            updated_at: Utc::now(),
+        };
+        assert_eq!(b.open(&r).as_deref(), Some("old"));
+        r.workspace = "acme/production".into();
+        assert_eq!(b.open(&r), None, "another tenant must not decrypt it");
+        let (nonce, ciphertext) = b.seal("acme/production", "TOKEN", "new").unwrap();
+        r.nonce = nonce;
+        r.ciphertext = ciphertext;
+        r.workspace = "acme/staging".into();
+        assert_eq!(b.open(&r), None, "bound to its environment too");
+    }
 }
