@@ -198,8 +198,12 @@ async function processesTab(el, signal, id) {
     }
   });
 
+  let seen = "";
   await poll(signal, 2000, async () => {
     const { data } = await call("GET", `/v2/sandboxes/${id}/processes`, undefined, { signal });
+    const now = JSON.stringify(data);
+    if (now === seen) return; // unchanged: keep keyboard focus where it is
+    seen = now;
     if (data.length === 0) {
       replace(table, h("p", { class: "empty" }, "No processes yet."));
       return;

@@ -73,9 +73,13 @@ export async function sandboxesPage(el, signal) {
     );
   };
   showEnded.addEventListener("change", render);
+  let seen = "";
   await poll(signal, POLL_MS, async () => {
     last = await allSandboxes(signal);
-    render();
+    // Redraw only on change, so keyboard focus is not lost every poll.
+    const now = JSON.stringify(last);
+    if (now !== seen) render();
+    seen = now;
     updated.textContent = `Updated ${new Date().toLocaleTimeString()}`;
   });
 }
@@ -172,10 +176,14 @@ export async function snapshotTable(body, signal, sandboxId) {
   const table = h("div");
   replace(body, status, table);
   let openClone = null;
+  let seen = "";
   await poll(signal, POLL_MS, async () => {
     if (openClone && document.body.contains(openClone)) return; // do not redraw under the user
     const { data } = await call("GET", "/v2/snapshots?limit=250", undefined, { signal });
     const rows = data.filter((s) => !sandboxId || s.sourceSandboxId === sandboxId);
+    const now = JSON.stringify(rows.map((s) => [s.id, s.status, s.storedBytes]));
+    if (now === seen && table.isConnected && table.firstChild) return; // unchanged: keep focus
+    seen = now;
     if (rows.length === 0) {
       replace(table, h("p", { class: "empty" }, "No snapshots."));
       return;
@@ -189,6 +197,7 @@ export async function snapshotTable(body, signal, sandboxId) {
         cloneBtn.addEventListener("click", () => {
           openClone = cloneForm(s, status, () => {
             openClone = null;
+            seen = ""; // redraw the row on the next poll
           });
           actions.replaceChildren(openClone);
           openClone.querySelector("input").focus();
