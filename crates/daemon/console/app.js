@@ -95,6 +95,13 @@ function showSignIn(message) {
       const { data } = await call("POST", "/console/session", { key: keyInput.value });
       setCsrf(data.csrfToken);
       keyInput.value = "";
+      // The cookie is Secure off loopback: over plain HTTP the browser drops it.
+      await get("/console/session").catch((err) => {
+        if (err.status === 401) {
+          err.message = "signed in, but the browser did not keep the session cookie (sbxd marks it Secure when it does not listen on loopback: open the console over HTTPS)";
+        }
+        throw err;
+      });
       if (!location.hash) location.hash = "#/sandboxes";
       showApp(data);
     } catch (err) {

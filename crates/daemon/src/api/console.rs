@@ -51,8 +51,7 @@ pub async fn sign_in(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    crate::console::check_same_origin(&headers)?;
-    let key = crate::console::parse_sign_in(&headers, &body)?;
+    let key = crate::console::sign_in_key(&headers, &body)?;
     super::auth::verify_key(svc.config(), &key)?;
     let new = sessions.create(key);
     let view = SessionView {

@@ -215,6 +215,12 @@ pub fn is_public(method: &Method, path: &str) -> bool {
     }
 }
 
+/// The key of a sign-in request, refused when it comes from another origin.
+pub fn sign_in_key(headers: &HeaderMap, body: &[u8]) -> Result<String, ConsoleError> {
+    check_same_origin(headers)?;
+    parse_sign_in(headers, body)
+}
+
 /// Refuses a sign-in whose `Origin` (browsers send it on POST) is not this host.
 pub fn check_same_origin(headers: &HeaderMap) -> Result<(), ConsoleError> {
     let Some(origin) = headers.get("origin").and_then(|v| v.to_str().ok()) else {
