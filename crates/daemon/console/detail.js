@@ -84,7 +84,7 @@ export async function detailPage(el, signal, id, tab) {
         await call("DELETE", `/v2/sandboxes/${id}`);
         for (let i = 0; i < 60; i++) {
           const s = await get(`/v2/sandboxes/${id}`);
-          if (s.status === "TERMINATED") return;
+          if (s.status === "TERMINATED" || s.status === "FAILED") return;
           await sleep(500);
         }
       });
@@ -134,8 +134,9 @@ async function terminalTab(el, signal, id) {
     run.disabled = true;
     try {
       const { data } = await call("POST", `/v2/sandboxes/${id}/exec`, { command: ["/bin/sh", "-c", cmd], timeout: "60000ms" }, { signal });
-      log.append(h("span", { class: "out" }, b64text(data.stdout)));
-      log.append(h("span", { class: "err" }, b64text(data.stderr)));
+      const [out, err] = [b64text(data.stdout), b64text(data.stderr)];
+      if (out) log.append(h("span", { class: "out" }, out));
+      if (err) log.append(h("span", { class: "err" }, err));
       log.append(h("span", { class: data.exitCode === 0 ? "exit ok" : "exit bad" }, `[exit ${data.exitCode}]\n`));
     } catch (err) {
       if (err.name === "AbortError") return;
