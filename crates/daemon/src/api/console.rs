@@ -53,7 +53,7 @@ pub async fn sign_in(
 ) -> Result<Response, ApiError> {
     let key = crate::console::sign_in_key(&headers, &body)?;
     super::auth::verify_key(svc.config(), &key)?;
-    let new = sessions.create(key);
+    let new = sessions.create(&headers, key);
     let view = SessionView {
         dev: svc.config().dev,
         csrf_token: Some(new.csrf),

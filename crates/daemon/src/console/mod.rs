@@ -88,8 +88,9 @@ impl Sessions {
         self.map.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Starts a session for an already verified key.
-    pub fn create(&self, key: String) -> NewSession {
+    /// Starts a session for an already verified key, ending the caller's previous one.
+    pub fn create(&self, previous: &HeaderMap, key: String) -> NewSession {
+        self.remove(previous);
         let new = NewSession {
             id: random_token(),
             csrf: random_token(),
@@ -278,7 +279,7 @@ mod tests {
     #[test]
     fn cookie_maps_to_the_keys_bearer_and_unsafe_methods_need_the_token() {
         let s = Sessions::new(false);
-        let new = s.create("signkey-test-00ff".into());
+        let new = s.create(&HeaderMap::new(), "signkey-test-00ff".into());
         let mut h = with_cookie(&new.id);
         let want = format!("Bearer {}", hashed_signing_key("signkey-test-00ff"));
         assert_eq!(s.bearer_for(&Method::GET, &h), Ok(Some(want.clone())));
@@ -299,6 +300,19 @@ mod tests {
             Err(ConsoleError::SessionInvalid)
         );
         assert_eq!(s.bearer_for(&Method::GET, &HeaderMap::new()), Ok(None));
+    }
+
+    #[test]
+    fn signing_in_again_ends_the_previous_session() {
+        let s = Sessions::new(false);
+        let first = s.create(&HeaderMap::new(), "k".into());
+        let old = with_cookie(&first.id);
+        let second = s.create(&old, "k".into());
+        assert_eq!(
+            s.bearer_for(&Method::GET, &old),
+            Err(ConsoleError::SessionInvalid)
+        );
+        assert!(s.bearer_for(&Method::GET, &with_cookie(&second.id)).is_ok());
     }
 
     #[test]
