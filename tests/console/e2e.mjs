@@ -1,6 +1,7 @@
 // End-to-end test of the sbx web console in headless Debian Chromium.
 //
 //   node e2e.mjs <baseUrl> <key> <screenshotDir>
+//   node e2e.mjs <baseUrl> --dev <screenshotDir>     (sbxd --dev: no sign-in, no screenshots)
 //
 // Signs in (after a wrong key), checks the cookie and CSRF protection, creates a
 // sandbox, runs a command, follows a process, uploads and downloads a file,
@@ -104,6 +105,25 @@ function bearer(k) {
 /** Best effort: a screenshot of a progress line if it shows up in time. */
 const shotIfShown = (selector, name) =>
   page.locator(selector).first().waitFor({ timeout: 5000 }).then(() => shot(name)).catch(() => {});
+
+/** Ends the run: closes the browser, prints the tally, exits. */
+async function finish() {
+  await browser.close();
+  rmSync(profile, { recursive: true, force: true });
+  console.log(`${passed} passed, ${failed} failed`);
+  process.exit(failed ? 1 : 0);
+}
+
+if (key === "--dev") {
+  await step("dev mode: the console opens without sign-in and offers no sign-out", async () => {
+    await page.goto(base);
+    await page.getByRole("heading", { name: "Sandboxes" }).waitFor();
+    assert(await page.getByText("dev mode (no sign-in)").isVisible(), "no dev-mode hint");
+    assert(!(await page.getByRole("button", { name: "Sign out", exact: true }).isVisible()), "Sign out shown in dev mode");
+    assert(!(await page.getByLabel("API key").count()), "a sign-in form in dev mode");
+  });
+  await finish();
+}
 
 let sandboxId = "";
 let cloneId = "";
@@ -326,7 +346,4 @@ await step("no script errors in the page", async () => {
   assert(unexpected.length === 0, unexpected.join("\n"));
 });
 
-await browser.close();
-rmSync(profile, { recursive: true, force: true });
-console.log(`${passed} passed, ${failed} failed`);
-process.exit(failed ? 1 : 0);
+await finish();

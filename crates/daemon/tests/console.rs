@@ -7,7 +7,7 @@ mod common;
 
 use common::Daemon;
 use serde_json::{json, Value};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const KEY: &str = "signkey-test-0123456789abcdef0123456789abcdef";
@@ -236,11 +236,32 @@ async fn sessions_cookies_and_csrf_over_http() {
 #[tokio::test]
 #[ignore = "needs root, runsc and the image; run ./scripts/test"]
 async fn dev_mode_needs_no_sign_in() {
+    let dir = console_dir();
     let d = Daemon::start(&[]).await;
     let (status, _, body) = send(&d, "GET", "/console/session", &[], None).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["data"]["dev"], true);
     assert_eq!(body["data"]["csrfToken"], Value::Null);
+    let (ok, stdout) = run_e2e(&dir, &d.base, "--dev", &std::env::temp_dir());
+    assert!(
+        ok && stdout.contains(" passed, 0 failed"),
+        "dev-mode console:\n{stdout}"
+    );
+}
+
+/// Runs tests/console/e2e.mjs; returns (success, stdout).
+fn run_e2e(dir: &Path, base: &str, key: &str, shots: &Path) -> (bool, String) {
+    let out = Command::new("node")
+        .arg("e2e.mjs")
+        .arg(base)
+        .arg(key)
+        .arg(shots)
+        .current_dir(dir)
+        .output()
+        .expect("node");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    println!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), stdout)
 }
 
 #[tokio::test]
@@ -249,18 +270,9 @@ async fn console_end_to_end_in_chromium() {
     let dir = console_dir();
     let shots = screenshot_dir();
     let d = Daemon::start(&["--signing-key", KEY]).await;
-    let out = Command::new("node")
-        .arg("e2e.mjs")
-        .arg(&d.base)
-        .arg(KEY)
-        .arg(&shots)
-        .current_dir(&dir)
-        .output()
-        .expect("node");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    println!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let (ok, stdout) = run_e2e(&dir, &d.base, KEY, &shots);
     assert!(
-        out.status.success() && stdout.contains(" passed, 0 failed"),
+        ok && stdout.contains(" passed, 0 failed"),
         "the console e2e test failed:\n{stdout}"
     );
     for page in [
