@@ -33,6 +33,10 @@ pub enum ErrorCode {
     AuthorizationHeaderMissing,
     /// 401: unknown key.
     InvalidApiKey,
+    /// 401: the console session cookie is unknown or expired.
+    ConsoleSessionInvalid,
+    /// 403: a cookie-authenticated unsafe request without the session's CSRF token.
+    CsrfTokenInvalid,
     /// 403: not allowed.
     AccessDenied,
     /// 403: snapshot quota.
@@ -95,6 +99,8 @@ impl ErrorCode {
             InvalidFieldFormat | NotRegularFile => "invalid_field_format",
             AuthorizationHeaderMissing => "authorization_header_missing",
             InvalidApiKey => "invalid_api_key",
+            ConsoleSessionInvalid => "console_session_invalid",
+            CsrfTokenInvalid => "csrf_token_invalid",
             AccessDenied => "access_denied",
             SnapshotLimitExceeded => "sandbox_snapshot_limit_exceeded",
             SandboxNotFound => "sandbox_not_found",
@@ -127,8 +133,8 @@ impl ErrorCode {
         use ErrorCode::*;
         match self {
             InvalidRequest | MissingField | InvalidFieldFormat | NotRegularFile => 400,
-            AuthorizationHeaderMissing | InvalidApiKey => 401,
-            AccessDenied | SnapshotLimitExceeded => 403,
+            AuthorizationHeaderMissing | InvalidApiKey | ConsoleSessionInvalid => 401,
+            AccessDenied | SnapshotLimitExceeded | CsrfTokenInvalid => 403,
             SandboxNotFound
             | ProcessNotFound
             | ProcessOutputNotRetained

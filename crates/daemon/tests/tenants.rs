@@ -115,6 +115,9 @@ enum Expect {
     Lacks(String),
     /// This status (B acting on its own namespace; A's resources checked afterwards).
     Status(u16),
+    /// A route that belongs to no tenant (the console's page, assets and
+    /// session): any non-5xx answer, never mentioning this marker.
+    NoLeak(String),
 }
 
 /// B's request against A's resources for one route, and what B must get.
@@ -134,6 +137,19 @@ fn case(method: &str, template: &str, a: &Fixture) -> (String, Option<Vec<u8>>, 
     let sandbox_nf = NotFound("sandbox_not_found");
     match (method, template) {
         ("GET", "/healthz") => (path, None, Status(200)),
+        ("GET", "/") | ("GET", "/console/session") | ("DELETE", "/console/session") => {
+            (path, None, NoLeak(a.sandbox.clone()))
+        }
+        ("GET", "/console/assets/{file}") => (
+            "/console/assets/app.js".into(),
+            None,
+            NoLeak(a.sandbox.clone()),
+        ),
+        ("POST", "/console/session") => (
+            path,
+            json(json!({"key": "not-a-key"})),
+            NoLeak(a.sandbox.clone()),
+        ),
         ("GET", "/v1/pool") => (path, None, Lacks(a.sandbox.clone())),
         ("POST", "/v2/sandboxes") | ("POST", "/v1/sandboxes") => {
             (path, json(steal), NotFound("sandbox_snapshot_not_found"))
@@ -343,6 +359,14 @@ async fn no_route_lets_one_tenant_reach_another() {
                 );
             }
             Expect::Status(s) => assert_eq!(got.0, *s, "{what}: {}", got.1),
+            Expect::NoLeak(marker) => {
+                assert!(got.0 < 500, "{what}: {}", got.1);
+                assert!(
+                    !got.1.to_string().contains(marker.as_str()),
+                    "{what} leaks: {}",
+                    got.1
+                );
+            }
         }
         assert_ne!(got.1, first, "{what} replayed A's idempotent exec");
     }

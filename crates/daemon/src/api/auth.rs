@@ -1,10 +1,16 @@
 //! Authentication: the SDK sends `Bearer <prefix><hex(sha256(hexdecode(key)))>` (§1.3);
 //! the key and the `x-inngest-env` header decide the caller's tenant (see `crate::tenants`).
+//! A console session cookie stands in for the header (see `crate::console`).
 
 use super::{ApiError, AppState, Workspace};
+use crate::console::Sessions;
+use crate::service::Service;
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use std::sync::Arc;
+
+pub use sbx_api_types::signing_key::hashed_signing_key;
 
 /// Middleware: resolves the caller's tenant (`workspace/env`) or answers 401.
 pub async fn authenticate(
@@ -12,10 +18,20 @@ pub async fn authenticate(
     mut req: Request,
     next: Next,
 ) -> Response {
-    if req.uri().path() == "/healthz" {
+    let path = req.uri().path();
+    if path == "/healthz" || crate::console::is_public(req.method(), path) {
         return next.run(req).await;
     }
-    let authorization = header(&req, "authorization");
+    let mut authorization = header(&req, "authorization");
+    if authorization.is_none() && !service.config().dev {
+        // Without a header, a console session cookie gives the key's header (CSRF-checked).
+        if let Some(sessions) = req.extensions().get::<Arc<Sessions>>() {
+            match sessions.bearer_for(req.method(), req.headers()) {
+                Ok(h) => authorization = h,
+                Err(e) => return ApiError::from(e).into_response(),
+            }
+        }
+    }
     let env = header(&req, "x-inngest-env");
     match service.authenticate(authorization.as_deref(), env.as_deref()) {
         Ok(tenant) => {
@@ -24,6 +40,18 @@ pub async fn authenticate(
         }
         Err(e) => ApiError::from(e).into_response(),
     }
+}
+
+/// Checks a raw key (console sign-in) exactly as the header the SDK would send for it.
+pub fn verify_key(service: &Service, key: &str) -> Result<(), ApiError> {
+    if service.config().dev {
+        return Ok(());
+    }
+    let bearer = format!("Bearer {}", hashed_signing_key(key));
+    service
+        .authenticate(Some(&bearer), None)
+        .map(|_| ())
+        .map_err(ApiError::from)
 }
 
 /// A header's trimmed, non-empty text value.

@@ -1,6 +1,7 @@
 //! HTTP routes. Handlers only parse into typed requests and call one service function.
 
 mod auth;
+mod console;
 mod envelope;
 mod error;
 mod files;
@@ -36,6 +37,9 @@ pub struct Workspace(pub String);
 /// Builds the router with every route and middleware.
 pub fn router(service: Arc<Service>) -> Router {
     let json_limit = service.config().limits.json_body_bytes;
+    let sessions = Arc::new(crate::console::Sessions::new(
+        !service.config().listen.ip().is_loopback(),
+    ));
     let v2 = Router::new()
         .route(
             "/v2/sandboxes",
@@ -107,11 +111,20 @@ pub fn router(service: Arc<Service>) -> Router {
         .merge(v2)
         .merge(uploads)
         .route("/healthz", get(|| async { "ok" }))
+        .route("/", get(console::index))
+        .route("/console/assets/{file}", get(console::asset))
+        .route(
+            "/console/session",
+            post(console::sign_in)
+                .get(console::session)
+                .delete(console::sign_out),
+        )
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(
             service.clone(),
             auth::authenticate,
         ))
+        .layer(axum::Extension(sessions))
         .layer(axum::middleware::from_fn(request_context))
         .with_state(service)
 }
@@ -128,7 +141,8 @@ async fn not_found() -> ApiError {
     ApiError::new(ErrorCode::RouteNotFound, "no such route")
 }
 
-/// Gives each request an id and a tracing span, and stamps the id and `no-store` on the response.
+/// Gives each request an id and a tracing span, and stamps the id and `no-store`
+/// (unless the route chose its own cache policy) on the response.
 async fn request_context(req: Request, next: Next) -> Response {
     let request_id = Uuid::new_v4().to_string();
     let span = tracing::info_span!("request", id = %request_id, method = %req.method(), path = %req.uri().path());
@@ -141,7 +155,9 @@ async fn request_context(req: Request, next: Next) -> Response {
     if let Ok(v) = HeaderValue::from_str(&request_id) {
         headers.insert("x-request-id", v);
     }
-    headers.insert("cache-control", HeaderValue::from_static("no-store"));
+    if !headers.contains_key("cache-control") {
+        headers.insert("cache-control", HeaderValue::from_static("no-store"));
+    }
     resp
 }
 

@@ -1,0 +1,265 @@
+// `#/sandboxes/{id}/{tab}`: status and lifecycle actions, then one of the
+// tabs: a terminal-style command box, processes with live output, files, snapshots.
+
+import { b64text, call, get, ndjson } from "./api.js";
+import { alertError, badge, errorView, field, h, replace, sleep, time, withProgress } from "./dom.js";
+import { poll, snapshotTable } from "./list.js";
+import { filesTab } from "./files.js";
+
+const TABS = [
+  ["terminal", "Terminal"],
+  ["processes", "Processes"],
+  ["files", "Files"],
+  ["snapshots", "Snapshots"],
+];
+
+/** The detail page of one sandbox. */
+export async function detailPage(el, signal, id, tab) {
+  tab = TABS.some(([t]) => t === tab) ? tab : "terminal";
+  const title = h("h1", {}, "Sandbox");
+  const statusSlot = h("span");
+  const facts = h("dl", { class: "facts" });
+  const progress = h("div", { "aria-live": "polite" });
+  const buttons = {
+    pause: h("button", { type: "button" }, "Pause"),
+    resume: h("button", { type: "button" }, "Resume"),
+    destroy: h("button", { type: "button", class: "danger" }, "Destroy"),
+  };
+  const panel = h("section", { class: "panel", "aria-label": TABS.find(([t]) => t === tab)[1] });
+  replace(
+    el,
+    h("p", { class: "crumbs" }, h("a", { href: "#/sandboxes" }, "Sandboxes"), " / "),
+    h("div", { class: "title-row" }, title, statusSlot, h("span", { class: "spacer" }), buttons.pause, buttons.resume, buttons.destroy),
+    progress,
+    facts,
+    h("nav", { class: "tabs", "aria-label": "Sandbox sections" },
+      TABS.map(([t, label]) => h("a", { href: `#/sandboxes/${id}/${t}`, "aria-current": t === tab ? "page" : false }, label))),
+    panel,
+  );
+
+  let sandbox = await get(`/v1/sandboxes/${id}`, { signal });
+  const render = () => {
+    title.textContent = sandbox.name || "(unnamed)";
+    replace(statusSlot, badge(sandbox.status));
+    const net = sandbox.network;
+    const network = net && net.policy
+      ? `${net.policy.mode}${net.policy.allow ? ` (${net.policy.allow.length} rules)` : ""}; ${net.allowed} allowed, ${net.denied} denied`
+      : "—";
+    replace(facts,
+      fact("Id", h("code", {}, sandbox.id)),
+      fact("Shape", `${sandbox.resources.vcpu} vCPU / ${sandbox.resources.memoryMb} MiB`),
+      fact("Created", time(sandbox.createdAt)),
+      fact("Started", time(sandbox.startedAt)),
+      sandbox.endedAt ? fact("Ended", time(sandbox.endedAt)) : null,
+      fact("Active runtime", `${Math.round((sandbox.activeRuntimeMs || 0) / 1000)} s of ${Math.round((sandbox.activeRuntimeLimitMs || 0) / 60000)} min`),
+      fact("Network", network),
+      fact("Secrets", (sandbox.secrets || []).join(", ") || "none"),
+      sandbox.snapshotId ? fact("Cloned from", h("code", {}, sandbox.snapshotId.slice(0, 8))) : null,
+      sandbox.error ? fact("Error", h("span", { class: "error-text" }, sandbox.error)) : null,
+    );
+    buttons.pause.disabled = sandbox.status !== "RUNNING";
+    buttons.resume.disabled = sandbox.status !== "PAUSED";
+    buttons.destroy.disabled = ["TERMINATED", "TERMINATING"].includes(sandbox.status);
+  };
+  render();
+  const refresh = async () => {
+    sandbox = await get(`/v1/sandboxes/${id}`, { signal });
+    render();
+  };
+
+  const lifecycle = (button, label, work) => button.addEventListener("click", async () => {
+    try {
+      await withProgress(progress, button, label, work);
+      await refresh();
+    } catch (err) {
+      replace(progress, errorView(err));
+    }
+  });
+  lifecycle(buttons.pause, "Pausing", () => call("POST", `/v2/sandboxes/${id}/pause`));
+  lifecycle(buttons.resume, "Resuming", () => call("POST", `/v2/sandboxes/${id}/resume`));
+  buttons.destroy.addEventListener("click", async () => {
+    if (!confirm(`Destroy sandbox ${sandbox.name || id}? Its processes and files are lost.`)) return;
+    try {
+      await withProgress(progress, buttons.destroy, "Destroying", async () => {
+        await call("DELETE", `/v2/sandboxes/${id}`);
+        for (let i = 0; i < 60; i++) {
+          const s = await get(`/v2/sandboxes/${id}`);
+          if (s.status === "TERMINATED" || s.status === "FAILED") return;
+          await sleep(500);
+        }
+      });
+      location.hash = "#/sandboxes";
+    } catch (err) {
+      replace(progress, errorView(err));
+    }
+  });
+
+  const tabs = { terminal: terminalTab, processes: processesTab, files: filesTab, snapshots: snapshotsTab };
+  tabs[tab](panel, signal, id).catch((err) => {
+    if (!signal.aborted && err.name !== "AbortError") alertError(err);
+  });
+  await poll(signal, 2000, refresh);
+}
+
+function fact(name, value) {
+  return h("div", {}, h("dt", {}, name), h("dd", {}, value));
+}
+
+/** A command box: each line runs `/bin/sh -c` to completion via exec; output below. */
+async function terminalTab(el, signal, id) {
+  const log = h("pre", { class: "terminal", role: "log", "aria-live": "polite", "aria-label": "Command output", tabindex: "0" });
+  const [cmdField, input] = field("Command", h("input", { name: "command", autocomplete: "off", spellcheck: "false", class: "mono", placeholder: "python3 -c 'print(6*7)'" }),
+    "Runs with /bin/sh -c in the sandbox (60 s timeout). Up and Down recall earlier commands.");
+  const run = h("button", { type: "submit", class: "primary" }, "Run");
+  const form = h("form", { class: "command" }, cmdField, run);
+  replace(el, log, form);
+  input.focus();
+  const history = [];
+  let cursor = 0;
+  input.addEventListener("keydown", (ev) => {
+    if (ev.key === "ArrowUp" && cursor > 0) cursor -= 1;
+    else if (ev.key === "ArrowDown" && cursor < history.length) cursor += 1;
+    else return;
+    ev.preventDefault();
+    input.value = history[cursor] || "";
+  });
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const cmd = input.value.trim();
+    if (!cmd) return;
+    history.push(cmd);
+    cursor = history.length;
+    input.value = "";
+    log.append(h("span", { class: "prompt" }, `$ ${cmd}\n`));
+    run.disabled = true;
+    try {
+      const { data } = await call("POST", `/v2/sandboxes/${id}/exec`, { command: ["/bin/sh", "-c", cmd], timeout: "60000ms" }, { signal });
+      const [out, err] = [b64text(data.stdout), b64text(data.stderr)];
+      if (out) log.append(h("span", { class: "out" }, out));
+      if (err) log.append(h("span", { class: "err" }, err));
+      log.append(h("span", { class: data.exitCode === 0 ? "exit ok" : "exit bad" }, `[exit ${data.exitCode}]\n`));
+    } catch (err) {
+      if (err.name === "AbortError") return;
+      log.append(h("span", { class: "err" }, `${err.code}: ${err.message}${err.requestId ? ` (request id ${err.requestId})` : ""}\n`));
+    } finally {
+      run.disabled = false;
+      log.scrollTop = log.scrollHeight;
+      input.focus();
+    }
+  });
+}
+
+/** Background processes: start one, list them, follow one's live output, signal. */
+async function processesTab(el, signal, id) {
+  const [cmdField, input] = field("Start a background process", h("input", { name: "process-command", autocomplete: "off", spellcheck: "false", class: "mono", placeholder: "for i in 1 2 3; do echo $i; sleep 1; done" }),
+    "Runs with /bin/sh -c and keeps running after this page closes.");
+  const start = h("button", { type: "submit", class: "primary" }, "Start");
+  const form = h("form", { class: "command" }, cmdField, start);
+  const status = h("div", { "aria-live": "polite" });
+  const table = h("div");
+  const outputTitle = h("h2", {}, "Output");
+  const output = h("pre", { class: "terminal", role: "log", "aria-live": "polite", "aria-label": "Process output", tabindex: "0" });
+  const outputBox = h("section", { class: "output", hidden: true }, outputTitle, output);
+  replace(el, form, status, table, outputBox);
+  let follow = null;
+
+  const watch = (p) => {
+    if (follow) follow.abort();
+    follow = new AbortController();
+    const mine = follow;
+    signal.addEventListener("abort", () => mine.abort());
+    outputBox.hidden = false;
+    outputTitle.textContent = `Output of ${p.command.join(" ")}`;
+    output.replaceChildren();
+    ndjson(`/v2/sandboxes/${id}/processes/${p.id}/output/stream`, (frame) => {
+      if (frame.type === "error") {
+        output.append(h("span", { class: "err" }, `\n${frame.error.code}: ${frame.error.message}\n`));
+        return;
+      }
+      output.append(h("span", { class: frame.stream === "stderr" ? "err" : "out" }, b64text(frame.data)));
+      output.scrollTop = output.scrollHeight;
+    }, mine.signal)
+      .then(() => output.append(h("span", { class: "exit" }, "\n[end of output]\n")))
+      .catch((err) => {
+        if (err.name !== "AbortError") output.append(h("span", { class: "err" }, `\n${err.code}: ${err.message}\n`));
+      });
+  };
+
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const cmd = input.value.trim();
+    if (!cmd) return;
+    try {
+      const { data } = await call("POST", `/v2/sandboxes/${id}/processes`, { command: ["/bin/sh", "-c", cmd] });
+      input.value = "";
+      replace(status);
+      watch(data);
+    } catch (err) {
+      replace(status, errorView(err));
+    }
+  });
+
+  let seen = "";
+  await poll(signal, 2000, async () => {
+    const { data } = await call("GET", `/v2/sandboxes/${id}/processes`, undefined, { signal });
+    const now = JSON.stringify(data);
+    if (now === seen) return; // unchanged: keep keyboard focus where it is
+    seen = now;
+    if (data.length === 0) {
+      replace(table, h("p", { class: "empty" }, "No processes yet."));
+      return;
+    }
+    replace(table, h("table", { class: "grid", "aria-label": "Processes" },
+      h("thead", {}, h("tr", {}, ["Command", "State", "Exit", "Started", "Actions"].map((c) => h("th", { scope: "col" }, c)))),
+      h("tbody", {}, data.map((p) => {
+        const show = h("button", { type: "button" }, "Output");
+        show.addEventListener("click", () => watch(p));
+        const kill = h("button", { type: "button", class: "danger", disabled: !["RUNNING", "STARTING"].includes(p.state) }, "Kill");
+        kill.addEventListener("click", async () => {
+          try {
+            await call("POST", `/v2/sandboxes/${id}/processes/${p.id}/signals`, { signal: 15 });
+          } catch (err) {
+            replace(status, errorView(err));
+          }
+        });
+        return h("tr", { "data-id": p.id },
+          h("td", {}, h("code", {}, p.command.join(" "))),
+          h("td", {}, badge(p.state)),
+          h("td", {}, p.exitCode ?? (p.terminationSignal ? `signal ${p.terminationSignal}` : "")),
+          h("td", {}, time(p.startedAt)),
+          h("td", { class: "actions" }, show, kill));
+      }))));
+  });
+}
+
+/** Take a snapshot (with progress until READY), then the sandbox's snapshots. */
+async function snapshotsTab(el, signal, id) {
+  const [nameField, nameInput] = field("Snapshot name", h("input", { name: "snapshot-name", autocomplete: "off", placeholder: "optional" }),
+    "Saves memory and disk; the sandbox pauses briefly.");
+  const take = h("button", { type: "submit", class: "primary" }, "Take snapshot");
+  const form = h("form", { class: "command" }, nameField, take);
+  const status = h("div", { "aria-live": "polite" });
+  const list = h("div");
+  replace(el, form, status, list);
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const name = nameInput.value.trim();
+    try {
+      const snap = await withProgress(status, take, "Taking the snapshot", async (setLabel) => {
+        const { data } = await call("POST", `/v2/sandboxes/${id}/snapshots`, name ? { name } : undefined);
+        let s = data;
+        while (s.status === "CREATING") {
+          setLabel(`Saving memory and disk (${s.status})`);
+          await sleep(1000);
+          s = await get(`/v2/snapshots/${s.id}`);
+        }
+        return s;
+      });
+      nameInput.value = "";
+      replace(status, h("p", { class: "ok" }, `Snapshot ${snap.name || snap.id} is ${snap.status}.`));
+    } catch (err) {
+      replace(status, errorView(err));
+    }
+  });
+  await snapshotTable(list, signal, id);
+}
