@@ -165,6 +165,12 @@ pub enum Request {
     },
     /// Flush filesystem buffers (before a snapshot).
     Sync,
+    /// Before a checkpoint: end every `net_serve`, reset the proxied
+    /// connections and close the proxy and DNS listeners, answering only once
+    /// they are closed. A checkpoint taken with those listeners open can
+    /// crash the agent when it is restored (gVisor 20240729); the next
+    /// `net_serve` opens them again.
+    Quiesce,
     /// Long-lived: carry the in-sandbox proxies' connections (events
     /// [`Event::NetDial`], [`Event::NetData`], [`Event::NetAck`], [`Event::NetClose`])
     /// and the DNS responder's lookups ([`Event::NetResolve`]).

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::task::JoinHandle;
 
 /// DNS address inside the sandbox.
 pub const DNS_ADDR: &str = "127.0.0.1:53";
@@ -205,7 +206,9 @@ pub async fn answer(net: &Arc<Net>, pkt: &[u8]) -> Option<Vec<u8>> {
 
 /// Binds UDP and TCP 127.0.0.1:53, points `/etc/resolv.conf` at them and
 /// serves for the agent's lifetime.
-pub fn start(net: &Arc<Net>) {
+/// Starts the UDP and TCP responders; returns their listener tasks.
+pub fn start(net: &Arc<Net>) -> Vec<JoinHandle<()>> {
+    let mut tasks = Vec::new();
     let udp = std::net::UdpSocket::bind(DNS_ADDR).and_then(|s| {
         s.set_nonblocking(true)?;
         UdpSocket::from_std(s)
@@ -214,14 +217,14 @@ pub fn start(net: &Arc<Net>) {
         Ok(s) => Arc::new(s),
         Err(e) => {
             console!("dns: cannot listen on udp {DNS_ADDR}: {e}");
-            return;
+            return tasks;
         }
     };
     if let Err(e) = write_resolv_conf() {
         console!("dns: cannot write {RESOLV_CONF}: {e}");
     }
     let n = Arc::clone(net);
-    tokio::spawn(async move {
+    tasks.push(tokio::spawn(async move {
         let mut buf = vec![0u8; 4096];
         loop {
             let (len, peer) = match udp.recv_from(&mut buf).await {
@@ -239,7 +242,7 @@ pub fn start(net: &Arc<Net>) {
                 }
             });
         }
-    });
+    }));
     let tcp = std::net::TcpListener::bind(DNS_ADDR).and_then(|l| {
         l.set_nonblocking(true)?;
         TcpListener::from_std(l)
@@ -247,7 +250,7 @@ pub fn start(net: &Arc<Net>) {
     match tcp {
         Ok(listener) => {
             let n = Arc::clone(net);
-            tokio::spawn(async move {
+            tasks.push(tokio::spawn(async move {
                 loop {
                     match listener.accept().await {
                         Ok((s, _)) => {
@@ -256,10 +259,11 @@ pub fn start(net: &Arc<Net>) {
                         Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
                     }
                 }
-            });
+            }));
         }
         Err(e) => console!("dns: cannot listen on tcp {DNS_ADDR}: {e}"),
     }
+    tasks
 }
 
 /// Length-prefixed queries on one TCP connection until EOF or idle.

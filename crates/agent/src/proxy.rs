@@ -24,6 +24,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::task::JoinHandle;
 
 /// HTTP proxy address inside the sandbox.
 pub const HTTP_PROXY_ADDR: &str = "127.0.0.1:3128";
@@ -82,6 +83,8 @@ struct State {
 pub struct Net {
     state: Mutex<State>,
     listening: AtomicBool,
+    /// Accept loops of the proxy and DNS listeners, so `quiesce` can close them.
+    listeners: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl Net {
@@ -116,7 +119,7 @@ impl Net {
         if self.listening.swap(true, Ordering::SeqCst) {
             return;
         }
-        crate::dns::start(self);
+        let mut tasks = crate::dns::start(self);
         for (addr, socks) in [(HTTP_PROXY_ADDR, false), (SOCKS_PROXY_ADDR, true)] {
             let bound = std::net::TcpListener::bind(addr).and_then(|l| {
                 l.set_nonblocking(true)?;
@@ -130,7 +133,7 @@ impl Net {
                 }
             };
             let net = Arc::clone(self);
-            tokio::spawn(async move {
+            tasks.push(tokio::spawn(async move {
                 loop {
                     match listener.accept().await {
                         Ok((s, _)) => {
@@ -147,7 +150,34 @@ impl Net {
                         Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
                     }
                 }
-            });
+            }));
+        }
+        self.listeners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(tasks);
+    }
+
+    /// Ends the active serve (its `net_serve` answers `ok`), resets every
+    /// proxied connection, fails pending lookups and closes the listeners,
+    /// returning once their sockets are closed.
+    pub async fn quiesce(&self) {
+        let tasks: Vec<_> = {
+            let mut st = self.lock();
+            st.serve = None;
+            st.resolves.clear();
+            for (_, e) in st.conns.drain() {
+                let _ = e.inbound.send(Inbound::Reset);
+                e.credit.close();
+            }
+            let mut listeners = self.listeners.lock().unwrap_or_else(|e| e.into_inner());
+            self.listening.store(false, Ordering::SeqCst);
+            listeners.drain(..).collect()
+        };
+        for task in tasks {
+            task.abort();
+            // Awaiting the aborted task means its listener has been dropped (closed).
+            let _ = task.await;
         }
     }
 

@@ -485,6 +485,10 @@ pub async fn dispatch(agent: &Arc<Agent>, req: Request, sink: &Sink) -> Outcome 
         }
         Request::Rename { from, to } => files::blocking(move || files::rename(&from, &to)).await,
         Request::Sync => files::blocking(files::sync).await,
+        Request::Quiesce => {
+            agent.net.quiesce().await;
+            reply(Reply::Ok)
+        }
         Request::NetServe
         | Request::NetDialResult { .. }
         | Request::NetData { .. }

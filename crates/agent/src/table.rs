@@ -5,6 +5,7 @@
 //! exits immediately can never be reaped before it is registered. Statuses of
 //! pids the table does not know (orphans reparented to the agent) are dropped.
 
+use crate::pipes::PipeReader;
 use crate::ring::{Chunk, Ring};
 use crate::{console, now_ms};
 use sbx_agent_proto::{AgentError, AgentErrorCode, ProcessInfo, ProcessState, StreamKind};
@@ -14,7 +15,6 @@ use std::process::Command;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
-use tokio::net::unix::pipe;
 use tokio::sync::{oneshot, watch};
 use tokio::task::AbortHandle;
 use uuid::Uuid;
@@ -93,9 +93,9 @@ pub struct ExecChild {
     /// Guest pid (also the process group id).
     pub pid: i32,
     /// Its stdout.
-    pub stdout: pipe::Receiver,
+    pub stdout: PipeReader,
     /// Its stderr.
-    pub stderr: pipe::Receiver,
+    pub stderr: PipeReader,
     /// Resolves once the reaper collected the status.
     pub status: oneshot::Receiver<Exit>,
 }
@@ -129,16 +129,11 @@ fn not_retained(id: Uuid) -> AgentError {
     )
 }
 
-fn take_pipes(
-    child: &mut std::process::Child,
-) -> std::io::Result<(pipe::Receiver, pipe::Receiver)> {
+fn take_pipes(child: &mut std::process::Child) -> std::io::Result<(PipeReader, PipeReader)> {
     let missing = || std::io::Error::other("child pipe missing");
     let out: OwnedFd = child.stdout.take().ok_or_else(missing)?.into();
     let err: OwnedFd = child.stderr.take().ok_or_else(missing)?.into();
-    Ok((
-        pipe::Receiver::from_owned_fd(out)?,
-        pipe::Receiver::from_owned_fd(err)?,
-    ))
+    Ok((PipeReader::spawn(out)?, PipeReader::spawn(err)?))
 }
 
 impl Table {
@@ -271,7 +266,7 @@ impl Table {
         }
     }
 
-    async fn read_pipe(self: Arc<Self>, id: Uuid, stream: StreamKind, mut rx: pipe::Receiver) {
+    async fn read_pipe(self: Arc<Self>, id: Uuid, stream: StreamKind, mut rx: PipeReader) {
         let mut buf = vec![0u8; PIPE_READ_BYTES];
         loop {
             match rx.read(&mut buf).await {

@@ -2,6 +2,7 @@
 //! running), their expiry janitor, and cleanup.
 
 use super::{agent_error, Result, Service, ServiceError};
+use crate::runtime::SandboxSpec;
 use chrono::{Duration as ChronoDuration, Utc};
 use sbx_agent_proto::Request;
 use sbx_api_types::validate;
@@ -10,6 +11,11 @@ use sbx_store::{SandboxCursor, SnapshotRecord, SnapshotStatus};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use uuid::Uuid;
+
+/// Checkpoints taken before a snapshot gives up (each one is verified).
+const CHECKPOINT_ATTEMPTS: u32 = 3;
+/// How long a verification restore gets to answer.
+const VERIFY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// One page of snapshots.
 #[derive(Debug)]
@@ -131,18 +137,47 @@ impl Service {
             })?,
         };
         let synced = conn.call(Request::Sync).await.map_err(agent_error);
+        // Close the in-sandbox proxy listeners first (fewer live sockets in
+        // the image; the next `net_serve` reopens them). An agent too old to
+        // know `quiesce` answers with an error, which is fine to ignore.
+        if let Err(e) = conn.call(Request::Quiesce).await {
+            tracing::debug!(%sandbox, error = %e, "agent did not quiesce");
+        }
         conn.shutdown().await;
         self.forget_agent(sandbox);
         let dir = self.snapshot_dir(snap_id);
+        let spec = SandboxSpec {
+            id: Uuid::new_v4(),
+            vcpu: current.vcpu,
+            memory_mb: current.memory_mb,
+        };
         let result = async {
             synced?;
-            tokio::fs::create_dir_all(&dir)
-                .await
-                .map_err(|e| ServiceError::Unavailable(format!("snapshot storage: {e}")))?;
-            self.runtime
-                .checkpoint(sandbox, dir.join("checkpoint"))
-                .await
-                .map_err(|e| ServiceError::Internal(format!("checkpoint failed: {e}")))
+            for attempt in 1..=CHECKPOINT_ATTEMPTS {
+                // A fresh directory per attempt: runsc writes into it.
+                let _ = tokio::fs::remove_dir_all(&dir).await;
+                tokio::fs::create_dir_all(&dir)
+                    .await
+                    .map_err(|e| ServiceError::Unavailable(format!("snapshot storage: {e}")))?;
+                self.runtime
+                    .checkpoint(sandbox, dir.join("checkpoint"))
+                    .await
+                    .map_err(|e| ServiceError::Internal(format!("checkpoint failed: {e}")))?;
+                let probe = SandboxSpec {
+                    id: Uuid::new_v4(),
+                    ..spec
+                };
+                match self.verify_checkpoint(probe, dir.join("checkpoint")).await {
+                    Ok(()) => return Ok(()),
+                    Err(why) => tracing::warn!(
+                        snapshot = %snap_id, %sandbox, attempt, why,
+                        "checkpoint does not restore; taking it again"
+                    ),
+                }
+            }
+            Err(ServiceError::Internal(format!(
+                "no restorable checkpoint in {CHECKPOINT_ATTEMPTS} attempts"
+            )))
         }
         .await;
         // Reconnect whatever happened, so the source keeps serving.
@@ -151,6 +186,47 @@ impl Service {
         }
         result?;
         Ok(dir_size(&dir))
+    }
+
+    /// Restores a fresh checkpoint into a throwaway sandbox and checks that
+    /// its agent answers. gVisor 20240729 now and then writes a checkpoint
+    /// whose agent crashes as soon as it is restored (SIGSEGV in tokio's I/O
+    /// driver; every restore of that checkpoint fails the same way, while
+    /// most checkpoints of the same sandbox are fine): such a snapshot would
+    /// be useless, so it is taken again instead.
+    async fn verify_checkpoint(&self, probe: SandboxSpec, image: PathBuf) -> Result<(), String> {
+        let id = probe.id;
+        let result = async {
+            self.runtime
+                .restore(probe, image)
+                .await
+                .map_err(|e| format!("restore: {e}"))?;
+            let deadline = std::time::Instant::now() + VERIFY_TIMEOUT;
+            loop {
+                if !matches!(self.runtime.is_alive(id).await, Ok(true)) {
+                    return Err("the restored sandbox stopped".to_string());
+                }
+                match self.runtime.connect(id).await {
+                    Ok(conn) => {
+                        conn.shutdown().await;
+                        return Ok(());
+                    }
+                    Err(e) if std::time::Instant::now() >= deadline => {
+                        return Err(format!("agent did not answer: {e}"))
+                    }
+                    Err(_) => tokio::time::sleep(std::time::Duration::from_millis(10)).await,
+                }
+            }
+        }
+        .await;
+        // Removed in the background: the snapshot does not wait for it.
+        let runtime = Arc::clone(&self.runtime);
+        tokio::spawn(async move {
+            if let Err(e) = runtime.destroy(id).await {
+                tracing::warn!(probe = %id, error = %e, "removing the checkpoint probe");
+            }
+        });
+        result
     }
 
     /// `GET /v2/snapshots/{id}`.

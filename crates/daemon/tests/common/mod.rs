@@ -27,6 +27,15 @@ fn env_path(name: &str) -> PathBuf {
     }))
 }
 
+/// The installed Connect SDK (`SBX_TEST_CONNECT_SDK_DIR`, set by `./scripts/test`),
+/// else the repository's `sdk/`.
+pub fn connect_sdk_dir() -> PathBuf {
+    match std::env::var("SBX_TEST_CONNECT_SDK_DIR") {
+        Ok(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../sdk"),
+    }
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -73,12 +82,15 @@ impl Daemon {
             .arg(env_path("SBX_TEST_AGENT_DIR"))
             .arg("--image-rootfs")
             .arg(env_path("SBX_TEST_IMAGE_ROOTFS"))
-            .args(&self.extra_args)
-            .env(
-                "SBX_LOG",
-                std::env::var("SBX_LOG").unwrap_or_else(|_| "warn".into()),
-            )
-            .stdin(Stdio::null());
+            .args(&self.extra_args);
+        if !self.extra_args.iter().any(|a| a == "--connect-sdk-dir") {
+            cmd.arg("--connect-sdk-dir").arg(connect_sdk_dir());
+        }
+        cmd.env(
+            "SBX_LOG",
+            std::env::var("SBX_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .stdin(Stdio::null());
         self.child = Some(cmd.spawn().expect("spawn sbxd"));
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
@@ -599,18 +611,4 @@ impl Daemon {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
-}
-
-/// An assertion that fails because of a known, reported product bug. It
-/// fails the test only when `SBX_TEST_KNOWN_BUGS=1`; otherwise it prints a
-/// loud warning so that the rest of the test keeps guarding everything else.
-pub fn known_bug(holds: bool, bug: &str, detail: &str) {
-    if holds {
-        return;
-    }
-    let msg = format!("KNOWN BUG ({bug}): {detail}");
-    if std::env::var("SBX_TEST_KNOWN_BUGS").is_ok_and(|v| v == "1") {
-        panic!("{msg}");
-    }
-    eprintln!("WARNING: {msg}");
 }
