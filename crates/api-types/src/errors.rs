@@ -87,6 +87,32 @@ pub enum ErrorCode {
     ExecTimedOut,
     /// 504: wait timeout.
     ProcessWaitTimedOut,
+    /// 400: the uploaded Connect package is not a valid package tarball.
+    ConnectInvalidPackage,
+    /// 400: the OAuth token endpoint rejected the authorization code.
+    ConnectOauthRejected,
+    /// 404: unknown Connect package or version.
+    ConnectPackageNotFound,
+    /// 404: unknown Connect build.
+    ConnectBuildNotFound,
+    /// 404: unknown Connect connection.
+    ConnectConnectionNotFound,
+    /// 404: unknown Connect run.
+    ConnectRunNotFound,
+    /// 404: the package has no sync of that name.
+    ConnectSyncNotFound,
+    /// 404: unknown or used OAuth state.
+    ConnectOauthStateNotFound,
+    /// 409: the package version exists with other content (versions are immutable).
+    ConnectVersionExists,
+    /// 409: not built yet, sync already running, connection disabled or needing OAuth.
+    ConnectInvalidState,
+    /// 422: connection config, origin, credentials or schedule are invalid.
+    ConnectInvalidConfig,
+    /// 502: the OAuth token endpoint failed.
+    ConnectOauthFailed,
+    /// 503: the Connect runtime is not running.
+    ConnectUnavailable,
 }
 
 impl ErrorCode {
@@ -125,6 +151,19 @@ impl ErrorCode {
             ComputeUnavailable => "compute_unavailable",
             ExecTimedOut => "sandbox_exec_timed_out",
             ProcessWaitTimedOut => "sandbox_process_wait_timed_out",
+            ConnectInvalidPackage => "connect_invalid_package",
+            ConnectOauthRejected => "connect_oauth_rejected",
+            ConnectPackageNotFound => "connect_package_not_found",
+            ConnectBuildNotFound => "connect_build_not_found",
+            ConnectConnectionNotFound => "connect_connection_not_found",
+            ConnectRunNotFound => "connect_run_not_found",
+            ConnectSyncNotFound => "connect_sync_not_found",
+            ConnectOauthStateNotFound => "connect_oauth_state_not_found",
+            ConnectVersionExists => "connect_version_exists",
+            ConnectInvalidState => "connect_invalid_state",
+            ConnectInvalidConfig => "connect_invalid_config",
+            ConnectOauthFailed => "connect_oauth_failed",
+            ConnectUnavailable => "connect_unavailable",
         }
     }
 
@@ -133,6 +172,7 @@ impl ErrorCode {
         use ErrorCode::*;
         match self {
             InvalidRequest | MissingField | InvalidFieldFormat | NotRegularFile => 400,
+            ConnectInvalidPackage | ConnectOauthRejected => 400,
             AuthorizationHeaderMissing | InvalidApiKey | ConsoleSessionInvalid => 401,
             AccessDenied | SnapshotLimitExceeded | CsrfTokenInvalid => 403,
             SandboxNotFound
@@ -140,16 +180,23 @@ impl ErrorCode {
             | ProcessOutputNotRetained
             | SnapshotNotFound
             | FileNotFound
-            | RouteNotFound => 404,
+            | RouteNotFound
+            | ConnectPackageNotFound
+            | ConnectBuildNotFound
+            | ConnectConnectionNotFound
+            | ConnectRunNotFound
+            | ConnectSyncNotFound
+            | ConnectOauthStateNotFound => 404,
             MethodNotAllowed => 405,
             InvalidState | NameTaken | SnapshotNameTaken | SnapshotNotReady
-            | OperationAmbiguous => 409,
+            | OperationAmbiguous | ConnectVersionExists | ConnectInvalidState => 409,
             ExecOutputTooLarge | FileTooLarge | PayloadTooLarge => 413,
-            StartFailed | IdempotencyKeyReused => 422,
+            StartFailed | IdempotencyKeyReused | ConnectInvalidConfig => 422,
             RateLimited => 429,
             InternalError => 500,
+            ConnectOauthFailed => 502,
             NotImplemented => 501,
-            ComputeUnavailable => 503,
+            ComputeUnavailable | ConnectUnavailable => 503,
             ExecTimedOut | ProcessWaitTimedOut => 504,
         }
     }

@@ -148,6 +148,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
             Ok(0)
         }
         Command::Secret(cmd) => secret(c, cmd).await,
+        Command::Connect(cmd) => crate::connect::run(c, cmd).await,
     }
 }
 

@@ -1,9 +1,11 @@
 //! `sbx`: the command-line client of sbxd.
 
 mod commands;
+mod connect;
 mod follow;
 mod network;
 mod resolve;
+mod tarball;
 mod util;
 
 use clap::{Args, Parser, Subcommand};
@@ -190,6 +192,9 @@ pub enum Command {
     /// Manage workspace secrets.
     #[command(subcommand)]
     Secret(SecretCommand),
+    /// Connect: connector packages, builds, connections, sync runs, logs and records.
+    #[command(subcommand)]
+    Connect(connect::ConnectCommand),
 }
 
 /// `sbx create`.

@@ -40,6 +40,7 @@ fn help_lists_every_command() {
         "clone",
         "snapshot-rm",
         "secret",
+        "connect",
     ] {
         assert!(
             help.lines()
@@ -53,6 +54,24 @@ fn help_lists_every_command() {
     let secret = String::from_utf8(sbx(&["secret", "--help"]).stdout).unwrap();
     for cmd in ["set", "list", "rm"] {
         assert!(secret.contains(cmd), "{secret}");
+    }
+
+    let connect = String::from_utf8(sbx(&["connect", "--help"]).stdout).unwrap();
+    for cmd in [
+        "package",
+        "build",
+        "connection",
+        "run",
+        "runs",
+        "logs",
+        "records",
+    ] {
+        assert!(
+            connect
+                .lines()
+                .any(|l| l.split_whitespace().next() == Some(cmd)),
+            "{cmd} missing from:\n{connect}"
+        );
     }
 }
 

@@ -1,7 +1,7 @@
 //! Rust client of the sbx HTTP API (`sbxd`).
 //!
 //! Speaks the `/v2` contract of `inngest-sandboxes-v2.md` plus the sbx `/v1` extras
-//! (filesystem calls, secrets). Every method maps to one HTTP request; nothing is
+//! (filesystem calls, secrets, the Connect API in [`connect`]). Every method maps to one HTTP request; nothing is
 //! retried or polled behind the caller's back.
 //!
 //! ```no_run
@@ -23,6 +23,7 @@
 //! ```
 
 mod auth;
+pub mod connect;
 mod error;
 mod ndjson;
 mod types;

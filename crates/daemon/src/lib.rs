@@ -2,6 +2,7 @@
 
 pub mod api;
 pub mod config;
+pub mod connect;
 pub mod console;
 pub mod network;
 pub mod reaper;

@@ -75,6 +75,40 @@ struct Args {
     /// Least free disk in the data dir for a new sandbox, MiB.
     #[arg(long, env = "SBX_MIN_FREE_DISK_MB", default_value_t = 1024)]
     min_free_disk_mb: u64,
+    #[command(flatten)]
+    connect: ConnectArgs,
+}
+
+/// Settings of the Connect runtime.
+#[derive(clap::Args, Debug)]
+struct ConnectArgs {
+    /// Installed Connect SDK (runner.mjs, index.mjs, lib/), mounted read-only at
+    /// /opt/sbx-connect in job sandboxes (default: DATA_DIR/connect-sdk).
+    #[arg(long, env = "SBX_CONNECT_SDK_DIR")]
+    connect_sdk_dir: Option<PathBuf>,
+    /// The npm registry builds may reach (default: `npm config get registry`, else
+    /// https://registry.npmjs.org/). Its host is allowed whatever address it resolves to.
+    #[arg(long, env = "SBX_NPM_REGISTRY")]
+    npm_registry: Option<String>,
+    /// PEM roots npm trusts in build sandboxes, on top of Node's own (a registry behind a
+    /// TLS-inspecting proxy). Default: `npm config get cafile` when set.
+    #[arg(long, env = "SBX_NPM_CA_FILE")]
+    npm_ca_file: Option<PathBuf>,
+    /// Time budget of a sync run, seconds.
+    #[arg(long, env = "SBX_CONNECT_SYNC_TIME_SECS", default_value_t = 15 * 60)]
+    connect_sync_time_secs: u64,
+    /// Time budget of a build (npm ci), seconds.
+    #[arg(long, env = "SBX_CONNECT_BUILD_TIME_SECS", default_value_t = 10 * 60)]
+    connect_build_time_secs: u64,
+    /// Memory budget of every Connect job and build sandbox, MiB.
+    #[arg(long, env = "SBX_CONNECT_MEMORY_MIB", default_value_t = 1024)]
+    connect_memory_mib: u64,
+    /// Extra trusted root certificates (PEM file) for the Connect broker (repeatable).
+    #[arg(long = "connect-extra-ca")]
+    connect_extra_ca: Vec<PathBuf>,
+    /// TEST ONLY: the port the Connect broker may use instead of 443.
+    #[arg(long = "connect-test-port")]
+    connect_test_port: Option<u16>,
 }
 
 /// `sbxd keys ...`: manages the signing keys in the data dir's store (sbxd may be running).
@@ -223,7 +257,7 @@ async fn main() -> anyhow::Result<()> {
     let store = Arc::new(
         sbx_store::SqliteStore::open(&config.database_path()).context("opening the store")?,
     );
-    let runtime = Arc::new(GvisorRuntime::new(GvisorConfig {
+    let runtime: Arc<GvisorRuntime> = Arc::new(GvisorRuntime::new(GvisorConfig {
         runsc_binary: config.runsc_binary.clone(),
         runsc_root: config.runsc_root(),
         sandboxes_dir: config.sandboxes_dir(),
@@ -234,7 +268,8 @@ async fn main() -> anyhow::Result<()> {
     })?);
     let secrets = SecretBox::load_or_create(&config.secret_key_path())?;
     sbx_daemon::reaper::start();
-    let service = Service::new(config.clone(), store, runtime, secrets);
+    let service = Service::new(config.clone(), store, runtime.clone(), secrets);
+    service.set_connect(open_connect(&config, &args.connect, &service, runtime)?);
     let capacity = service.capacity();
     tracing::info!(
         vcpus = capacity.vcpu_milli as f64 / 1000.0,
@@ -259,6 +294,18 @@ async fn main() -> anyhow::Result<()> {
             if n % 60 == 0 {
                 sweeper.idempotency_janitor();
             }
+            if let Ok(connect) = sweeper.connect() {
+                if n % 5 == 0 {
+                    if let Err(e) = connect.scheduler_tick(chrono::Utc::now()) {
+                        tracing::warn!(error = %e, "connect scheduler");
+                    }
+                }
+                if n % 3600 == 0 {
+                    if let Err(e) = connect.run_janitor(chrono::Utc::now()) {
+                        tracing::warn!(error = %e, "connect log janitor");
+                    }
+                }
+            }
         }
     });
     let listener = tokio::net::TcpListener::bind(config.listen)
@@ -271,4 +318,107 @@ async fn main() -> anyhow::Result<()> {
         })
         .await?;
     Ok(())
+}
+
+/// Opens the Connect runtime: its own database and files under the data dir,
+/// credentials sealed with the secret store's key, jobs in this daemon's sandboxes.
+fn open_connect(
+    config: &sbx_daemon::config::Config,
+    args: &ConnectArgs,
+    service: &Arc<Service>,
+    runtime: Arc<GvisorRuntime>,
+) -> anyhow::Result<Arc<sbx_connect::service::ConnectService>> {
+    let key: [u8; 32] = std::fs::read(config.secret_key_path())
+        .context("reading the secret key")?
+        .try_into()
+        .map_err(|_| anyhow::anyhow!("the secret key file must hold exactly 32 bytes"))?;
+    // The broker reaches public addresses only (plus the ranges tests mark public),
+    // never loopback or the host's own addresses.
+    let test_public: Vec<sbx_daemon::network::policy::Cidr> = config
+        .network_test_public
+        .iter()
+        .filter_map(|c| sbx_daemon::network::policy::Cidr::parse(c))
+        .collect();
+    let public = Arc::new(move |ip: std::net::IpAddr| {
+        let facts = sbx_daemon::network::policy::Facts {
+            test_public: test_public.clone(),
+            own: sbx_daemon::network::policy::own_addresses(),
+        };
+        sbx_daemon::network::policy::check_addr(&facts, ip).is_ok()
+    });
+    let mut broker = sbx_connect::egress::BrokerConfig::new(public);
+    if let Some(port) = args.connect_test_port {
+        tracing::warn!(
+            port,
+            "TEST ONLY: the Connect broker uses this port instead of 443"
+        );
+        broker.allowed_port = port;
+    }
+    for ca in &args.connect_extra_ca {
+        let pem = std::fs::read(ca).with_context(|| format!("reading {}", ca.display()))?;
+        broker
+            .add_roots_pem(&pem)
+            .with_context(|| format!("root certificates in {}", ca.display()))?;
+    }
+    let limits = sbx_connect::limits::Limits {
+        sync_time: Duration::from_secs(args.connect_sync_time_secs),
+        build_time: Duration::from_secs(args.connect_build_time_secs),
+        memory_mib: args.connect_memory_mib,
+        ..sbx_connect::limits::Limits::default()
+    };
+    let sdk_dir = args
+        .connect_sdk_dir
+        .clone()
+        .unwrap_or_else(|| config.data_dir.join("connect-sdk"));
+    if !sdk_dir.join("runner.mjs").is_file() {
+        tracing::warn!(dir = %sdk_dir.display(), "no Connect SDK installed there (runner.mjs missing): Connect jobs will fail; run scripts/build or pass --connect-sdk-dir");
+    }
+    let npm_registry = args
+        .npm_registry
+        .clone()
+        .unwrap_or_else(|| npm_config("registry").unwrap_or_else(|| PUBLIC_NPM_REGISTRY.into()));
+    let npm_ca_file = args
+        .npm_ca_file
+        .clone()
+        .or_else(|| npm_config("cafile").map(PathBuf::from))
+        .filter(|p| p.is_file());
+    tracing::info!(registry = %npm_registry, ca = ?npm_ca_file, sdk = %sdk_dir.display(), "Connect runtime");
+    let jobs = sbx_daemon::connect::GvisorJobs::new(
+        service,
+        runtime,
+        sbx_daemon::connect::JobsConfig {
+            sdk_dir,
+            npm_registry,
+            npm_ca_file,
+        },
+        &config.network_test_public,
+    )
+    .map_err(anyhow::Error::msg)?;
+    let connect = sbx_connect::service::ConnectService::open(
+        sbx_connect::service::ServiceConfig {
+            data_dir: config.data_dir.join("connect"),
+            limits,
+            broker,
+            credential_key: key,
+        },
+        Arc::new(jobs),
+    )
+    .context("opening the Connect runtime")?;
+    Ok(connect)
+}
+
+/// The registry builds use when neither the flag nor the host's npm names one.
+const PUBLIC_NPM_REGISTRY: &str = "https://registry.npmjs.org/";
+
+/// `npm config get KEY` of the host, when npm is there and the value is set.
+fn npm_config(key: &str) -> Option<String> {
+    let out = std::process::Command::new("npm")
+        .args(["config", "get", key])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    (out.status.success() && !text.is_empty() && text != "null" && text != "undefined")
+        .then_some(text)
 }

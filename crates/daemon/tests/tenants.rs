@@ -104,6 +104,30 @@ struct Fixture {
     sandbox: String,
     process: String,
     snapshot: String,
+    /// A's Connect package name (version 1.0.0), build, connection and run.
+    package: String,
+    build: String,
+    connection: String,
+    run: String,
+}
+
+/// A gzip tarball of `examples/NAME` (files at the archive root).
+fn example_tarball(name: &str) -> Vec<u8> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples")
+        .join(name);
+    let out = tempfile::NamedTempFile::new().unwrap();
+    let status = std::process::Command::new("tar")
+        .arg("-czf")
+        .arg(out.path())
+        .arg("--exclude=node_modules")
+        .arg("-C")
+        .arg(&dir)
+        .arg(".")
+        .status()
+        .unwrap();
+    assert!(status.success(), "tar {name}");
+    std::fs::read(out.path()).unwrap()
 }
 
 /// What B must get.
@@ -132,7 +156,13 @@ fn case(method: &str, template: &str, a: &Fixture) -> (String, Option<Vec<u8>>, 
         )
         .replace("{id}", &a.sandbox)
         .replace("{pid}", &a.process)
-        .replace("{name}", "A_ONLY");
+        .replace("{name}", "A_ONLY")
+        .replace("{package}", &a.package)
+        .replace("{version}", "1.0.0")
+        .replace("{buildId}", &a.build)
+        .replace("{connectionId}", &a.connection)
+        .replace("{runId}", &a.run)
+        .replace("{sync}", "items");
     let steal = json!({"name": "stolen", "snapshotId": a.snapshot});
     let sandbox_nf = NotFound("sandbox_not_found");
     match (method, template) {
@@ -218,6 +248,60 @@ fn case(method: &str, template: &str, a: &Fixture) -> (String, Option<Vec<u8>>, 
         | ("POST", "/v2/sandboxes/{id}/pause")
         | ("POST", "/v2/sandboxes/{id}/resume")
         | ("GET", "/v1/sandboxes/{id}") => (path, None, sandbox_nf),
+        // Connect: B's namespace is its own; A's package, build, connection and run do not exist.
+        ("GET", "/v1/connect/packages") => (path, None, Lacks(a.package.clone())),
+        ("POST", "/v1/connect/packages") => (
+            path,
+            Some(example_tarball("connector-deps")),
+            Status(201),
+        ),
+        ("GET", "/v1/connect/packages/{package}/versions")
+        | ("GET", "/v1/connect/packages/{package}/versions/{version}")
+        | ("GET", "/v1/connect/packages/{package}/versions/{version}/builds")
+        | ("POST", "/v1/connect/packages/{package}/versions/{version}/builds") => {
+            (path, None, NotFound("connect_package_not_found"))
+        }
+        ("GET", "/v1/connect/builds/{buildId}") => {
+            (path, None, NotFound("connect_build_not_found"))
+        }
+        ("GET", "/v1/connect/connections") => (path, None, Lacks(a.connection.clone())),
+        ("POST", "/v1/connect/connections") => (
+            path,
+            json(json!({
+                "name": "stolen", "package": a.package, "version": "1.0.0",
+                "origin": "https://api.example.com",
+                "credentials": {"type": "apiKey", "key": "b-key"},
+            })),
+            NotFound("connect_package_not_found"),
+        ),
+        ("PATCH", "/v1/connect/connections/{connectionId}") => (
+            path,
+            json(json!({"name": "stolen", "status": "disabled"})),
+            NotFound("connect_connection_not_found"),
+        ),
+        ("POST", "/v1/connect/connections/{connectionId}/oauth/start") => (
+            path,
+            json(json!({"redirectUri": "https://b.example.com/cb"})),
+            NotFound("connect_connection_not_found"),
+        ),
+        ("POST", "/v1/connect/oauth/callback") => (
+            path,
+            json(json!({"state": "A_STATE", "code": "c"})),
+            NotFound("connect_oauth_state_not_found"),
+        ),
+        ("GET", "/v1/connect/connections/{connectionId}")
+        | ("DELETE", "/v1/connect/connections/{connectionId}")
+        | ("POST", "/v1/connect/connections/{connectionId}/test")
+        | ("POST", "/v1/connect/connections/{connectionId}/syncs/{sync}/runs")
+        | ("GET", "/v1/connect/connections/{connectionId}/runs")
+        | ("GET", "/v1/connect/connections/{connectionId}/logs")
+        | ("GET", "/v1/connect/connections/{connectionId}/syncs/{sync}/records")
+        | ("GET", "/v1/connect/connections/{connectionId}/syncs/{sync}/checkpoint") => {
+            (path, None, NotFound("connect_connection_not_found"))
+        }
+        ("GET", "/v1/connect/runs/{runId}") | ("GET", "/v1/connect/runs/{runId}/logs") => {
+            (path, None, NotFound("connect_run_not_found"))
+        }
         _ => panic!(
             "no cross-tenant case for {method} {template}: add one to crates/daemon/tests/tenants.rs"
         ),
@@ -295,10 +379,65 @@ async fn no_route_lets_one_tenant_reach_another() {
         )
         .await;
     assert_eq!(status, 200, "{first}");
+    // A's Connect resources: a built package, a connection and a run.
+    let (status, up) = a
+        .raw(
+            "POST",
+            "/v1/connect/packages",
+            Some(example_tarball("connector-items")),
+            &[("content-type", "application/gzip")],
+        )
+        .await;
+    assert_eq!(status, 201, "{up}");
+    let (status, started) = a
+        .call(
+            "POST",
+            "/v1/connect/packages/connector-items/versions/1.0.0/builds",
+            None,
+        )
+        .await;
+    assert_eq!(status, 202, "{started}");
+    let build = started["data"]["id"].as_str().unwrap().to_string();
+    for _ in 0..1200 {
+        let (_, got) = a
+            .call("GET", &format!("/v1/connect/builds/{build}"), None)
+            .await;
+        if got["data"]["status"] == "succeeded" || got["data"]["status"] == "failed" {
+            assert_eq!(got["data"]["status"], "succeeded", "{got}");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (status, c) = a
+        .call(
+            "POST",
+            "/v1/connect/connections",
+            Some(json!({
+                "name": "a-conn", "package": "connector-items", "version": "1.0.0",
+                "origin": "https://api.example.com",
+                "credentials": {"type": "apiKey", "key": "a-key"},
+            })),
+        )
+        .await;
+    assert_eq!(status, 201, "{c}");
+    let connection = c["data"]["id"].as_str().unwrap().to_string();
+    let (status, r) = a
+        .call(
+            "POST",
+            &format!("/v1/connect/connections/{connection}/syncs/items/runs"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 202, "{r}");
+    let run = r["data"]["id"].as_str().unwrap().to_string();
     let fixture = Fixture {
         sandbox: sandbox.clone(),
         process: process.clone(),
         snapshot: snapshot.clone(),
+        package: "connector-items".into(),
+        build,
+        connection: connection.clone(),
+        run,
     };
 
     // Names are per tenant: B gets its own sandbox called "shared".
@@ -330,6 +469,8 @@ async fn no_route_lets_one_tenant_reach_another() {
         let (path, body, expect) = case(method, template, &fixture);
         let content_type = if method == "PUT" && template.ends_with("/files") {
             "application/octet-stream"
+        } else if method == "POST" && template == "/v1/connect/packages" {
+            "application/gzip"
         } else {
             "application/json"
         };
@@ -398,6 +539,24 @@ async fn no_route_lets_one_tenant_reach_another() {
     assert_eq!(snap["data"]["status"], "READY", "{snap}");
     let (_, list) = a.call("GET", "/v2/snapshots", None).await;
     assert!(!list.to_string().contains("b-steal"), "{list}");
+    // A's connection is unchanged and A sees none of B's packages.
+    let (status, c) = a
+        .call(
+            "GET",
+            &format!("/v1/connect/connections/{connection}"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{c}");
+    assert_eq!(
+        (c["data"]["name"].clone(), c["data"]["status"].clone()),
+        (json!("a-conn"), json!("active"))
+    );
+    let (_, packages) = a.call("GET", "/v1/connect/packages", None).await;
+    assert!(
+        !packages.to_string().contains("connector-deps"),
+        "{packages}"
+    );
     let (_, secrets) = a.call("GET", "/v1/secrets", None).await;
     assert!(secrets.to_string().contains("A_ONLY"), "{secrets}");
     // A's secret value survived B's put and delete of the same name.

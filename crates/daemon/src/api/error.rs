@@ -4,6 +4,7 @@ use crate::service::ServiceError;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use sbx_api_types::{validate::ValidationError, ErrorBody, ErrorCode};
+use sbx_connect::service::{ErrorClass, ServiceError as ConnectError};
 
 /// An error on its way to the client.
 #[derive(Debug)]
@@ -87,6 +88,80 @@ impl From<ServiceError> for ApiError {
     }
 }
 
+/// The Connect use case that failed: decides the code of an invalid-request or conflict error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectOp {
+    /// A package upload: invalid is a bad package, conflict an existing version.
+    Upload,
+    /// Creating or changing a connection: invalid is bad config, origin, credentials or schedule.
+    Connection,
+    /// Anything else.
+    Other,
+}
+
+impl ApiError {
+    /// The Connect runtime is not installed in this daemon.
+    pub fn connect_unavailable(e: ServiceError) -> Self {
+        tracing::warn!(error = %e, "connect unavailable");
+        ApiError::new(
+            ErrorCode::ConnectUnavailable,
+            "the Connect runtime is not running",
+        )
+    }
+
+    /// Maps a Connect service error for the use case `op`. Internal and upstream errors get a
+    /// fixed message: their text (paths, provider answers) stays in the daemon log.
+    pub fn connect(op: ConnectOp, e: ConnectError) -> Self {
+        let (code, message) = connect_code(op, &e);
+        match code {
+            ErrorCode::InternalError => tracing::error!(error = %e, "connect internal error"),
+            ErrorCode::ConnectOauthFailed => tracing::warn!(error = %e, "connect OAuth failed"),
+            _ => tracing::debug!(error = %e, "connect request refused"),
+        }
+        ApiError::new(code, message.unwrap_or_else(|| e.to_string()))
+    }
+}
+
+/// The code for a Connect error and, when its own text must not be shown, the message to send.
+fn connect_code(op: ConnectOp, e: &ConnectError) -> (ErrorCode, Option<String>) {
+    use ConnectError as C;
+    match (e.class(), e) {
+        (ErrorClass::NotFound, C::NotFound(what)) => (not_found_code(what), None),
+        (ErrorClass::NotFound, _) => (ErrorCode::RouteNotFound, None),
+        (ErrorClass::Conflict, _) if op == ConnectOp::Upload => {
+            (ErrorCode::ConnectVersionExists, None)
+        }
+        (ErrorClass::Conflict, _) => (ErrorCode::ConnectInvalidState, None),
+        (ErrorClass::Invalid, C::Oauth(_)) => (ErrorCode::ConnectOauthRejected, None),
+        (ErrorClass::Invalid, _) => match op {
+            ConnectOp::Upload => (ErrorCode::ConnectInvalidPackage, None),
+            ConnectOp::Connection => (ErrorCode::ConnectInvalidConfig, None),
+            ConnectOp::Other => (ErrorCode::InvalidRequest, None),
+        },
+        (ErrorClass::Upstream, _) => (
+            ErrorCode::ConnectOauthFailed,
+            Some("the OAuth token endpoint failed; try Connect with OAuth again".into()),
+        ),
+        (ErrorClass::Internal, _) => (
+            ErrorCode::InternalError,
+            Some("internal error in the Connect runtime".into()),
+        ),
+    }
+}
+
+/// The not-found code for what the Connect service says is missing.
+fn not_found_code(what: &str) -> ErrorCode {
+    match what {
+        "package version" | "package" => ErrorCode::ConnectPackageNotFound,
+        "build" => ErrorCode::ConnectBuildNotFound,
+        "connection" => ErrorCode::ConnectConnectionNotFound,
+        "run" => ErrorCode::ConnectRunNotFound,
+        "sync" => ErrorCode::ConnectSyncNotFound,
+        "oauth state" => ErrorCode::ConnectOauthStateNotFound,
+        _ => ErrorCode::RouteNotFound,
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.code.http_status())
@@ -97,5 +172,61 @@ impl IntoResponse for ApiError {
         resp.headers_mut()
             .insert("content-type", HeaderValue::from_static("application/json"));
         resp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn code(op: ConnectOp, e: ConnectError) -> (&'static str, u16, String) {
+        let a = ApiError::connect(op, e);
+        (a.code.as_str(), a.code.http_status(), a.message)
+    }
+
+    #[test]
+    fn connect_not_found_codes() {
+        for (what, want) in [
+            ("package version", "connect_package_not_found"),
+            ("build", "connect_build_not_found"),
+            ("connection", "connect_connection_not_found"),
+            ("run", "connect_run_not_found"),
+            ("sync", "connect_sync_not_found"),
+            ("oauth state", "connect_oauth_state_not_found"),
+        ] {
+            let (c, status, _) = code(ConnectOp::Other, ConnectError::NotFound(what));
+            assert_eq!((c, status), (want, 404), "{what}");
+        }
+    }
+
+    #[test]
+    fn connect_invalid_and_conflict_depend_on_the_use_case() {
+        let bad = || ConnectError::Invalid("$.pageSize: must be an integer".into());
+        assert_eq!(code(ConnectOp::Upload, bad()).0, "connect_invalid_package");
+        assert_eq!(code(ConnectOp::Upload, bad()).1, 400);
+        let (c, status, message) = code(ConnectOp::Connection, bad());
+        assert_eq!((c, status), ("connect_invalid_config", 422));
+        assert!(message.starts_with("$.pageSize"), "{message}");
+        assert_eq!(code(ConnectOp::Other, bad()).0, "invalid_request");
+        let taken = || ConnectError::Conflict("exists".into());
+        assert_eq!(
+            code(ConnectOp::Upload, taken()),
+            ("connect_version_exists", 409, "exists".into())
+        );
+        assert_eq!(code(ConnectOp::Other, taken()).0, "connect_invalid_state");
+    }
+
+    #[test]
+    fn connect_internal_errors_hide_their_text() {
+        let e = ConnectError::Io("/var/lib/sbx/connect/secret-path: denied".into());
+        let (c, status, message) = code(ConnectOp::Other, e);
+        assert_eq!((c, status), ("internal_error", 500));
+        assert!(!message.contains("secret-path"), "{message}");
+        let e = ConnectError::Oauth(sbx_connect::oauth::OauthError::Network("token=abc".into()));
+        let (c, status, message) = code(ConnectOp::Other, e);
+        assert_eq!((c, status), ("connect_oauth_failed", 502));
+        assert!(!message.contains("abc"), "{message}");
+        let e = ConnectError::Oauth(sbx_connect::oauth::OauthError::Rejected);
+        assert_eq!(code(ConnectOp::Other, e).0, "connect_oauth_rejected");
     }
 }

@@ -1,6 +1,10 @@
 //! HTTP routes. Handlers only parse into typed requests and call one service function.
 
 mod auth;
+mod connect_connections;
+mod connect_packages;
+mod connect_runs;
+mod connect_views;
 mod console;
 mod envelope;
 mod error;
@@ -99,7 +103,74 @@ pub fn router(service: Arc<Service>) -> Router {
         .route("/v1/sandboxes/{id}/fs/remove", post(files::remove))
         .route("/v1/sandboxes/{id}/fs/rename", post(files::rename))
         .route("/v1/pool", get(pool::status))
+        .route("/v1/connect/packages", get(connect_packages::list))
+        .route(
+            "/v1/connect/packages/{package}/versions",
+            get(connect_packages::versions),
+        )
+        .route(
+            "/v1/connect/packages/{package}/versions/{version}",
+            get(connect_packages::version),
+        )
+        .route(
+            "/v1/connect/packages/{package}/versions/{version}/builds",
+            post(connect_packages::build_start).get(connect_packages::build_list),
+        )
+        .route(
+            "/v1/connect/builds/{buildId}",
+            get(connect_packages::build_get),
+        )
+        .route(
+            "/v1/connect/connections",
+            post(connect_connections::create).get(connect_connections::list),
+        )
+        .route(
+            "/v1/connect/connections/{connectionId}",
+            get(connect_connections::get)
+                .patch(connect_connections::update)
+                .delete(connect_connections::delete),
+        )
+        .route(
+            "/v1/connect/connections/{connectionId}/oauth/start",
+            post(connect_connections::oauth_start),
+        )
+        .route(
+            "/v1/connect/oauth/callback",
+            post(connect_connections::oauth_callback),
+        )
+        .route(
+            "/v1/connect/connections/{connectionId}/test",
+            post(connect_runs::test),
+        )
+        .route(
+            "/v1/connect/connections/{connectionId}/syncs/{sync}/runs",
+            post(connect_runs::run_now),
+        )
+        .route(
+            "/v1/connect/connections/{connectionId}/runs",
+            get(connect_runs::list),
+        )
+        .route(
+            "/v1/connect/connections/{connectionId}/logs",
+            get(connect_runs::connection_logs),
+        )
+        .route(
+            "/v1/connect/connections/{connectionId}/syncs/{sync}/records",
+            get(connect_runs::records),
+        )
+        .route(
+            "/v1/connect/connections/{connectionId}/syncs/{sync}/checkpoint",
+            get(connect_runs::checkpoint),
+        )
+        .route("/v1/connect/runs/{runId}", get(connect_runs::get))
+        .route("/v1/connect/runs/{runId}/logs", get(connect_runs::run_logs))
         .layer(DefaultBodyLimit::max(json_limit));
+    // Package uploads: a tarball up to the package size limit.
+    let packages = Router::new()
+        .route("/v1/connect/packages", post(connect_packages::upload))
+        .layer(DefaultBodyLimit::max(
+            sbx_connect::package::MAX_TARBALL_BYTES,
+        ));
     // Uploads stream their body and enforce the file limit themselves.
     let uploads = Router::new()
         .route(
@@ -110,6 +181,7 @@ pub fn router(service: Arc<Service>) -> Router {
     Router::new()
         .merge(v2)
         .merge(uploads)
+        .merge(packages)
         .route("/healthz", get(|| async { "ok" }))
         .route("/", get(console::index))
         .route("/console/assets/{file}", get(console::asset))

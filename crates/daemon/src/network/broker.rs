@@ -14,7 +14,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, Semaphore};
 use uuid::Uuid;
@@ -38,6 +38,43 @@ pub struct Ctx {
     pub stats: Arc<SandboxStats>,
     /// The agent connection carrying the stream.
     pub conn: AgentConn,
+    /// Set for a Connect job sandbox: its only destination is the job channel.
+    pub job: Option<Arc<JobSlot>>,
+}
+
+/// Host name of the job channel (`CONNECT sbx-job.internal:1`).
+pub const JOB_CHANNEL_HOST: &str = "sbx-job.internal";
+/// Port of the job channel.
+pub const JOB_CHANNEL_PORT: u16 = 1;
+/// Buffer of the in-process pipe that carries the job channel.
+const JOB_PIPE_BYTES: usize = 256 * 1024;
+
+/// The host end of a job sandbox's channel, handed over on the runner's first
+/// `CONNECT sbx-job.internal:1`; later connections are refused.
+pub struct JobSlot {
+    waiting: Mutex<Option<tokio::sync::oneshot::Sender<tokio::io::DuplexStream>>>,
+}
+
+impl JobSlot {
+    /// A slot and the receiver that gets the channel's host end.
+    pub fn new() -> (
+        Arc<JobSlot>,
+        tokio::sync::oneshot::Receiver<tokio::io::DuplexStream>,
+    ) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let slot = JobSlot {
+            waiting: Mutex::new(Some(tx)),
+        };
+        (Arc::new(slot), rx)
+    }
+
+    /// The sender for the first connection; `None` afterwards.
+    fn take(&self) -> Option<tokio::sync::oneshot::Sender<tokio::io::DuplexStream>> {
+        self.waiting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+    }
 }
 
 enum Down {
@@ -302,6 +339,13 @@ async fn dial(addrs: &[SocketAddr]) -> Result<TcpStream, NetError> {
     Err(last)
 }
 
+/// One proxied connection's byte counters and flow control, shared with the stream task.
+struct Flow {
+    down: mpsc::UnboundedReceiver<Down>,
+    credit: Arc<Semaphore>,
+    unacked: Arc<AtomicU64>,
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn connection(
     ctx: &Ctx,
@@ -309,12 +353,51 @@ async fn connection(
     conn: u64,
     host: String,
     port: u16,
-    mut down: mpsc::UnboundedReceiver<Down>,
+    down: mpsc::UnboundedReceiver<Down>,
     credit: Arc<Semaphore>,
     unacked: Arc<AtomicU64>,
 ) {
+    let flow = Flow {
+        down,
+        credit,
+        unacked,
+    };
     let agent = &ctx.conn;
     let result = |error| Request::NetDialResult { conn, error };
+    if let Some(slot) = &ctx.job {
+        // A job sandbox: the channel once, nothing else.
+        let is_channel =
+            policy::normalize_host(&host) == JOB_CHANNEL_HOST && port == JOB_CHANNEL_PORT;
+        let sender = if is_channel { slot.take() } else { None };
+        let Some(sender) = sender else {
+            let reason = if is_channel {
+                "job-channel-taken"
+            } else {
+                "job-sandbox"
+            };
+            ctx.stats.denied(ctx.sandbox, &host, port, reason);
+            let _ = agent
+                .send_on(id, result(Some(NetError::Denied)), Vec::new())
+                .await;
+            return;
+        };
+        let (ours, theirs) = tokio::io::duplex(JOB_PIPE_BYTES);
+        if sender.send(theirs).is_err() {
+            // Nobody waits for the channel any more (the job gave up).
+            ctx.stats.failed();
+            let _ = agent
+                .send_on(id, result(Some(NetError::Failed)), Vec::new())
+                .await;
+            return;
+        }
+        ctx.stats.allowed();
+        if agent.send_on(id, result(None), Vec::new()).await.is_err() {
+            return;
+        }
+        let (rd, wr) = tokio::io::split(ours);
+        relay(ctx, id, conn, &host, port, rd, wr, flow).await;
+        return;
+    }
     let addrs = match decide(&ctx.policy, &ctx.test_public, &host, port).await {
         Ok(a) => a,
         Err(Ok(reason)) => {
@@ -343,7 +426,32 @@ async fn connection(
     if agent.send_on(id, result(None), Vec::new()).await.is_err() {
         return;
     }
-    let (mut rd, mut wr) = stream.into_split();
+    let (rd, wr) = stream.into_split();
+    relay(ctx, id, conn, &host, port, rd, wr, flow).await;
+}
+
+/// Relays one accepted connection between the agent stream and `rd`/`wr`
+/// (a dialled TCP stream, or the in-process job channel) until both sides are done.
+#[allow(clippy::too_many_arguments)]
+async fn relay<R, W>(
+    ctx: &Ctx,
+    id: u64,
+    conn: u64,
+    host: &str,
+    port: u16,
+    mut rd: R,
+    mut wr: W,
+    flow: Flow,
+) where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin,
+{
+    let Flow {
+        mut down,
+        credit,
+        unacked,
+    } = flow;
+    let agent = &ctx.conn;
     let up_agent = agent.clone();
     let mut up = tokio::spawn(async move {
         let mut buf = vec![0u8; NET_CHUNK_BYTES];
@@ -393,7 +501,7 @@ async fn connection(
                         need_tls = false;
                         // A TLS handshake record starts with 0x16; anything else is not HTTPS.
                         if bytes[0] != 0x16 {
-                            ctx.stats.denied(ctx.sandbox, &host, port, "not-tls");
+                            ctx.stats.denied(ctx.sandbox, host, port, "not-tls");
                             let _ = agent.send_on(id, Request::NetClose { conn, reset: true }, Vec::new()).await;
                             break;
                         }
@@ -418,4 +526,16 @@ async fn connection(
         }
     }
     up.abort();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_job_channel_is_handed_over_once() {
+        let (slot, _rx) = JobSlot::new();
+        assert!(slot.take().is_some());
+        assert!(slot.take().is_none());
+    }
 }

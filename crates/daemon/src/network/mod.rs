@@ -181,7 +181,72 @@ impl Network {
             test_public: self.test_public.clone(),
             stats: self.stats(id),
             conn: conn.clone(),
+            job: None,
         };
         tokio::spawn(broker::run(Arc::new(ctx), stream));
+    }
+
+    /// Starts the proxies of a Connect build sandbox under `policy` (an allowlist of the
+    /// package registry); `trusted` are the registry's own addresses, allowed whatever
+    /// their class (DESIGN.md: the configured registry host is reachable wherever it
+    /// resolves, loopback and the host's own addresses aside).
+    pub async fn serve_build(
+        self: &Arc<Self>,
+        id: Uuid,
+        policy: &NetworkPolicy,
+        trusted: &[std::net::IpAddr],
+        conn: &AgentConn,
+    ) -> Result<(), String> {
+        let stream = conn
+            .stream(sbx_agent_proto::Request::NetServe)
+            .await
+            .map_err(|e| format!("cannot start the build sandbox's proxies: {e}"))?;
+        let mut test_public = self.test_public.clone();
+        for ip in trusted {
+            let prefix = if ip.is_ipv4() { 32 } else { 128 };
+            test_public.push(Cidr { net: *ip, prefix });
+        }
+        let ctx = broker::Ctx {
+            sandbox: id,
+            policy: policy.clone(),
+            test_public,
+            stats: self.stats(id),
+            conn: conn.clone(),
+            job: None,
+        };
+        tokio::spawn(broker::run(Arc::new(ctx), stream));
+        Ok(())
+    }
+
+    /// Starts the proxies of a Connect job sandbox: its first `CONNECT
+    /// sbx-job.internal:1` is handed over through the returned receiver (as the
+    /// host end of an in-process pipe); every other destination, later channel
+    /// connections and every DNS lookup are denied and counted. Returns once the
+    /// `net_serve` request is on the wire.
+    pub async fn serve_job(
+        self: &Arc<Self>,
+        id: Uuid,
+        conn: &AgentConn,
+    ) -> Result<tokio::sync::oneshot::Receiver<tokio::io::DuplexStream>, String> {
+        let stream = conn
+            .stream(sbx_agent_proto::Request::NetServe)
+            .await
+            .map_err(|e| format!("cannot start the job sandbox's proxies: {e}"))?;
+        let (slot, channel) = broker::JobSlot::new();
+        let ctx = broker::Ctx {
+            sandbox: id,
+            policy: NetworkPolicy::mode(NetworkMode::None),
+            test_public: Vec::new(),
+            stats: self.stats(id),
+            conn: conn.clone(),
+            job: Some(slot),
+        };
+        tokio::spawn(broker::run(Arc::new(ctx), stream));
+        Ok(channel)
+    }
+
+    /// Denials counted for a sandbox so far (tests, job sandboxes' logs).
+    pub fn denied_count(&self, id: Uuid) -> u64 {
+        self.stats(id).denied.load(Ordering::Relaxed)
     }
 }

@@ -1,7 +1,7 @@
 //! The gVisor runtime: one runsc container per sandbox, the agent as PID 1,
 //! reached through a long-lived `runsc exec sbx-agent relay` process.
 
-use super::{AgentConn, Runtime, RuntimeError, SandboxSpec};
+use super::{AgentConn, JobOptions, Runtime, RuntimeError, SandboxSpec};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use sbx_agent_proto::{Reply, Request, AGENT_BINARY_PATH};
@@ -90,7 +90,12 @@ impl GvisorRuntime {
     }
 
     /// Writes a fresh bundle and overlay dir; returns the container id and run options.
-    async fn prepare(&self, spec: &SandboxSpec) -> Result<(String, RunOptions), RuntimeError> {
+    /// `job` adds a Connect job's mounts and, with a read-only root, turns the overlay off.
+    async fn prepare(
+        &self,
+        spec: &SandboxSpec,
+        job: Option<&JobOptions>,
+    ) -> Result<(String, RunOptions), RuntimeError> {
         let dir = self.dir(spec.id);
         if dir.exists() {
             tokio::fs::remove_dir_all(&dir).await?;
@@ -100,32 +105,49 @@ impl GvisorRuntime {
         tokio::fs::create_dir_all(&bundle).await?;
         tokio::fs::create_dir_all(&overlay).await?;
         let cid = container_id(spec.id);
-        SpecBuilder::new(&self.config.image_rootfs)
+        let mut builder = SpecBuilder::new(&self.config.image_rootfs)
             .args([AGENT_BINARY_PATH, "init"])
             .hostname("sandbox")
             .bind_mount(&self.config.agent_dir, "/.sbx/bin", true)
             .memory_limit(u64::from(spec.memory_mb) * 1024 * 1024)
             .vcpus(spec.vcpu)
             .pids_limit(self.config.pids_limit)
-            .cgroups_path(format!("/{CGROUP_PARENT}/{cid}"))
-            .write_bundle(&bundle)?;
+            .cgroups_path(format!("/{CGROUP_PARENT}/{cid}"));
+        let mut overlay2 = Some(format!("root:dir={}", overlay.display()));
+        if let Some(job) = job {
+            builder = builder
+                .root_readonly(job.readonly_root)
+                .tmpfs("/tmp", Some(job.tmp_bytes));
+            for (source, destination, readonly) in &job.binds {
+                builder = builder.bind_mount(source, destination.as_str(), *readonly);
+            }
+            if job.readonly_root {
+                // Nothing of the root is writable: no overlay at all (`/run` and `/tmp` are tmpfs).
+                overlay2 = Some("none".to_string());
+            }
+        }
+        builder.write_bundle(&bundle)?;
         let opts = RunOptions {
             bundle: bundle.clone(),
             io: ProcessIo::console_log(dir.join("console.log")),
-            overlay2: Some(format!("root:dir={}", overlay.display())),
+            overlay2,
             ..RunOptions::default()
         };
         Ok((cid, opts))
     }
 
-    async fn start_inner(&self, spec: SandboxSpec) -> Result<AgentConn, RuntimeError> {
-        let (cid, opts) = self.prepare(&spec).await?;
+    async fn start_inner(
+        &self,
+        spec: SandboxSpec,
+        job: Option<JobOptions>,
+    ) -> Result<AgentConn, RuntimeError> {
+        let (cid, opts) = self.prepare(&spec, job.as_ref()).await?;
         self.runsc.run(&cid, &opts).await?;
         self.wait_for_agent(spec.id).await
     }
 
     async fn restore_inner(&self, spec: SandboxSpec, image: PathBuf) -> Result<(), RuntimeError> {
-        let (cid, run) = self.prepare(&spec).await?;
+        let (cid, run) = self.prepare(&spec, None).await?;
         let opts = RestoreOptions {
             bundle: run.bundle,
             image_path: image,
@@ -271,7 +293,15 @@ impl GvisorRuntime {
 
 impl Runtime for GvisorRuntime {
     fn start(&self, spec: SandboxSpec) -> BoxFuture<'_, Result<AgentConn, RuntimeError>> {
-        self.start_inner(spec).boxed()
+        self.start_inner(spec, None).boxed()
+    }
+
+    fn start_job(
+        &self,
+        spec: SandboxSpec,
+        job: JobOptions,
+    ) -> BoxFuture<'_, Result<AgentConn, RuntimeError>> {
+        self.start_inner(spec, Some(job)).boxed()
     }
 
     fn connect(&self, id: Uuid) -> BoxFuture<'_, Result<AgentConn, RuntimeError>> {

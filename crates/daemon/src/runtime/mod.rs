@@ -24,6 +24,17 @@ pub struct SandboxSpec {
     pub memory_mb: u32,
 }
 
+/// What a Connect job or build sandbox has on top of a plain sandbox.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobOptions {
+    /// Read-only root with no overlay (jobs); false keeps the writable root overlay (builds).
+    pub readonly_root: bool,
+    /// Size of the fresh `/tmp` tmpfs, bytes.
+    pub tmp_bytes: u64,
+    /// Bind mounts: host path, sandbox path, read-only.
+    pub binds: Vec<(PathBuf, String, bool)>,
+}
+
 /// Runtime failures.
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
@@ -45,6 +56,12 @@ pub enum RuntimeError {
 pub trait Runtime: Send + Sync {
     /// Boots a fresh sandbox and returns a connection to its agent.
     fn start(&self, spec: SandboxSpec) -> BoxFuture<'_, Result<AgentConn, RuntimeError>>;
+    /// Boots a fresh Connect job or build sandbox (see [`JobOptions`]).
+    fn start_job(
+        &self,
+        spec: SandboxSpec,
+        job: JobOptions,
+    ) -> BoxFuture<'_, Result<AgentConn, RuntimeError>>;
     /// Connects to a sandbox that has just booted or been restored, retrying
     /// while it settles.
     fn wait_ready(&self, id: Uuid) -> BoxFuture<'_, Result<AgentConn, RuntimeError>>;

@@ -172,6 +172,12 @@ impl Service {
         })
     }
 
+    /// Admits a Connect job or build sandbox (no store row): the reservation holds its share
+    /// of the node until it is dropped, when the job's sandbox is gone.
+    pub fn admit_job(self: &Arc<Self>, vcpu: u32, memory_mb: u32) -> Result<Reservation> {
+        self.admit(vcpu, memory_mb)
+    }
+
     /// Holds the share of a warm member taken by a create (already booted: no check).
     pub(super) fn hold(self: &Arc<Self>, vcpu: u32, memory_mb: u32) -> Reservation {
         let share = (u64::from(vcpu) * 1000, u64::from(memory_mb));

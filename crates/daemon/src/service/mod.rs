@@ -62,6 +62,8 @@ pub struct Service {
     admission: admission::Admission,
     /// Id of this sbxd process: idempotency claims left by another one were interrupted.
     boot_id: Uuid,
+    /// The Connect runtime, set once at start (it needs this service to run its jobs).
+    connect: std::sync::OnceLock<Arc<sbx_connect::service::ConnectService>>,
 }
 
 /// Result type of service calls.
@@ -87,6 +89,7 @@ impl Service {
             pool: pool::Pool::new(config.warm_pool.clone()),
             admission: admission::Admission::new(admission::Capacity::detect(&config.capacity)),
             boot_id: Uuid::new_v4(),
+            connect: std::sync::OnceLock::new(),
             network,
             secrets,
             image_id,
@@ -103,6 +106,18 @@ impl Service {
     /// The configuration in force.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// Installs the Connect runtime (once, at start).
+    pub fn set_connect(&self, connect: Arc<sbx_connect::service::ConnectService>) {
+        let _ = self.connect.set(connect);
+    }
+
+    /// The Connect runtime, or `Unavailable` before it is installed.
+    pub fn connect(&self) -> Result<&Arc<sbx_connect::service::ConnectService>> {
+        self.connect
+            .get()
+            .ok_or_else(|| ServiceError::Unavailable("the Connect runtime is not running".into()))
     }
 
     /// The caller's tenant scope (`workspace/env`) from its `Authorization` and `x-inngest-env` headers.

@@ -1,0 +1,538 @@
+//! The host side of the job protocol: hello → job, then fetches answered by the broker, logs
+//! through the recording policy, output into the spool under the limits, until done/fail/deadline.
+
+pub mod wire;
+
+use crate::broker::{BrokerSession, FetchErrorCode, FetchReply, FetchRequest};
+use crate::limits::{OutputLimits, RetryPolicy};
+use crate::logs::{LogDecision, LogPolicy};
+use crate::model::{FailureCategory, JobKind, LogLevel, PrimaryKey, SyncMode};
+use crate::spool::{Spool, SpoolWriter};
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+use serde_json::{Map, Value};
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, ReadHalf, WriteHalf};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use wire::{Incoming, ReadLine};
+
+/// Fetches in flight at once; beyond this the host stops reading until one finishes.
+const MAX_FETCHES_IN_FLIGHT: usize = 32;
+
+/// Errors of the job module (set-up only; job failures are [`JobOutcome::Failed`]).
+#[derive(Debug, thiserror::Error)]
+pub enum JobError {
+    /// A sync job needs a sync target and a spool path.
+    #[error("a sync job needs a sync target and a spool path")]
+    MissingSyncTarget,
+}
+
+/// A duplex byte stream to the runner.
+pub trait JobChannel: AsyncRead + AsyncWrite + Unpin + Send {}
+
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> JobChannel for T {}
+
+/// Receives the log lines the policy lets through.
+pub trait LogSink: Send + Sync {
+    /// Records one line.
+    fn record(&self, level: LogLevel, message: &str);
+}
+
+/// The sync a job runs.
+#[derive(Debug, Clone)]
+pub struct SyncTarget {
+    /// Sync name.
+    pub name: String,
+    /// Commit mode.
+    pub mode: SyncMode,
+    /// Primary key (merge).
+    pub primary_key: Option<PrimaryKey>,
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct JobSpec {
+    /// Kind.
+    pub kind: JobKind,
+    /// Entry module path inside the sandbox (`/pkg/...`).
+    pub entry: String,
+    /// Validated config (`{}` for describe).
+    pub config: Value,
+    /// Sync (kind sync).
+    pub sync: Option<SyncTarget>,
+    /// Last committed checkpoint (kind sync).
+    pub checkpoint: Option<Value>,
+    /// OAuth hook (kind oauth).
+    pub oauth_step: Option<String>,
+    /// Time budget from the `job` message on.
+    pub time_budget: Duration,
+    /// Output limits.
+    pub limits: OutputLimits,
+    /// Fetch retry policy for the runner.
+    pub retry: RetryPolicy,
+}
+
+/// What the host lends a job.
+pub struct JobEnv {
+    /// The broker for `fetch` (none: every fetch is denied).
+    pub broker: Option<Arc<BrokerSession>>,
+    /// Where the sync spool goes.
+    pub spool_path: Option<PathBuf>,
+    /// Where recorded logs go.
+    pub logs: Arc<dyn LogSink>,
+    /// Largest recorded log message.
+    pub max_log_message_bytes: usize,
+    /// Log bytes recorded per run.
+    pub max_log_bytes_per_run: usize,
+}
+
+/// How a job ended.
+#[derive(Debug)]
+pub enum JobOutcome {
+    /// `done`: the result and, for syncs, the finished spool to commit.
+    Succeeded {
+        /// The `done` result.
+        result: Value,
+        /// The spool (kind sync).
+        spool: Option<Spool>,
+    },
+    /// The job failed; nothing is to be committed.
+    Failed {
+        /// Category.
+        category: FailureCategory,
+        /// Short machine word.
+        kind: String,
+    },
+}
+
+impl JobOutcome {
+    fn failed(category: FailureCategory, kind: &str) -> Self {
+        JobOutcome::Failed {
+            category,
+            kind: kind.to_string(),
+        }
+    }
+
+    /// The failure category, if failed.
+    pub fn failure_category(&self) -> Option<FailureCategory> {
+        match self {
+            JobOutcome::Succeeded { .. } => None,
+            JobOutcome::Failed { category, .. } => Some(*category),
+        }
+    }
+}
+
+/// A failure detected by the host, with the `abort` reason to send (if any).
+struct Stop {
+    outcome: JobOutcome,
+    abort: Option<&'static str>,
+}
+
+impl Stop {
+    fn protocol() -> Self {
+        Stop {
+            outcome: JobOutcome::failed(FailureCategory::Platform, "protocol"),
+            abort: Some("platform"),
+        }
+    }
+
+    fn output_limit(kind: &str) -> Self {
+        Stop {
+            outcome: JobOutcome::failed(FailureCategory::OutputLimit, kind),
+            abort: Some("output_limit"),
+        }
+    }
+
+    fn bad_batch() -> Self {
+        Stop {
+            outcome: JobOutcome::failed(FailureCategory::PackageError, "bad_batch"),
+            abort: Some("platform"),
+        }
+    }
+}
+
+/// Per-job state.
+struct State {
+    spool: Option<SpoolWriter>,
+    batches: u64,
+    output_bytes: u64,
+    logs: LogPolicy,
+    fetch_ids: HashSet<u64>,
+    fetches: JoinSet<()>,
+}
+
+/// Runs the host side of one job over `channel` and returns how it ended. Nothing is committed
+/// here: a sync's spool comes back in [`JobOutcome::Succeeded`] for the caller to commit.
+pub async fn drive<S>(channel: S, spec: JobSpec, env: &JobEnv) -> JobOutcome
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let spool = match (spec.kind, &spec.sync, &env.spool_path) {
+        (JobKind::Sync, Some(_), Some(path)) => match SpoolWriter::create(path) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                tracing::warn!(error = %e, "creating the spool failed");
+                return JobOutcome::failed(FailureCategory::Platform, "spool");
+            }
+        },
+        (JobKind::Sync, _, _) => {
+            tracing::error!(error = %JobError::MissingSyncTarget, "bad job spec");
+            return JobOutcome::failed(FailureCategory::Platform, "spec");
+        }
+        _ => None,
+    };
+    let (read_half, write_half) = tokio::io::split(channel);
+    let mut reader = BufReader::with_capacity(256 * 1024, read_half);
+    let (tx, rx) = mpsc::channel::<Vec<u8>>(256);
+    let writer = tokio::spawn(write_loop(write_half, rx));
+    let mut state = State {
+        spool,
+        batches: 0,
+        output_bytes: 0,
+        logs: LogPolicy::new(env.max_log_message_bytes, env.max_log_bytes_per_run),
+        fetch_ids: HashSet::new(),
+        fetches: JoinSet::new(),
+    };
+    // The budget counts from the start; the runner hears how much is left when `job` is sent.
+    let deadline = Instant::now() + spec.time_budget;
+    let stop = match tokio::time::timeout_at(
+        deadline,
+        run(&mut reader, &tx, &mut state, &spec, env, deadline),
+    )
+    .await
+    {
+        Ok(Ok(outcome)) => Stop {
+            outcome,
+            abort: None,
+        },
+        Ok(Err(stop)) => stop,
+        Err(_) => Stop {
+            outcome: JobOutcome::failed(FailureCategory::TimeLimit, "time_limit"),
+            abort: Some("time_limit"),
+        },
+    };
+    state.fetches.shutdown().await;
+    if let Some(reason) = stop.abort {
+        let _ =
+            tokio::time::timeout(Duration::from_secs(1), tx.send(wire::abort_line(reason))).await;
+    }
+    drop(tx);
+    // Give the writer a moment to flush the abort; the caller kills the sandbox anyway.
+    let _ = tokio::time::timeout(Duration::from_secs(1), writer).await;
+    let outcome = match stop.outcome {
+        JobOutcome::Failed { .. }
+            if env
+                .broker
+                .as_ref()
+                .is_some_and(|b| b.needs_reauthorization()) =>
+        {
+            JobOutcome::failed(FailureCategory::ReauthorizationRequired, "refresh_rejected")
+        }
+        other => other,
+    };
+    // An unfinished spool writer in `state` is dropped here, deleting its file.
+    outcome
+}
+
+async fn write_loop<W: AsyncWrite>(mut w: WriteHalf<W>, mut rx: mpsc::Receiver<Vec<u8>>) {
+    while let Some(line) = rx.recv().await {
+        if w.write_all(&line).await.is_err() || w.flush().await.is_err() {
+            return;
+        }
+    }
+    let _ = w.shutdown().await;
+}
+
+async fn send(tx: &mpsc::Sender<Vec<u8>>, line: Vec<u8>) -> Result<(), Stop> {
+    tx.send(line).await.map_err(|_| Stop {
+        outcome: JobOutcome::failed(FailureCategory::Platform, "channel_lost"),
+        abort: None,
+    })
+}
+
+async fn next_message<S: AsyncRead>(
+    reader: &mut BufReader<ReadHalf<S>>,
+    state: &mut State,
+) -> Result<Incoming, Stop> {
+    let mut buf = Vec::new();
+    loop {
+        if state.fetches.len() >= MAX_FETCHES_IN_FLIGHT {
+            // Backpressure: read nothing more until a fetch finishes.
+            state.fetches.join_next().await;
+            continue;
+        }
+        tokio::select! {
+            read = wire::read_line(reader, &mut buf, wire::MAX_LINE_BYTES) => {
+                return match read {
+                    Ok(ReadLine::Line) => serde_json::from_slice::<Incoming>(&buf).map_err(|e| {
+                        tracing::info!(error = %e, "bad message from runner");
+                        Stop::protocol()
+                    }),
+                    Ok(ReadLine::TooLong) => Err(Stop::protocol()),
+                    Ok(ReadLine::Eof) | Err(_) => Err(Stop {
+                        outcome: JobOutcome::failed(FailureCategory::Platform, "channel_lost"),
+                        abort: None,
+                    }),
+                };
+            }
+            Some(_) = state.fetches.join_next(), if !state.fetches.is_empty() => {}
+        }
+    }
+}
+
+async fn run<S: AsyncRead>(
+    reader: &mut BufReader<ReadHalf<S>>,
+    tx: &mpsc::Sender<Vec<u8>>,
+    state: &mut State,
+    spec: &JobSpec,
+    env: &JobEnv,
+    deadline: Instant,
+) -> Result<JobOutcome, Stop> {
+    let hello = next_message(reader, state).await?;
+    if hello.t != "hello" || hello.v != Some(1) {
+        return Err(Stop::protocol());
+    }
+    let remaining = deadline.saturating_duration_since(Instant::now());
+    let job = wire::JobMessage {
+        t: "job",
+        kind: spec.kind.as_str(),
+        entry: &spec.entry,
+        config: &spec.config,
+        sync: spec.sync.as_ref().map(|s| s.name.as_str()),
+        checkpoint: spec.checkpoint.as_ref(),
+        oauth_step: spec.oauth_step.as_deref(),
+        deadline_ms: remaining.as_millis().min(u128::from(u64::MAX)) as u64,
+        limits: spec.limits,
+        retry: spec.retry,
+    };
+    send(tx, wire::line(&job)).await?;
+    loop {
+        let msg = next_message(reader, state).await?;
+        match msg.t.as_str() {
+            "fetch" => start_fetch(msg, state, env, tx, deadline)?,
+            "log" => record_log(msg, state, env)?,
+            "records" => spool_records(msg, state, spec)?,
+            "checkpoint" => spool_checkpoint(msg, state, spec)?,
+            "done" => return finish(msg, state),
+            "fail" => return Ok(runner_failure(msg, deadline, spec.time_budget)),
+            _ => return Err(Stop::protocol()),
+        }
+    }
+}
+
+fn start_fetch(
+    msg: Incoming,
+    state: &mut State,
+    env: &JobEnv,
+    tx: &mpsc::Sender<Vec<u8>>,
+    deadline: Instant,
+) -> Result<(), Stop> {
+    let (Some(id), Some(method), Some(url)) = (msg.id, msg.method, msg.url) else {
+        return Err(Stop::protocol());
+    };
+    if !state.fetch_ids.insert(id) {
+        return Err(Stop::protocol());
+    }
+    let body = match msg.body {
+        None => None,
+        Some(b) => Some(STANDARD.decode(b).map_err(|_| Stop::protocol())?),
+    };
+    let req = FetchRequest {
+        method,
+        url,
+        headers: msg.headers.unwrap_or_default(),
+        body,
+    };
+    let broker = env.broker.clone();
+    let tx = tx.clone();
+    state.fetches.spawn(async move {
+        let reply = match broker {
+            Some(b) => b.fetch(req, deadline).await,
+            None => FetchReply::Error {
+                code: FetchErrorCode::Denied,
+                retryable: false,
+            },
+        };
+        let _ = tx.send(wire::fetch_reply_line(id, &reply)).await;
+    });
+    Ok(())
+}
+
+fn record_log(msg: Incoming, state: &mut State, env: &JobEnv) -> Result<(), Stop> {
+    let (Some(level), Some(message)) = (msg.level, msg.message) else {
+        return Err(Stop::protocol());
+    };
+    let level = LogLevel::parse(&level).map_err(|_| Stop::protocol())?;
+    match state.logs.admit(level, &message) {
+        LogDecision::Record(level, text) => env.logs.record(level, &text),
+        LogDecision::Stop(notice) => env.logs.record(LogLevel::Warn, &notice),
+        LogDecision::Drop => {}
+    }
+    Ok(())
+}
+
+/// The text of a scalar key value; other values cannot be keys.
+fn scalar_key(value: &Value) -> Option<String> {
+    match value {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// The primary key text of a record: the value of one field, or the JSON array of several.
+pub fn key_text(record: &Map<String, Value>, key: &PrimaryKey) -> Option<String> {
+    match key {
+        PrimaryKey::One(field) => scalar_key(record.get(field)?),
+        PrimaryKey::Many(fields) => {
+            let values = fields
+                .iter()
+                .map(|f| record.get(f).filter(|v| scalar_key(v).is_some()).cloned())
+                .collect::<Option<Vec<Value>>>()?;
+            Some(Value::Array(values).to_string())
+        }
+    }
+}
+
+fn is_object_text(text: &str) -> bool {
+    text.trim_start().starts_with('{')
+}
+
+fn spool_records(msg: Incoming, state: &mut State, spec: &JobSpec) -> Result<(), Stop> {
+    let (Some(target), Some(records)) = (&spec.sync, msg.records) else {
+        return Err(Stop::protocol());
+    };
+    let Some(spool) = state.spool.as_mut() else {
+        return Err(Stop::protocol());
+    };
+    let limits = &spec.limits;
+    state.batches += 1;
+    if state.batches > limits.max_batches {
+        return Err(Stop::output_limit("max_batches"));
+    }
+    if records.len() as u64 > limits.max_records_per_batch {
+        return Err(Stop::output_limit("max_records_per_batch"));
+    }
+    for raw in &records {
+        let text = raw.get();
+        if !is_object_text(text) {
+            return Err(Stop::bad_batch());
+        }
+        let bytes = text.len() as u64;
+        if bytes > limits.max_record_bytes {
+            return Err(Stop::output_limit("max_record_bytes"));
+        }
+        state.output_bytes += bytes;
+        if state.output_bytes > limits.max_output_bytes {
+            return Err(Stop::output_limit("max_output_bytes"));
+        }
+        let key = match (target.mode, &target.primary_key) {
+            (SyncMode::Merge, Some(pk)) => {
+                let map: Map<String, Value> =
+                    serde_json::from_str(text).map_err(|_| Stop::bad_batch())?;
+                Some(key_text(&map, pk).ok_or_else(Stop::bad_batch)?)
+            }
+            // A merge sync without a primary key cannot be committed.
+            (SyncMode::Merge, None) => return Err(Stop::bad_batch()),
+            _ => None,
+        };
+        spool.append_record(key.as_deref(), text).map_err(|e| {
+            tracing::warn!(error = %e, "spool write failed");
+            Stop {
+                outcome: JobOutcome::failed(FailureCategory::Platform, "spool"),
+                abort: Some("platform"),
+            }
+        })?;
+    }
+    Ok(())
+}
+
+fn spool_checkpoint(msg: Incoming, state: &mut State, spec: &JobSpec) -> Result<(), Stop> {
+    let (Some(_), Some(checkpoint), Some(spool)) =
+        (&spec.sync, msg.checkpoint, state.spool.as_mut())
+    else {
+        return Err(Stop::protocol());
+    };
+    let text = checkpoint.get();
+    if !is_object_text(text) {
+        return Err(Stop::bad_batch());
+    }
+    if text.len() as u64 > spec.limits.max_checkpoint_bytes {
+        return Err(Stop::output_limit("max_checkpoint_bytes"));
+    }
+    spool.append_checkpoint(text).map_err(|e| {
+        tracing::warn!(error = %e, "spool write failed");
+        Stop {
+            outcome: JobOutcome::failed(FailureCategory::Platform, "spool"),
+            abort: Some("platform"),
+        }
+    })
+}
+
+fn finish(msg: Incoming, state: &mut State) -> Result<JobOutcome, Stop> {
+    let spool = match state.spool.take() {
+        None => None,
+        Some(w) => Some(w.finish().map_err(|e| {
+            tracing::warn!(error = %e, "spool flush failed");
+            Stop {
+                outcome: JobOutcome::failed(FailureCategory::Platform, "spool"),
+                abort: None,
+            }
+        })?),
+    };
+    Ok(JobOutcome::Succeeded {
+        result: msg.result.unwrap_or(Value::Null),
+        spool,
+    })
+}
+
+/// How long before the deadline the runner aborts `ctx.signal` (the runner's own formula:
+/// 10% of the budget, at least 100 ms, at most 5 s and at most half the budget).
+pub fn signal_margin(budget: Duration) -> Duration {
+    let tenth = budget / 10;
+    tenth
+        .max(Duration::from_millis(100))
+        .min(Duration::from_secs(5))
+        .min(budget / 2)
+}
+
+fn runner_failure(msg: Incoming, deadline: Instant, budget: Duration) -> JobOutcome {
+    // Keep only a short machine word: the runner never sends messages, and we never store one.
+    let kind = msg
+        .kind
+        .filter(|k| {
+            !k.is_empty()
+                && k.len() <= 40
+                && k.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        })
+        .unwrap_or_else(|| "unknown".to_string());
+    match msg.category.as_deref() {
+        // The runner checks the output limits early and reports them as package failures.
+        Some("package") if kind == "output_limit" => JobOutcome::Failed {
+            category: FailureCategory::OutputLimit,
+            kind,
+        },
+        // After the runner aborted ctx.signal the package usually throws an AbortError: that is
+        // the time limit, not a package error.
+        Some("package") if Instant::now() + signal_margin(budget) >= deadline => {
+            JobOutcome::failed(FailureCategory::TimeLimit, "time_limit")
+        }
+        Some("package") => JobOutcome::Failed {
+            category: FailureCategory::PackageError,
+            kind,
+        },
+        _ => JobOutcome::Failed {
+            category: FailureCategory::Platform,
+            kind,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests;

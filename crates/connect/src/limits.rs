@@ -1,0 +1,216 @@
+//! Per-job budgets and per-run output limits (all configurable; defaults from the seed and DESIGN.md).
+
+use crate::model::JobKind;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// Errors of the limits module.
+#[derive(Debug, thiserror::Error)]
+pub enum LimitsError {
+    /// A limit that must be positive is zero.
+    #[error("connect limit {0} must be greater than zero")]
+    Zero(&'static str),
+}
+
+/// Retry policy the runner applies to `ctx.fetch` (sent in the `job` message).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RetryPolicy {
+    /// Attempts per request, the first included.
+    pub max_attempts: u32,
+    /// First backoff delay before jitter.
+    pub base_delay_ms: u64,
+    /// Largest backoff delay.
+    pub max_delay_ms: u64,
+    /// Largest `Retry-After` the runner honours.
+    pub max_retry_after_ms: u64,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_attempts: 5,
+            base_delay_ms: 250,
+            max_delay_ms: 10_000,
+            max_retry_after_ms: 30_000,
+        }
+    }
+}
+
+/// The output limits of one run, as the `job` message carries them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OutputLimits {
+    /// Batches (`records` messages) per run.
+    pub max_batches: u64,
+    /// Records per batch.
+    pub max_records_per_batch: u64,
+    /// Bytes of one record's JSON text.
+    pub max_record_bytes: u64,
+    /// Bytes of all records of a run.
+    pub max_output_bytes: u64,
+    /// Bytes of one checkpoint's JSON text.
+    pub max_checkpoint_bytes: u64,
+}
+
+/// All Connect limits.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Time budget of a sync run.
+    pub sync_time: Duration,
+    /// Time budget of a connection test.
+    pub verify_time: Duration,
+    /// Time budget of an OAuth step.
+    pub oauth_time: Duration,
+    /// Time budget of a describe job.
+    pub describe_time: Duration,
+    /// Time budget of a build.
+    pub build_time: Duration,
+    /// Memory budget of every job sandbox, MiB.
+    pub memory_mib: u64,
+    /// Output limits of a sync run.
+    pub output: OutputLimits,
+    /// Largest recorded log message, bytes.
+    pub max_log_message_bytes: usize,
+    /// Log bytes recorded per run before recording stops.
+    pub max_log_bytes_per_run: usize,
+    /// How long log lines are kept.
+    pub log_retention: Duration,
+    /// Extra attempts after a platform failure (each in a fresh sandbox).
+    pub platform_retries: u32,
+    /// The runner's `ctx.fetch` retry policy.
+    pub fetch_retry: RetryPolicy,
+    /// Largest response body the broker hands to a package.
+    pub max_response_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            sync_time: Duration::from_secs(15 * 60),
+            verify_time: Duration::from_secs(60),
+            oauth_time: Duration::from_secs(60),
+            describe_time: Duration::from_secs(60),
+            build_time: Duration::from_secs(10 * 60),
+            memory_mib: 1024,
+            output: OutputLimits {
+                max_batches: 10_000,
+                max_records_per_batch: 10_000,
+                max_record_bytes: 1024 * 1024,
+                max_output_bytes: 256 * 1024 * 1024,
+                max_checkpoint_bytes: 64 * 1024,
+            },
+            max_log_message_bytes: 4 * 1024,
+            max_log_bytes_per_run: 1024 * 1024,
+            log_retention: Duration::from_secs(30 * 24 * 3600),
+            platform_retries: 2,
+            fetch_retry: RetryPolicy::default(),
+            max_response_bytes: 32 * 1024 * 1024,
+        }
+    }
+}
+
+impl Limits {
+    /// The time budget of a job of this kind.
+    pub fn time_budget(&self, kind: JobKind) -> Duration {
+        match kind {
+            JobKind::Sync => self.sync_time,
+            JobKind::Verify => self.verify_time,
+            JobKind::Oauth => self.oauth_time,
+            JobKind::Describe => self.describe_time,
+        }
+    }
+
+    /// Rejects a configuration with a zero limit (which would fail every job).
+    pub fn validate(&self) -> Result<(), LimitsError> {
+        let durations = [
+            ("sync_time", self.sync_time),
+            ("verify_time", self.verify_time),
+            ("oauth_time", self.oauth_time),
+            ("describe_time", self.describe_time),
+            ("build_time", self.build_time),
+            ("log_retention", self.log_retention),
+        ];
+        for (name, value) in durations {
+            if value.is_zero() {
+                return Err(LimitsError::Zero(name));
+            }
+        }
+        let numbers = [
+            ("memory_mib", self.memory_mib),
+            ("max_batches", self.output.max_batches),
+            ("max_records_per_batch", self.output.max_records_per_batch),
+            ("max_record_bytes", self.output.max_record_bytes),
+            ("max_output_bytes", self.output.max_output_bytes),
+            ("max_checkpoint_bytes", self.output.max_checkpoint_bytes),
+            ("max_log_message_bytes", self.max_log_message_bytes as u64),
+            ("max_log_bytes_per_run", self.max_log_bytes_per_run as u64),
+            (
+                "fetch_retry.max_attempts",
+                u64::from(self.fetch_retry.max_attempts),
+            ),
+            ("max_response_bytes", self.max_response_bytes),
+        ];
+        for (name, value) in numbers {
+            if value == 0 {
+                return Err(LimitsError::Zero(name));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_the_documented_values() {
+        let l = Limits::default();
+        assert_eq!(l.time_budget(JobKind::Sync), Duration::from_secs(900));
+        assert_eq!(l.time_budget(JobKind::Verify), Duration::from_secs(60));
+        assert_eq!(l.time_budget(JobKind::Oauth), Duration::from_secs(60));
+        assert_eq!(l.time_budget(JobKind::Describe), Duration::from_secs(60));
+        assert_eq!(l.build_time, Duration::from_secs(600));
+        assert_eq!(l.memory_mib, 1024);
+        assert_eq!(l.output.max_batches, 10_000);
+        assert_eq!(l.output.max_records_per_batch, 10_000);
+        assert_eq!(l.output.max_record_bytes, 1 << 20);
+        assert_eq!(l.output.max_output_bytes, 256 << 20);
+        assert_eq!(l.output.max_checkpoint_bytes, 64 << 10);
+        assert_eq!(l.max_log_message_bytes, 4096);
+        assert_eq!(l.max_log_bytes_per_run, 1 << 20);
+        assert_eq!(l.log_retention, Duration::from_secs(30 * 86400));
+        assert_eq!(l.platform_retries, 2);
+        assert_eq!(l.fetch_retry.max_attempts, 5);
+        assert_eq!(l.fetch_retry.base_delay_ms, 250);
+        assert_eq!(l.fetch_retry.max_delay_ms, 10_000);
+        assert_eq!(l.fetch_retry.max_retry_after_ms, 30_000);
+        assert_eq!(l.max_response_bytes, 32 << 20);
+        assert!(l.validate().is_ok());
+    }
+
+    #[test]
+    fn zero_limits_are_rejected() {
+        let mut l = Limits::default();
+        l.output.max_batches = 0;
+        assert!(matches!(
+            l.validate(),
+            Err(LimitsError::Zero("max_batches"))
+        ));
+        let l = Limits {
+            sync_time: Duration::ZERO,
+            ..Limits::default()
+        };
+        assert!(matches!(l.validate(), Err(LimitsError::Zero("sync_time"))));
+    }
+
+    #[test]
+    fn output_limits_serialize_in_protocol_names() {
+        let v = serde_json::to_value(Limits::default().output).unwrap_or_default();
+        assert_eq!(v["maxRecordsPerBatch"], 10_000);
+        assert_eq!(v["maxCheckpointBytes"], 65_536);
+        let r = serde_json::to_value(RetryPolicy::default()).unwrap_or_default();
+        assert_eq!(r["maxRetryAfterMs"], 30_000);
+    }
+}

@@ -1,0 +1,298 @@
+//! The Connect use cases the daemon calls: packages and builds, connections and OAuth, runs,
+//! the scheduler tick, logs and committed records.
+
+mod connections;
+mod execute;
+mod packages;
+mod runs;
+
+pub use runs::DueSync;
+
+use crate::broker::TokenStore;
+use crate::credentials::Credentials;
+use crate::crypto::CredentialBox;
+use crate::egress::BrokerConfig;
+use crate::job::LogSink;
+use crate::limits::Limits;
+use crate::model::{ConnectionStatus, LogLevel};
+use crate::sandbox::JobSandboxes;
+use crate::store::{Store, StoreError};
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// Errors of the service.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    /// The thing does not exist in this workspace.
+    #[error("{0} not found")]
+    NotFound(&'static str),
+    /// The request conflicts with stored state (immutable version, running sync, ...).
+    #[error("{0}")]
+    Conflict(String),
+    /// The request is invalid.
+    #[error("{0}")]
+    Invalid(String),
+    /// The store failed.
+    #[error(transparent)]
+    Store(StoreError),
+    /// Files under the data directory could not be written or read.
+    #[error("connect data directory: {0}")]
+    Io(String),
+    /// Stored credentials could not be used.
+    #[error(transparent)]
+    Crypto(#[from] crate::crypto::CryptoError),
+    /// The configuration is invalid.
+    #[error(transparent)]
+    Limits(#[from] crate::limits::LimitsError),
+    /// The OAuth token endpoint refused or failed.
+    #[error("OAuth: {0}")]
+    Oauth(#[from] crate::oauth::OauthError),
+}
+
+impl From<StoreError> for ServiceError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NotFound(what) => ServiceError::NotFound(what),
+            StoreError::Exists(what) => ServiceError::Conflict(format!("{what} exists already")),
+            other => ServiceError::Store(other),
+        }
+    }
+}
+
+/// How the HTTP layer should answer an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// 404.
+    NotFound,
+    /// 409.
+    Conflict,
+    /// 400 / 422.
+    Invalid,
+    /// 502: an upstream (OAuth provider) failed.
+    Upstream,
+    /// 500.
+    Internal,
+}
+
+impl ServiceError {
+    /// The class of this error, for the daemon's error → HTTP map.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            ServiceError::NotFound(_) => ErrorClass::NotFound,
+            ServiceError::Conflict(_) => ErrorClass::Conflict,
+            ServiceError::Invalid(_) => ErrorClass::Invalid,
+            ServiceError::Oauth(crate::oauth::OauthError::Rejected) => ErrorClass::Invalid,
+            ServiceError::Oauth(_) => ErrorClass::Upstream,
+            _ => ErrorClass::Internal,
+        }
+    }
+}
+
+fn io_error(what: &Path, e: impl std::fmt::Display) -> ServiceError {
+    ServiceError::Io(format!("{}: {e}", what.display()))
+}
+
+/// Configuration of the service.
+#[derive(Debug, Clone)]
+pub struct ServiceConfig {
+    /// Directory for the database (`connect.db`), tarballs, artifacts and spools.
+    pub data_dir: PathBuf,
+    /// Limits.
+    pub limits: Limits,
+    /// Broker configuration (the daemon sets the public-address filter).
+    pub broker: BrokerConfig,
+    /// 32-byte key for credentials at rest (the daemon's `secret.key`).
+    pub credential_key: [u8; 32],
+}
+
+/// The Connect service.
+pub struct ConnectService {
+    store: Arc<Store>,
+    sandboxes: Arc<dyn JobSandboxes>,
+    crypto: CredentialBox,
+    limits: Limits,
+    broker: BrokerConfig,
+    data_dir: PathBuf,
+    /// (workspace, connection, sync) of running syncs: one at a time each.
+    active_syncs: Arc<Mutex<HashSet<SyncKey>>>,
+}
+
+/// (workspace, connection, sync).
+type SyncKey = (String, String, String);
+
+impl std::fmt::Debug for ConnectService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnectService")
+            .field("data_dir", &self.data_dir)
+            .finish()
+    }
+}
+
+impl ConnectService {
+    /// Opens the database under `data_dir` and recovers from a previous daemon: runs and builds
+    /// left unfinished fail (platform) and their spools are deleted.
+    pub fn open(
+        config: ServiceConfig,
+        sandboxes: Arc<dyn JobSandboxes>,
+    ) -> Result<Arc<Self>, ServiceError> {
+        config.limits.validate()?;
+        std::fs::create_dir_all(&config.data_dir).map_err(|e| io_error(&config.data_dir, e))?;
+        let store = Arc::new(Store::open(&config.data_dir.join("connect.db"))?);
+        let mut broker = config.broker;
+        broker.max_response_bytes = config.limits.max_response_bytes;
+        let service = ConnectService {
+            store,
+            sandboxes,
+            crypto: CredentialBox::new(&config.credential_key),
+            limits: config.limits,
+            broker,
+            data_dir: config.data_dir,
+            active_syncs: Arc::default(),
+        };
+        service.recover()?;
+        Ok(Arc::new(service))
+    }
+
+    fn recover(&self) -> Result<(), ServiceError> {
+        let runs = self.store.fail_unfinished_runs()?;
+        let builds = self.store.fail_unfinished_builds()?;
+        let spool_dir = self.spool_dir();
+        let spools = crate::spool::clean_dir(&spool_dir).map_err(|e| io_error(&spool_dir, e))?;
+        if !runs.is_empty() || builds > 0 || spools > 0 {
+            tracing::info!(
+                runs = runs.len(),
+                builds,
+                spools,
+                "connect: failed work left by the previous daemon"
+            );
+        }
+        Ok(())
+    }
+
+    /// The store (read access for the daemon's own needs).
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Deletes log lines past the retention; call periodically.
+    pub fn run_janitor(&self, now: chrono::DateTime<chrono::Utc>) -> Result<usize, ServiceError> {
+        crate::logs::janitor(&self.store, now, self.limits.log_retention).map_err(|e| match e {
+            crate::logs::LogsError::Store(s) => s.into(),
+        })
+    }
+
+    fn spool_dir(&self) -> PathBuf {
+        self.data_dir.join("spool")
+    }
+
+    fn seal(
+        &self,
+        workspace: &str,
+        connection_id: &str,
+        c: &Credentials,
+    ) -> Result<Vec<u8>, ServiceError> {
+        let json = serde_json::to_vec(c).map_err(|e| ServiceError::Invalid(e.to_string()))?;
+        Ok(self.crypto.seal(workspace, connection_id, &json)?)
+    }
+
+    fn open_credentials(
+        &self,
+        workspace: &str,
+        connection_id: &str,
+    ) -> Result<Credentials, ServiceError> {
+        let blob = self
+            .store
+            .get_connection_credentials(workspace, connection_id)?;
+        let json = self.crypto.open(workspace, connection_id, &blob)?;
+        serde_json::from_slice(&json)
+            .map_err(|_| ServiceError::Crypto(crate::crypto::CryptoError::Open))
+    }
+}
+
+/// Persists broker token updates for one connection.
+struct StoreTokens {
+    store: Arc<Store>,
+    crypto: CredentialBox,
+    workspace: String,
+    connection_id: String,
+}
+
+impl TokenStore for StoreTokens {
+    fn save(&self, credentials: &Credentials) -> Result<(), String> {
+        let json = serde_json::to_vec(credentials).map_err(|e| e.to_string())?;
+        let blob = self
+            .crypto
+            .seal(&self.workspace, &self.connection_id, &json)
+            .map_err(|e| e.to_string())?;
+        self.store
+            .set_connection_credentials(&self.workspace, &self.connection_id, &blob, None)
+            .map_err(|e| e.to_string())
+    }
+
+    fn reauthorization_required(&self) -> Result<(), String> {
+        self.store
+            .set_connection_status(
+                &self.workspace,
+                &self.connection_id,
+                ConnectionStatus::ReauthorizationRequired,
+            )
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// Writes a run's recorded log lines to the store.
+struct StoreLogs {
+    store: Arc<Store>,
+    workspace: String,
+    run_id: String,
+    connection_id: Option<String>,
+}
+
+impl LogSink for StoreLogs {
+    fn record(&self, level: LogLevel, message: &str) {
+        if let Err(e) = self.store.insert_log(
+            &self.workspace,
+            &self.run_id,
+            self.connection_id.as_deref(),
+            level,
+            message,
+        ) {
+            tracing::warn!(error = %e, run = %self.run_id, "recording a log line failed");
+        }
+    }
+}
+
+/// Holds a (workspace, connection, sync) slot while its run is going.
+struct SyncSlot {
+    set: Arc<Mutex<HashSet<SyncKey>>>,
+    key: SyncKey,
+}
+
+impl SyncSlot {
+    /// Claims the slot; `None` when a run of that sync is going.
+    fn claim(set: &Arc<Mutex<HashSet<SyncKey>>>, key: SyncKey) -> Option<Self> {
+        let mut guard = set.lock().unwrap_or_else(|p| p.into_inner());
+        if !guard.insert(key.clone()) {
+            return None;
+        }
+        Some(SyncSlot {
+            set: set.clone(),
+            key,
+        })
+    }
+}
+
+impl Drop for SyncSlot {
+    fn drop(&mut self) {
+        self.set
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.key);
+    }
+}

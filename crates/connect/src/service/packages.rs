@@ -1,0 +1,357 @@
+//! Package uploads (immutable versions) and builds (install, then read the definition).
+
+use super::execute::{JobPlan, JobResult};
+use super::{io_error, ConnectService, ServiceError};
+use crate::api::UploadPackageResponse;
+use crate::job::JobSpec;
+use crate::model::{
+    Build, BuildStatus, Definition, JobKind, Package, PackageVersion, RunKind, SyncMode,
+};
+use crate::package;
+use crate::sandbox::BuildRequest;
+use crate::store::{NewPackageVersion, NewRun, StoreError};
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Longest build log kept.
+const MAX_BUILD_LOG: usize = 256 * 1024;
+
+/// Checks a describe result beyond its shape.
+pub(super) fn check_definition(def: &Definition) -> Result<(), String> {
+    let mut names = HashSet::new();
+    for s in &def.syncs {
+        if s.name.is_empty() || !names.insert(s.name.as_str()) {
+            return Err(format!(
+                "sync names must be unique and not empty ({:?})",
+                s.name
+            ));
+        }
+        if s.mode == SyncMode::Merge && s.primary_key.is_none() {
+            return Err(format!("merge sync {:?} needs a primaryKey", s.name));
+        }
+    }
+    if matches!(def.auth, crate::model::AuthDefinition::ApiKey { .. })
+        && def.auth.api_key_placement().is_none()
+    {
+        return Err("an apiKey auth needs exactly one of header or query".into());
+    }
+    if !(def.config.is_object() || def.config.is_boolean()) {
+        return Err("the config schema must be an object".into());
+    }
+    Ok(())
+}
+
+fn bounded(mut log: String) -> String {
+    if log.len() > MAX_BUILD_LOG {
+        let mut cut = log.len() - MAX_BUILD_LOG;
+        while !log.is_char_boundary(cut) {
+            cut += 1;
+        }
+        log = format!("[earlier output dropped]\n{}", &log[cut..]);
+    }
+    log
+}
+
+impl ConnectService {
+    fn tarball_path(&self, sha256: &str) -> PathBuf {
+        self.data_dir.join("tarballs").join(format!("{sha256}.tgz"))
+    }
+
+    pub(super) fn artifact_dir(&self, build_id: &str) -> PathBuf {
+        self.data_dir.join("artifacts").join(build_id)
+    }
+
+    /// Stores an uploaded package version. Re-uploading the same bytes is a no-op; other bytes
+    /// for an existing version are refused (versions are immutable).
+    pub fn upload_package(
+        &self,
+        workspace: &str,
+        tarball: &[u8],
+    ) -> Result<UploadPackageResponse, ServiceError> {
+        let info = package::inspect(tarball).map_err(|e| ServiceError::Invalid(e.to_string()))?;
+        match self.store.get_package_version(workspace, &info.name, &info.version) {
+            Ok(existing) if existing.sha256 == info.sha256 => {
+                return Ok(UploadPackageResponse { version: existing, created: false });
+            }
+            Ok(_) => {
+                return Err(ServiceError::Conflict(format!(
+                    "{}@{} exists with different content; versions are immutable, publish a new version",
+                    info.name, info.version
+                )))
+            }
+            Err(StoreError::NotFound(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+        // Content-addressed: write to a temporary name, then rename, so a crash leaves no torn file.
+        let path = self.tarball_path(&info.sha256);
+        if !path.exists() {
+            let dir = self.data_dir.join("tarballs");
+            std::fs::create_dir_all(&dir).map_err(|e| io_error(&dir, e))?;
+            let tmp = path.with_extension(format!("tmp-{}", uuid::Uuid::new_v4()));
+            std::fs::write(&tmp, tarball).map_err(|e| io_error(&tmp, e))?;
+            std::fs::rename(&tmp, &path).map_err(|e| io_error(&path, e))?;
+        }
+        let new = NewPackageVersion {
+            name: info.name.clone(),
+            version: info.version.clone(),
+            sha256: info.sha256.clone(),
+            size: info.size,
+            entry: info.entry,
+        };
+        match self.store.insert_package_version(workspace, &new) {
+            Ok(version) => Ok(UploadPackageResponse {
+                version,
+                created: true,
+            }),
+            // A concurrent upload of the same version won the race: same rules as above.
+            Err(StoreError::Exists(_)) => {
+                let existing =
+                    self.store
+                        .get_package_version(workspace, &info.name, &info.version)?;
+                if existing.sha256 == info.sha256 {
+                    Ok(UploadPackageResponse {
+                        version: existing,
+                        created: false,
+                    })
+                } else {
+                    Err(ServiceError::Conflict(format!(
+                        "{}@{} exists with different content",
+                        info.name, info.version
+                    )))
+                }
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Packages of a workspace.
+    pub fn list_packages(&self, workspace: &str) -> Result<Vec<Package>, ServiceError> {
+        Ok(self.store.list_packages(workspace)?)
+    }
+
+    /// Versions of a package.
+    pub fn list_package_versions(
+        &self,
+        workspace: &str,
+        name: &str,
+    ) -> Result<Vec<PackageVersion>, ServiceError> {
+        let versions = self.store.list_package_versions(workspace, name)?;
+        if versions.is_empty() {
+            return Err(ServiceError::NotFound("package"));
+        }
+        Ok(versions)
+    }
+
+    /// One version (with its definition once built).
+    pub fn get_package_version(
+        &self,
+        workspace: &str,
+        name: &str,
+        version: &str,
+    ) -> Result<PackageVersion, ServiceError> {
+        Ok(self.store.get_package_version(workspace, name, version)?)
+    }
+
+    /// One build.
+    pub fn get_build(&self, workspace: &str, id: &str) -> Result<Build, ServiceError> {
+        Ok(self.store.get_build(workspace, id)?)
+    }
+
+    /// Builds of a version, newest first.
+    pub fn list_builds(
+        &self,
+        workspace: &str,
+        name: &str,
+        version: &str,
+    ) -> Result<Vec<Build>, ServiceError> {
+        self.store.get_package_version(workspace, name, version)?;
+        Ok(self.store.list_builds(workspace, name, version)?)
+    }
+
+    /// Creates a queued build of a version.
+    pub fn create_build(
+        &self,
+        workspace: &str,
+        name: &str,
+        version: &str,
+    ) -> Result<Build, ServiceError> {
+        self.store.get_package_version(workspace, name, version)?;
+        Ok(self.store.insert_build(workspace, name, version)?)
+    }
+
+    /// Creates a build and runs it in the background; returns it queued.
+    pub fn start_build(
+        self: &Arc<Self>,
+        workspace: &str,
+        name: &str,
+        version: &str,
+    ) -> Result<Build, ServiceError> {
+        let build = self.create_build(workspace, name, version)?;
+        let this = self.clone();
+        let (ws, id) = (workspace.to_string(), build.id.clone());
+        tokio::spawn(async move {
+            if let Err(e) = this.execute_build(&ws, &id).await {
+                tracing::error!(error = %e, build = %id, "build failed to run");
+            }
+        });
+        Ok(build)
+    }
+
+    /// Creates a build and runs it to its end.
+    pub async fn build(
+        &self,
+        workspace: &str,
+        name: &str,
+        version: &str,
+    ) -> Result<Build, ServiceError> {
+        let build = self.create_build(workspace, name, version)?;
+        self.execute_build(workspace, &build.id).await
+    }
+
+    /// Runs a queued build: unpack, `npm ci --ignore-scripts` in a build sandbox, then a
+    /// describe job whose result becomes the version's definition.
+    pub async fn execute_build(
+        &self,
+        workspace: &str,
+        build_id: &str,
+    ) -> Result<Build, ServiceError> {
+        let build = self.store.get_build(workspace, build_id)?;
+        let pv = self
+            .store
+            .get_package_version(workspace, &build.name, &build.version)?;
+        self.store
+            .update_build(workspace, build_id, BuildStatus::Running, "", None, None)?;
+        let artifact = self.artifact_dir(build_id);
+        let (log, result) = self
+            .install_and_describe(workspace, build_id, &pv, &artifact)
+            .await?;
+        let log = bounded(log);
+        match result {
+            Ok(definition) => {
+                let dir = artifact.display().to_string();
+                self.store.set_version_build(
+                    workspace,
+                    &pv.name,
+                    &pv.version,
+                    build_id,
+                    &definition,
+                )?;
+                self.store.update_build(
+                    workspace,
+                    build_id,
+                    BuildStatus::Succeeded,
+                    &log,
+                    Some(&dir),
+                    None,
+                )?;
+            }
+            Err(failure) => {
+                let _ = std::fs::remove_dir_all(&artifact);
+                self.store.update_build(
+                    workspace,
+                    build_id,
+                    BuildStatus::Failed,
+                    &log,
+                    None,
+                    Some(&failure),
+                )?;
+            }
+        }
+        Ok(self.store.get_build(workspace, build_id)?)
+    }
+
+    /// Returns the build log and the definition or a failure message for people.
+    async fn install_and_describe(
+        &self,
+        workspace: &str,
+        build_id: &str,
+        pv: &PackageVersion,
+        artifact: &std::path::Path,
+    ) -> Result<(String, Result<Definition, String>), ServiceError> {
+        let path = self.tarball_path(&pv.sha256);
+        let tarball = std::fs::read(&path).map_err(|e| io_error(&path, e))?;
+        // Checked again: the rules may be stricter than when the version was uploaded.
+        if let Err(e) = package::inspect(&tarball) {
+            return Ok((String::new(), Err(e.to_string())));
+        }
+        let _ = std::fs::remove_dir_all(artifact);
+        if let Err(e) = package::unpack(&tarball, artifact) {
+            return Ok((String::new(), Err(e.to_string())));
+        }
+        let req = BuildRequest {
+            workspace: workspace.to_string(),
+            build_id: build_id.to_string(),
+            package_dir: artifact.to_path_buf(),
+            memory_mib: self.limits.memory_mib,
+            time_budget: self.limits.build_time,
+        };
+        let mut log = match self.sandboxes.run_build(req).await {
+            Ok(out) if out.success => out.log,
+            Ok(out) => {
+                return Ok((
+                    out.log,
+                    Err("npm ci --ignore-scripts failed; see the build log".into()),
+                ))
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, build = %build_id, "build sandbox failed");
+                return Ok((
+                    String::new(),
+                    Err("the build sandbox failed (platform error)".into()),
+                ));
+            }
+        };
+        let run = self.store.insert_run(
+            workspace,
+            &NewRun {
+                connection_id: None,
+                package: pv.name.clone(),
+                version: pv.version.clone(),
+                kind: RunKind::Describe,
+                sync: None,
+            },
+        )?;
+        let spec = JobSpec {
+            kind: JobKind::Describe,
+            entry: format!("/pkg/{}", pv.entry),
+            config: serde_json::json!({}),
+            sync: None,
+            checkpoint: None,
+            oauth_step: None,
+            time_budget: self.limits.describe_time,
+            limits: self.limits.output,
+            retry: self.limits.fetch_retry,
+        };
+        let plan = JobPlan {
+            workspace,
+            run: &run,
+            connection: None,
+            definition: None,
+            artifact_dir: artifact.to_path_buf(),
+            spec,
+            retries: self.limits.platform_retries,
+        };
+        let result = match self.execute(plan).await? {
+            JobResult::Succeeded { result, .. } => {
+                match serde_json::from_value::<Definition>(result) {
+                    Ok(def) => check_definition(&def)
+                        .map(|()| def)
+                        .map_err(|e| format!("the package definition is invalid: {e}")),
+                    Err(e) => Err(format!("the package definition is invalid: {e}")),
+                }
+            }
+            JobResult::Failed { category, kind } => Err(format!(
+                "reading the package definition failed ({}, {kind}); see the logs of run {}",
+                category.as_str(),
+                run.id
+            )),
+        };
+        log.push_str(&format!(
+            "\ndescribe run {}: {}\n",
+            run.id,
+            if result.is_ok() { "ok" } else { "failed" }
+        ));
+        Ok((log, result))
+    }
+}

@@ -1,0 +1,346 @@
+//! Runs: connection test, sync runs (Run now and the scheduler), and the read APIs for runs,
+//! logs and committed records.
+
+use super::execute::{JobPlan, JobResult};
+use super::{ConnectService, ServiceError, SyncSlot};
+use crate::api::{LogsPage, Page, PageQuery, RecordsPage, RunsPage};
+use crate::job::{JobSpec, SyncTarget};
+use crate::model::{Connection, ConnectionStatus, JobKind, Run, RunKind};
+use crate::store::NewRun;
+use chrono::{DateTime, Utc};
+use std::sync::Arc;
+
+/// A sync whose schedule says it should run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DueSync {
+    /// Workspace.
+    pub workspace: String,
+    /// Connection id.
+    pub connection_id: String,
+    /// Sync name.
+    pub sync: String,
+}
+
+/// A claimed sync run, ready to execute.
+struct ClaimedSync {
+    run: Run,
+    slot: SyncSlot,
+}
+
+fn bad_cursor() -> ServiceError {
+    ServiceError::Invalid("cursor is not valid".into())
+}
+
+impl ConnectService {
+    /// Runs the connection test (`verify`) once, not retried.
+    pub async fn test_connection(&self, workspace: &str, id: &str) -> Result<Run, ServiceError> {
+        let c = self.store.get_connection(workspace, id)?;
+        let (pv, def, artifact_dir) = self.built_version(workspace, &c.package, &c.version)?;
+        if !def.has_verify {
+            return Err(ServiceError::Invalid(
+                "the package has no verify step".into(),
+            ));
+        }
+        if c.status == ConnectionStatus::ReauthorizationRequired {
+            return Err(ServiceError::Conflict(
+                "the connection needs Connect with OAuth first".into(),
+            ));
+        }
+        let run = self.store.insert_run(
+            workspace,
+            &NewRun {
+                connection_id: Some(c.id.clone()),
+                package: pv.name.clone(),
+                version: pv.version.clone(),
+                kind: RunKind::Verify,
+                sync: None,
+            },
+        )?;
+        let spec = JobSpec {
+            kind: JobKind::Verify,
+            entry: format!("/pkg/{}", pv.entry),
+            config: c.config.clone(),
+            sync: None,
+            checkpoint: None,
+            oauth_step: None,
+            time_budget: self.limits.verify_time,
+            limits: self.limits.output,
+            retry: self.limits.fetch_retry,
+        };
+        let plan = JobPlan {
+            workspace,
+            run: &run,
+            connection: Some(&c),
+            definition: Some(&def),
+            artifact_dir,
+            spec,
+            retries: 0,
+        };
+        self.execute(plan).await?;
+        Ok(self.store.get_run(workspace, &run.id)?)
+    }
+
+    /// Creates the run row of a sync and claims its slot (one run at a time per sync).
+    fn claim_sync(
+        &self,
+        workspace: &str,
+        c: &Connection,
+        sync: &str,
+    ) -> Result<ClaimedSync, ServiceError> {
+        match c.status {
+            ConnectionStatus::Active => {}
+            ConnectionStatus::ReauthorizationRequired => {
+                return Err(ServiceError::Conflict(
+                    "the connection needs Connect with OAuth first".into(),
+                ))
+            }
+            ConnectionStatus::Disabled => {
+                return Err(ServiceError::Conflict("the connection is disabled".into()))
+            }
+        }
+        let (pv, def, _) = self.built_version(workspace, &c.package, &c.version)?;
+        if def.sync(sync).is_none() {
+            return Err(ServiceError::NotFound("sync"));
+        }
+        let key = (workspace.to_string(), c.id.clone(), sync.to_string());
+        let slot = SyncSlot::claim(&self.active_syncs, key).ok_or_else(|| {
+            ServiceError::Conflict(format!(
+                "sync {sync:?} of this connection is already running"
+            ))
+        })?;
+        let run = self.store.insert_run(
+            workspace,
+            &NewRun {
+                connection_id: Some(c.id.clone()),
+                package: pv.name,
+                version: pv.version,
+                kind: RunKind::Sync,
+                sync: Some(sync.to_string()),
+            },
+        )?;
+        Ok(ClaimedSync { run, slot })
+    }
+
+    async fn execute_sync(
+        &self,
+        workspace: &str,
+        claimed: ClaimedSync,
+    ) -> Result<Run, ServiceError> {
+        let ClaimedSync { run, slot } = claimed;
+        let sync = run.sync.clone().unwrap_or_default();
+        let connection_id = run.connection_id.clone().unwrap_or_default();
+        let c = self.store.get_connection(workspace, &connection_id)?;
+        let (pv, def, artifact_dir) = self.built_version(workspace, &c.package, &c.version)?;
+        let Some(sync_def) = def.sync(&sync) else {
+            return Err(ServiceError::NotFound("sync"));
+        };
+        let spec = JobSpec {
+            kind: JobKind::Sync,
+            entry: format!("/pkg/{}", pv.entry),
+            config: c.config.clone(),
+            sync: Some(SyncTarget {
+                name: sync.clone(),
+                mode: sync_def.mode,
+                primary_key: sync_def.primary_key.clone(),
+            }),
+            // Every attempt starts from the last committed checkpoint.
+            checkpoint: self.store.get_checkpoint(workspace, &c.id, &sync)?,
+            oauth_step: None,
+            time_budget: self.limits.sync_time,
+            limits: self.limits.output,
+            retry: self.limits.fetch_retry,
+        };
+        let plan = JobPlan {
+            workspace,
+            run: &run,
+            connection: Some(&c),
+            definition: Some(&def),
+            artifact_dir,
+            spec,
+            retries: self.limits.platform_retries,
+        };
+        let result = self.execute(plan).await;
+        drop(slot);
+        if let Ok(JobResult::Failed { category, kind }) = &result {
+            tracing::info!(run = %run.id, category = category.as_str(), %kind, "sync run failed");
+        }
+        result?;
+        Ok(self.store.get_run(workspace, &run.id)?)
+    }
+
+    /// Runs a sync now and waits for it to end.
+    pub async fn run_sync(
+        &self,
+        workspace: &str,
+        connection_id: &str,
+        sync: &str,
+    ) -> Result<Run, ServiceError> {
+        let c = self.store.get_connection(workspace, connection_id)?;
+        let claimed = self.claim_sync(workspace, &c, sync)?;
+        self.execute_sync(workspace, claimed).await
+    }
+
+    /// Starts a sync in the background ("Run now"); returns the queued run.
+    pub fn start_sync(
+        self: &Arc<Self>,
+        workspace: &str,
+        connection_id: &str,
+        sync: &str,
+    ) -> Result<Run, ServiceError> {
+        let c = self.store.get_connection(workspace, connection_id)?;
+        let claimed = self.claim_sync(workspace, &c, sync)?;
+        let run = claimed.run.clone();
+        let this = self.clone();
+        let ws = workspace.to_string();
+        tokio::spawn(async move {
+            let id = claimed.run.id.clone();
+            if let Err(e) = this.execute_sync(&ws, claimed).await {
+                tracing::error!(error = %e, run = %id, "sync run could not be executed");
+                let _ = this.store.fail_run(
+                    &ws,
+                    &id,
+                    crate::model::FailureCategory::Platform,
+                    "internal",
+                );
+            }
+        });
+        Ok(run)
+    }
+
+    /// Syncs whose interval has elapsed since their last run (active connections only; syncs
+    /// already running are skipped).
+    pub fn due_syncs(&self, now: DateTime<Utc>) -> Result<Vec<DueSync>, ServiceError> {
+        let mut due = Vec::new();
+        let running = self
+            .active_syncs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        for (ws, c) in self.store.list_scheduled_connections()? {
+            let Some(interval) = c.schedule_interval_seconds else {
+                continue;
+            };
+            let Ok((_, def, _)) = self.built_version(&ws, &c.package, &c.version) else {
+                continue;
+            };
+            for s in &def.syncs {
+                if running.contains(&(ws.clone(), c.id.clone(), s.name.clone())) {
+                    continue;
+                }
+                let last = self.store.last_sync_run_at(&ws, &c.id, &s.name)?;
+                let elapsed = last.map(|t| (now - t).num_seconds()).unwrap_or(i64::MAX);
+                if elapsed >= interval as i64 {
+                    due.push(DueSync {
+                        workspace: ws.clone(),
+                        connection_id: c.id.clone(),
+                        sync: s.name.clone(),
+                    });
+                }
+            }
+        }
+        Ok(due)
+    }
+
+    /// One scheduler tick: starts every due sync in the background; returns the started runs.
+    pub fn scheduler_tick(self: &Arc<Self>, now: DateTime<Utc>) -> Result<Vec<Run>, ServiceError> {
+        let mut started = Vec::new();
+        for d in self.due_syncs(now)? {
+            match self.start_sync(&d.workspace, &d.connection_id, &d.sync) {
+                Ok(run) => started.push(run),
+                // Raced with Run now, or the connection changed: the next tick decides again.
+                Err(e) => {
+                    tracing::debug!(error = %e, connection = %d.connection_id, sync = %d.sync, "scheduled sync not started")
+                }
+            }
+        }
+        Ok(started)
+    }
+
+    /// One run.
+    pub fn get_run(&self, workspace: &str, id: &str) -> Result<Run, ServiceError> {
+        Ok(self.store.get_run(workspace, id)?)
+    }
+
+    /// Runs of a connection, newest first.
+    pub fn list_runs(
+        &self,
+        workspace: &str,
+        connection_id: &str,
+        q: &PageQuery,
+    ) -> Result<RunsPage, ServiceError> {
+        self.store.get_connection(workspace, connection_id)?;
+        let limit = q.limit();
+        let items = self
+            .store
+            .list_runs(workspace, connection_id, q.cursor.as_deref(), limit)?;
+        let next_cursor = (items.len() as u32 == limit)
+            .then(|| items.last().map(|r| r.id.clone()))
+            .flatten();
+        Ok(Page { items, next_cursor })
+    }
+
+    /// Log lines of a connection (all its runs) or of one run, oldest first.
+    pub fn list_logs(
+        &self,
+        workspace: &str,
+        connection_id: Option<&str>,
+        run_id: Option<&str>,
+        q: &PageQuery,
+    ) -> Result<LogsPage, ServiceError> {
+        // An unknown (or other tenant's) run or connection is a 404, not an empty page.
+        if let Some(id) = connection_id {
+            self.store.get_connection(workspace, id)?;
+        }
+        if let Some(id) = run_id {
+            self.store.get_run(workspace, id)?;
+        }
+        let after = q
+            .cursor
+            .as_deref()
+            .map(|c| c.parse::<i64>().map_err(|_| bad_cursor()))
+            .transpose()?;
+        let limit = q.limit();
+        let items = self
+            .store
+            .list_logs(workspace, connection_id, run_id, after, limit)?;
+        let next_cursor = (items.len() as u32 == limit)
+            .then(|| items.last().map(|l| l.id.to_string()))
+            .flatten();
+        Ok(Page { items, next_cursor })
+    }
+
+    /// Committed records of a sync, in commit order.
+    pub fn read_records(
+        &self,
+        workspace: &str,
+        connection_id: &str,
+        sync: &str,
+        q: &PageQuery,
+    ) -> Result<RecordsPage, ServiceError> {
+        self.store.get_connection(workspace, connection_id)?;
+        let after = q
+            .cursor
+            .as_deref()
+            .map(|c| c.parse::<i64>().map_err(|_| bad_cursor()))
+            .transpose()?;
+        let limit = q.limit();
+        let items = self
+            .store
+            .read_records(workspace, connection_id, sync, after, limit)?;
+        let next_cursor = (items.len() as u32 == limit)
+            .then(|| items.last().map(|r| r.seq.to_string()))
+            .flatten();
+        Ok(Page { items, next_cursor })
+    }
+
+    /// The last committed checkpoint of a sync.
+    pub fn get_checkpoint(
+        &self,
+        workspace: &str,
+        connection_id: &str,
+        sync: &str,
+    ) -> Result<Option<serde_json::Value>, ServiceError> {
+        self.store.get_connection(workspace, connection_id)?;
+        Ok(self.store.get_checkpoint(workspace, connection_id, sync)?)
+    }
+}

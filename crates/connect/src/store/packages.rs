@@ -1,0 +1,271 @@
+//! Packages, versions and builds.
+
+use super::{ts, Store, StoreError};
+use crate::model::{Build, BuildStatus, Definition, Package, PackageVersion};
+use chrono::Utc;
+use rusqlite::{params, OptionalExtension, Row};
+
+/// A version to insert.
+#[derive(Debug, Clone)]
+pub struct NewPackageVersion {
+    /// Package name.
+    pub name: String,
+    /// Version.
+    pub version: String,
+    /// Hex sha256 of the tarball.
+    pub sha256: String,
+    /// Tarball bytes.
+    pub size: u64,
+    /// Entry module path inside the package.
+    pub entry: String,
+}
+
+fn version_from_row(row: &Row<'_>) -> rusqlite::Result<(PackageVersion, Option<String>)> {
+    Ok((
+        PackageVersion {
+            name: row.get(0)?,
+            version: row.get(1)?,
+            sha256: row.get(2)?,
+            size: row.get::<_, i64>(3)?.max(0) as u64,
+            entry: row.get(4)?,
+            created_at: row.get(5)?,
+            build_id: row.get(6)?,
+            definition: None,
+        },
+        row.get(7)?,
+    ))
+}
+
+fn with_definition(
+    (mut v, def): (PackageVersion, Option<String>),
+) -> Result<PackageVersion, StoreError> {
+    v.definition = match def {
+        None => None,
+        Some(text) => Some(serde_json::from_str::<Definition>(&text)?),
+    };
+    Ok(v)
+}
+
+const VERSION_COLUMNS: &str =
+    "name, version, sha256, size, entry, created_at, build_id, definition";
+
+fn build_from_row(row: &Row<'_>) -> rusqlite::Result<(Build, String)> {
+    let status: String = row.get(4)?;
+    Ok((
+        Build {
+            id: row.get(0)?,
+            name: row.get(1)?,
+            version: row.get(2)?,
+            status: BuildStatus::Queued,
+            log: row.get(3)?,
+            artifact_dir: row.get(5)?,
+            failure: row.get(6)?,
+            created_at: row.get(7)?,
+            finished_at: row.get(8)?,
+        },
+        status,
+    ))
+}
+
+fn with_status((mut b, status): (Build, String)) -> Result<Build, StoreError> {
+    b.status = BuildStatus::parse(&status)?;
+    Ok(b)
+}
+
+const BUILD_COLUMNS: &str =
+    "id, name, version, log, status, artifact_dir, failure, created_at, finished_at";
+
+impl Store {
+    /// Inserts a version (and its package row). Fails with `Exists` when the version exists.
+    pub fn insert_package_version(
+        &self,
+        workspace: &str,
+        v: &NewPackageVersion,
+    ) -> Result<PackageVersion, StoreError> {
+        let now = ts(Utc::now());
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        tx.execute(
+            "INSERT OR IGNORE INTO packages (workspace, name, created_at) VALUES (?1, ?2, ?3)",
+            params![workspace, v.name, now],
+        )?;
+        let inserted = tx.execute(
+            "INSERT OR IGNORE INTO package_versions (workspace, name, version, sha256, size, entry, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![workspace, v.name, v.version, v.sha256, v.size as i64, v.entry, now],
+        )?;
+        tx.commit()?;
+        if inserted == 0 {
+            return Err(StoreError::Exists("package version"));
+        }
+        drop(conn);
+        self.get_package_version(workspace, &v.name, &v.version)
+    }
+
+    /// One version.
+    pub fn get_package_version(
+        &self,
+        workspace: &str,
+        name: &str,
+        version: &str,
+    ) -> Result<PackageVersion, StoreError> {
+        let conn = self.lock();
+        let row = conn
+            .query_row(
+                &format!("SELECT {VERSION_COLUMNS} FROM package_versions WHERE workspace = ?1 AND name = ?2 AND version = ?3"),
+                params![workspace, name, version],
+                version_from_row,
+            )
+            .optional()?
+            .ok_or(StoreError::NotFound("package version"))?;
+        with_definition(row)
+    }
+
+    /// All packages with their versions.
+    pub fn list_packages(&self, workspace: &str) -> Result<Vec<Package>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare(
+            "SELECT p.name, p.created_at, v.version FROM packages p
+             LEFT JOIN package_versions v ON v.workspace = p.workspace AND v.name = p.name
+             WHERE p.workspace = ?1 ORDER BY p.name, v.created_at, v.version",
+        )?;
+        let mut rows = stmt.query([workspace])?;
+        let mut out: Vec<Package> = Vec::new();
+        while let Some(row) = rows.next()? {
+            let name: String = row.get(0)?;
+            let version: Option<String> = row.get(2)?;
+            if out.last().map(|p| p.name != name).unwrap_or(true) {
+                out.push(Package {
+                    name,
+                    created_at: row.get(1)?,
+                    versions: Vec::new(),
+                });
+            }
+            if let (Some(v), Some(p)) = (version, out.last_mut()) {
+                p.versions.push(v);
+            }
+        }
+        Ok(out)
+    }
+
+    /// All versions of a package, oldest first.
+    pub fn list_package_versions(
+        &self,
+        workspace: &str,
+        name: &str,
+    ) -> Result<Vec<PackageVersion>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare(&format!(
+            "SELECT {VERSION_COLUMNS} FROM package_versions WHERE workspace = ?1 AND name = ?2 ORDER BY created_at, version"
+        ))?;
+        let rows = stmt.query_map(params![workspace, name], version_from_row)?;
+        rows.map(|r| with_definition(r?)).collect()
+    }
+
+    /// Records a successful build and its definition on the version.
+    pub fn set_version_build(
+        &self,
+        workspace: &str,
+        name: &str,
+        version: &str,
+        build_id: &str,
+        definition: &Definition,
+    ) -> Result<(), StoreError> {
+        let conn = self.lock();
+        let n = conn.execute(
+            "UPDATE package_versions SET build_id = ?4, definition = ?5
+             WHERE workspace = ?1 AND name = ?2 AND version = ?3",
+            params![
+                workspace,
+                name,
+                version,
+                build_id,
+                serde_json::to_string(definition)?
+            ],
+        )?;
+        if n == 0 {
+            return Err(StoreError::NotFound("package version"));
+        }
+        Ok(())
+    }
+
+    /// Creates a queued build.
+    pub fn insert_build(
+        &self,
+        workspace: &str,
+        name: &str,
+        version: &str,
+    ) -> Result<Build, StoreError> {
+        let id = uuid::Uuid::new_v4().to_string();
+        let conn = self.lock();
+        conn.execute(
+            "INSERT INTO builds (id, workspace, name, version, status, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![id, workspace, name, version, BuildStatus::Queued.as_str(), ts(Utc::now())],
+        )?;
+        drop(conn);
+        self.get_build(workspace, &id)
+    }
+
+    /// Updates a build's status, log, artifact and failure.
+    pub fn update_build(
+        &self,
+        workspace: &str,
+        id: &str,
+        status: BuildStatus,
+        log: &str,
+        artifact_dir: Option<&str>,
+        failure: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let finished =
+            matches!(status, BuildStatus::Succeeded | BuildStatus::Failed).then(|| ts(Utc::now()));
+        let conn = self.lock();
+        let n = conn.execute(
+            "UPDATE builds SET status = ?3, log = ?4, artifact_dir = ?5, failure = ?6, finished_at = ?7
+             WHERE workspace = ?1 AND id = ?2",
+            params![workspace, id, status.as_str(), log, artifact_dir, failure, finished],
+        )?;
+        if n == 0 {
+            return Err(StoreError::NotFound("build"));
+        }
+        Ok(())
+    }
+
+    /// One build.
+    pub fn get_build(&self, workspace: &str, id: &str) -> Result<Build, StoreError> {
+        let conn = self.lock();
+        let row = conn
+            .query_row(
+                &format!("SELECT {BUILD_COLUMNS} FROM builds WHERE workspace = ?1 AND id = ?2"),
+                params![workspace, id],
+                build_from_row,
+            )
+            .optional()?
+            .ok_or(StoreError::NotFound("build"))?;
+        with_status(row)
+    }
+
+    /// Builds of a package version, newest first.
+    pub fn list_builds(
+        &self,
+        workspace: &str,
+        name: &str,
+        version: &str,
+    ) -> Result<Vec<Build>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare(&format!(
+            "SELECT {BUILD_COLUMNS} FROM builds WHERE workspace = ?1 AND name = ?2 AND version = ?3 ORDER BY created_at DESC"
+        ))?;
+        let rows = stmt.query_map(params![workspace, name, version], build_from_row)?;
+        rows.map(|r| with_status(r?)).collect()
+    }
+
+    /// Marks builds left queued or running by a previous daemon as failed; returns how many.
+    pub fn fail_unfinished_builds(&self) -> Result<usize, StoreError> {
+        let conn = self.lock();
+        Ok(conn.execute(
+            "UPDATE builds SET status = 'failed', failure = 'the daemon restarted during the build', finished_at = ?1
+             WHERE status IN ('queued', 'running')",
+            [ts(Utc::now())],
+        )?)
+    }
+}

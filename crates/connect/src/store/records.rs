@@ -1,0 +1,79 @@
+//! Committed sync state: checkpoints and the records read API.
+
+use super::{Store, StoreError};
+use crate::model::RecordRow;
+use rusqlite::{params, OptionalExtension};
+
+impl Store {
+    /// The last committed checkpoint of a connection's sync.
+    pub fn get_checkpoint(
+        &self,
+        workspace: &str,
+        connection_id: &str,
+        sync: &str,
+    ) -> Result<Option<serde_json::Value>, StoreError> {
+        let conn = self.lock();
+        let text: Option<Option<String>> = conn
+            .query_row(
+                "SELECT checkpoint FROM sync_state WHERE workspace = ?1 AND connection_id = ?2 AND sync = ?3",
+                params![workspace, connection_id, sync],
+                |r| r.get(0),
+            )
+            .optional()?;
+        super::opt_json(text.flatten())
+    }
+
+    /// Committed records of a connection's sync with `seq > after`, in seq order.
+    pub fn read_records(
+        &self,
+        workspace: &str,
+        connection_id: &str,
+        sync: &str,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<RecordRow>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare(
+            "SELECT r.seq, r.key, r.data FROM records r
+             JOIN sync_state s ON s.id = r.dataset
+             WHERE s.workspace = ?1 AND s.connection_id = ?2 AND s.sync = ?3 AND r.seq > ?4
+             ORDER BY r.seq LIMIT ?5",
+        )?;
+        let rows = stmt.query_map(
+            params![workspace, connection_id, sync, after.unwrap_or(0), limit],
+            |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, Option<String>>(1)?,
+                    r.get::<_, String>(2)?,
+                ))
+            },
+        )?;
+        rows.map(|r| {
+            let (seq, key, data) = r?;
+            Ok(RecordRow {
+                seq,
+                key,
+                data: serde_json::from_str(&data)?,
+            })
+        })
+        .collect()
+    }
+
+    /// Number of committed records of a connection's sync.
+    pub fn count_records(
+        &self,
+        workspace: &str,
+        connection_id: &str,
+        sync: &str,
+    ) -> Result<u64, StoreError> {
+        let conn = self.lock();
+        let n: i64 = conn.query_row(
+            "SELECT COUNT(*) FROM records r JOIN sync_state s ON s.id = r.dataset
+             WHERE s.workspace = ?1 AND s.connection_id = ?2 AND s.sync = ?3",
+            params![workspace, connection_id, sync],
+            |r| r.get(0),
+        )?;
+        Ok(n.max(0) as u64)
+    }
+}

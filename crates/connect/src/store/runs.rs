@@ -1,0 +1,265 @@
+//! Runs and their log lines.
+
+use super::{ts, Store, StoreError};
+use crate::model::{FailureCategory, LogLevel, LogLine, Run, RunKind, RunStatus};
+use chrono::{DateTime, Utc};
+use rusqlite::{params, OptionalExtension, Row};
+
+/// A run to insert (queued).
+#[derive(Debug, Clone)]
+pub struct NewRun {
+    /// Connection (none for describe).
+    pub connection_id: Option<String>,
+    /// Package.
+    pub package: String,
+    /// Version.
+    pub version: String,
+    /// Kind.
+    pub kind: RunKind,
+    /// Sync or hook name.
+    pub sync: Option<String>,
+}
+
+const COLUMNS: &str = "id, connection_id, package, version, kind, sync, status, attempt, created_at, started_at, finished_at, records_committed, failure_category, failure_kind";
+
+type RawRun = (Run, String, String, Option<String>);
+
+fn from_row(row: &Row<'_>) -> rusqlite::Result<RawRun> {
+    Ok((
+        Run {
+            id: row.get(0)?,
+            connection_id: row.get(1)?,
+            package: row.get(2)?,
+            version: row.get(3)?,
+            kind: RunKind::Sync,
+            sync: row.get(5)?,
+            status: RunStatus::Queued,
+            attempt: row.get::<_, i64>(7)?.max(0) as u32,
+            created_at: row.get(8)?,
+            started_at: row.get(9)?,
+            finished_at: row.get(10)?,
+            records_committed: row.get::<_, i64>(11)?.max(0) as u64,
+            failure_category: None,
+            failure_kind: row.get(13)?,
+        },
+        row.get(4)?,
+        row.get(6)?,
+        row.get(12)?,
+    ))
+}
+
+fn finish((mut r, kind, status, category): RawRun) -> Result<Run, StoreError> {
+    r.kind = RunKind::parse(&kind)?;
+    r.status = RunStatus::parse(&status)?;
+    r.failure_category = category
+        .as_deref()
+        .map(FailureCategory::parse)
+        .transpose()?;
+    Ok(r)
+}
+
+impl Store {
+    /// Inserts a queued run.
+    pub fn insert_run(&self, workspace: &str, r: &NewRun) -> Result<Run, StoreError> {
+        let id = uuid::Uuid::new_v4().to_string();
+        let conn = self.lock();
+        conn.execute(
+            "INSERT INTO runs (id, workspace, connection_id, package, version, kind, sync, status, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', ?8)",
+            params![id, workspace, r.connection_id, r.package, r.version, r.kind.as_str(), r.sync, ts(Utc::now())],
+        )?;
+        drop(conn);
+        self.get_run(workspace, &id)
+    }
+
+    /// One run.
+    pub fn get_run(&self, workspace: &str, id: &str) -> Result<Run, StoreError> {
+        let conn = self.lock();
+        let row = conn
+            .query_row(
+                &format!("SELECT {COLUMNS} FROM runs WHERE workspace = ?1 AND id = ?2"),
+                params![workspace, id],
+                from_row,
+            )
+            .optional()?
+            .ok_or(StoreError::NotFound("run"))?;
+        finish(row)
+    }
+
+    /// The JSON result of a finished run (describe and OAuth hooks).
+    pub fn get_run_result(
+        &self,
+        workspace: &str,
+        id: &str,
+    ) -> Result<Option<serde_json::Value>, StoreError> {
+        let conn = self.lock();
+        let text: Option<String> = conn
+            .query_row(
+                "SELECT result FROM runs WHERE workspace = ?1 AND id = ?2",
+                params![workspace, id],
+                |r| r.get(0),
+            )
+            .optional()?
+            .ok_or(StoreError::NotFound("run"))?;
+        super::opt_json(text)
+    }
+
+    /// Runs of a connection, newest first; `before` is the id of the last run of the previous page.
+    pub fn list_runs(
+        &self,
+        workspace: &str,
+        connection_id: &str,
+        before: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<Run>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare(&format!(
+            "SELECT {COLUMNS} FROM runs WHERE workspace = ?1 AND connection_id = ?2
+             AND (?3 IS NULL OR rowid < (SELECT rowid FROM runs WHERE workspace = ?1 AND id = ?3))
+             ORDER BY rowid DESC LIMIT ?4"
+        ))?;
+        let rows = stmt.query_map(params![workspace, connection_id, before, limit], from_row)?;
+        rows.map(|r| finish(r?)).collect()
+    }
+
+    /// Marks a run running for this attempt.
+    pub fn start_run(&self, workspace: &str, id: &str, attempt: u32) -> Result<(), StoreError> {
+        let conn = self.lock();
+        conn.execute(
+            "UPDATE runs SET status = 'running', attempt = ?3, started_at = COALESCE(started_at, ?4)
+             WHERE workspace = ?1 AND id = ?2",
+            params![workspace, id, attempt, ts(Utc::now())],
+        )?;
+        Ok(())
+    }
+
+    /// Marks a run succeeded.
+    pub fn succeed_run(
+        &self,
+        workspace: &str,
+        id: &str,
+        records_committed: u64,
+        result: Option<&serde_json::Value>,
+    ) -> Result<(), StoreError> {
+        let result = result.map(serde_json::to_string).transpose()?;
+        let conn = self.lock();
+        conn.execute(
+            "UPDATE runs SET status = 'succeeded', finished_at = ?3, records_committed = ?4, result = ?5
+             WHERE workspace = ?1 AND id = ?2",
+            params![workspace, id, ts(Utc::now()), records_committed as i64, result],
+        )?;
+        Ok(())
+    }
+
+    /// Marks a run failed with a category and a short kind word.
+    pub fn fail_run(
+        &self,
+        workspace: &str,
+        id: &str,
+        category: FailureCategory,
+        kind: &str,
+    ) -> Result<(), StoreError> {
+        let conn = self.lock();
+        conn.execute(
+            "UPDATE runs SET status = 'failed', finished_at = ?3, failure_category = ?4, failure_kind = ?5
+             WHERE workspace = ?1 AND id = ?2",
+            params![workspace, id, ts(Utc::now()), category.as_str(), kind],
+        )?;
+        Ok(())
+    }
+
+    /// Marks runs left queued or running by a previous daemon as failed/platform; returns them.
+    pub fn fail_unfinished_runs(&self) -> Result<Vec<String>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare("SELECT id FROM runs WHERE status IN ('queued', 'running')")?;
+        let ids = stmt
+            .query_map([], |r| r.get::<_, String>(0))?
+            .collect::<Result<Vec<_>, _>>()?;
+        conn.execute(
+            "UPDATE runs SET status = 'failed', finished_at = ?1, failure_category = 'platform', failure_kind = 'daemon_restart'
+             WHERE status IN ('queued', 'running')",
+            [ts(Utc::now())],
+        )?;
+        Ok(ids)
+    }
+
+    /// Creation time of the latest sync run of a connection's sync (any status).
+    pub fn last_sync_run_at(
+        &self,
+        workspace: &str,
+        connection_id: &str,
+        sync: &str,
+    ) -> Result<Option<DateTime<Utc>>, StoreError> {
+        let conn = self.lock();
+        let text: Option<String> = conn.query_row(
+            "SELECT MAX(created_at) FROM runs WHERE workspace = ?1 AND connection_id = ?2 AND kind = 'sync' AND sync = ?3",
+            params![workspace, connection_id, sync],
+            |r| r.get(0),
+        )?;
+        text.as_deref().map(super::parse_ts).transpose()
+    }
+
+    /// Records one log line.
+    pub fn insert_log(
+        &self,
+        workspace: &str,
+        run_id: &str,
+        connection_id: Option<&str>,
+        level: LogLevel,
+        message: &str,
+    ) -> Result<(), StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare_cached(
+            "INSERT INTO logs (workspace, run_id, connection_id, ts, level, message) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )?;
+        stmt.execute(params![
+            workspace,
+            run_id,
+            connection_id,
+            ts(Utc::now()),
+            level.as_str(),
+            message
+        ])?;
+        Ok(())
+    }
+
+    /// Log lines of a run (when `run_id` is set) or of a connection, oldest first, after the cursor id.
+    pub fn list_logs(
+        &self,
+        workspace: &str,
+        connection_id: Option<&str>,
+        run_id: Option<&str>,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<LogLine>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare(
+            "SELECT id, run_id, ts, level, message FROM logs
+             WHERE workspace = ?1 AND (?2 IS NULL OR connection_id = ?2) AND (?3 IS NULL OR run_id = ?3) AND id > ?4
+             ORDER BY id LIMIT ?5",
+        )?;
+        let rows = stmt.query_map(
+            params![workspace, connection_id, run_id, after.unwrap_or(0), limit],
+            |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                    r.get::<_, String>(4)?,
+                ))
+            },
+        )?;
+        rows.map(|r| {
+            let (id, run_id, ts, level, message) = r?;
+            Ok(LogLine {
+                id,
+                run_id,
+                ts,
+                level: LogLevel::parse(&level)?,
+                message,
+            })
+        })
+        .collect()
+    }
+}

@@ -1,0 +1,104 @@
+//! Connect packages and builds (`/v1/connect/packages`, `/v1/connect/builds`).
+
+use super::error::ConnectOp;
+use super::{connect_views as views, envelope, ApiError, AppState, Workspace};
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::Extension;
+
+/// `POST /v1/connect/packages` (201 new version, 200 the same bytes again)
+pub async fn upload(
+    State(svc): State<AppState>,
+    Extension(ws): Extension<Workspace>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let connect = views::runtime(&svc)?.clone();
+    // Unpacking and hashing up to 64 MiB: off the async workers.
+    let up = tokio::task::spawn_blocking(move || connect.upload_package(&ws.0, &body))
+        .await
+        .map_err(|e| ApiError::new(sbx_api_types::ErrorCode::InternalError, e.to_string()))?
+        .map_err(|e| ApiError::connect(ConnectOp::Upload, e))?;
+    let status = if up.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok(envelope::data(status, up.version))
+}
+
+/// `GET /v1/connect/packages`
+pub async fn list(
+    State(svc): State<AppState>,
+    Extension(ws): Extension<Workspace>,
+) -> Result<Response, ApiError> {
+    let packages = views::runtime(&svc)?
+        .list_packages(&ws.0)
+        .map_err(views::other)?;
+    Ok(envelope::list(packages, views::ALL, None))
+}
+
+/// `GET /v1/connect/packages/{package}/versions`
+pub async fn versions(
+    State(svc): State<AppState>,
+    Extension(ws): Extension<Workspace>,
+    Path(package): Path<String>,
+) -> Result<Response, ApiError> {
+    let versions = views::runtime(&svc)?
+        .list_package_versions(&ws.0, &package)
+        .map_err(views::other)?;
+    Ok(envelope::list(versions, views::ALL, None))
+}
+
+/// `GET /v1/connect/packages/{package}/versions/{version}`
+pub async fn version(
+    State(svc): State<AppState>,
+    Extension(ws): Extension<Workspace>,
+    Path((package, version)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let v = views::runtime(&svc)?
+        .get_package_version(&ws.0, &package, &version)
+        .map_err(views::other)?;
+    Ok(envelope::data(StatusCode::OK, v))
+}
+
+/// `POST /v1/connect/packages/{package}/versions/{version}/builds` (202, queued)
+pub async fn build_start(
+    State(svc): State<AppState>,
+    Extension(ws): Extension<Workspace>,
+    Path((package, version)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let b = views::runtime(&svc)?
+        .start_build(&ws.0, &package, &version)
+        .map_err(views::other)?;
+    Ok(envelope::data(StatusCode::ACCEPTED, views::build(b)))
+}
+
+/// `GET /v1/connect/packages/{package}/versions/{version}/builds`
+pub async fn build_list(
+    State(svc): State<AppState>,
+    Extension(ws): Extension<Workspace>,
+    Path((package, version)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let builds = views::runtime(&svc)?
+        .list_builds(&ws.0, &package, &version)
+        .map_err(views::other)?;
+    Ok(envelope::list(
+        builds.into_iter().map(views::build).collect(),
+        views::ALL,
+        None,
+    ))
+}
+
+/// `GET /v1/connect/builds/{buildId}`
+pub async fn build_get(
+    State(svc): State<AppState>,
+    Extension(ws): Extension<Workspace>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let b = views::runtime(&svc)?
+        .get_build(&ws.0, &id)
+        .map_err(views::other)?;
+    Ok(envelope::data(StatusCode::OK, views::build(b)))
+}

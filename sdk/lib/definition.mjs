@@ -1,0 +1,169 @@
+// defineConnector: validates a connector definition once, up front, so a
+// mistake shows up as a clear message at build (describe) time rather than as
+// a strange failure in the middle of a sync run.
+
+import { checkSchema } from "./schema.mjs";
+
+const MODES = new Set(["append", "merge", "replace"]);
+const OAUTH_HOOKS = new Set(["afterAuthorize"]);
+const SYNC_NAME = /^[A-Za-z][A-Za-z0-9_-]{0,63}$/;
+// RFC 9110 token: what an HTTP header name may contain.
+const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+
+// Definitions made by defineConnector. A WeakSet in this shared module (and
+// not a property) so package code cannot forge the mark.
+const defined = new WeakSet();
+
+const isPlainObject = (v) => v !== null && typeof v === "object" && !Array.isArray(v);
+
+function fail(message) {
+  throw new TypeError(`defineConnector: ${message}`);
+}
+
+function onlyKeys(object, allowed, where) {
+  for (const key of Object.keys(object)) {
+    if (!allowed.includes(key)) fail(`${where} has an unknown field "${key}" (allowed: ${allowed.join(", ")})`);
+  }
+}
+
+function httpsUrl(value, where) {
+  let url;
+  try {
+    url = new URL(value);
+  } catch {
+    fail(`${where} must be an absolute https:// URL`);
+  }
+  if (url.protocol !== "https:") fail(`${where} must be an absolute https:// URL`);
+  return url.href;
+}
+
+function checkAuth(auth) {
+  if (!isPlainObject(auth)) fail("auth must be an object such as { type: \"bearer\" }");
+  switch (auth.type) {
+    case "apiKey": {
+      onlyKeys(auth, ["type", "header", "query"], "auth");
+      const placements = ["header", "query"].filter((k) => k in auth);
+      if (placements.length !== 1) fail("an apiKey auth needs exactly one of header or query");
+      const [where] = placements;
+      if (typeof auth[where] !== "string" || !HEADER_NAME.test(auth[where])) fail(`auth.${where} must be a header or parameter name`);
+      return { type: "apiKey", [where]: auth[where] };
+    }
+    case "bearer":
+    case "basic":
+      onlyKeys(auth, ["type"], "auth");
+      return { type: auth.type };
+    case "oauth2": {
+      onlyKeys(auth, ["type", "authorizeUrl", "tokenUrl", "scopes", "pkce"], "auth");
+      const scopes = auth.scopes ?? [];
+      if (!Array.isArray(scopes) || !scopes.every((s) => typeof s === "string" && s.length > 0 && !/\s/.test(s))) {
+        fail("auth.scopes must be an array of scope names");
+      }
+      if ("pkce" in auth && typeof auth.pkce !== "boolean") fail("auth.pkce must be a boolean");
+      return {
+        type: "oauth2",
+        authorizeUrl: httpsUrl(auth.authorizeUrl, "auth.authorizeUrl"),
+        tokenUrl: httpsUrl(auth.tokenUrl, "auth.tokenUrl"),
+        scopes: [...scopes],
+        pkce: auth.pkce ?? true,
+      };
+    }
+    default:
+      fail(`auth.type must be "apiKey", "bearer", "basic" or "oauth2", got ${JSON.stringify(auth.type)}`);
+  }
+}
+
+function checkSyncs(syncs) {
+  if (!isPlainObject(syncs) || Object.keys(syncs).length === 0) fail("syncs must be an object with at least one sync");
+  const out = {};
+  for (const [name, sync] of Object.entries(syncs)) {
+    const where = `syncs.${name}`;
+    if (!SYNC_NAME.test(name)) fail(`sync name "${name}" must start with a letter and use only letters, digits, _ and - (at most 64)`);
+    if (!isPlainObject(sync)) fail(`${where} must be an object`);
+    onlyKeys(sync, ["mode", "primaryKey", "run"], where);
+    if (!MODES.has(sync.mode)) fail(`${where}.mode must be "append", "merge" or "replace"`);
+    if (sync.mode === "merge") {
+      // One field name, or several (a composite key) as a non-empty array.
+      const fields = Array.isArray(sync.primaryKey) ? sync.primaryKey : [sync.primaryKey];
+      const valid = fields.length > 0 && fields.every((f) => typeof f === "string" && f !== "") && new Set(fields).size === fields.length;
+      if (!valid) fail(`${where} is a merge sync and needs a primaryKey: a field name or an array of distinct field names`);
+    } else if ("primaryKey" in sync) {
+      // Rejected rather than ignored: an author could think it deduplicates.
+      fail(`${where}.primaryKey only applies to merge syncs`);
+    }
+    if (typeof sync.run !== "function") fail(`${where}.run must be an async generator function`);
+    const primaryKey = Array.isArray(sync.primaryKey) ? Object.freeze([...sync.primaryKey]) : (sync.primaryKey ?? null);
+    out[name] = Object.freeze({ mode: sync.mode, primaryKey, run: sync.run });
+  }
+  return Object.freeze(out);
+}
+
+function deepFreeze(value) {
+  if (value !== null && typeof value === "object") {
+    for (const v of Object.values(value)) deepFreeze(v);
+    Object.freeze(value);
+  }
+  return value;
+}
+
+/**
+ * Validates a connector definition and returns it frozen. Throws a TypeError
+ * that says what is wrong.
+ */
+export function defineConnector(definition) {
+  if (isDefinition(definition)) return definition;
+  if (!isPlainObject(definition)) fail("expects an object { auth, config, verify, oauth?, syncs }");
+  onlyKeys(definition, ["auth", "config", "verify", "oauth", "syncs"], "the definition");
+
+  const auth = checkAuth(definition.auth);
+
+  const config = definition.config ?? { type: "object", properties: {} };
+  try {
+    checkSchema(config, "config");
+  } catch (error) {
+    fail(error.message);
+  }
+  if (config.type !== "object") fail("config must be a schema of type \"object\"");
+
+  if (typeof definition.verify !== "function") fail("verify(ctx) is required: one small authenticated request that throws when access is wrong");
+
+  let oauth = {};
+  if (definition.oauth !== undefined) {
+    if (auth.type !== "oauth2") fail("oauth hooks need auth.type \"oauth2\"");
+    if (!isPlainObject(definition.oauth)) fail("oauth must be an object of hooks");
+    for (const [name, hook] of Object.entries(definition.oauth)) {
+      if (!OAUTH_HOOKS.has(name)) fail(`unknown oauth hook "${name}" (known: ${[...OAUTH_HOOKS].join(", ")})`);
+      if (typeof hook !== "function") fail(`oauth.${name} must be a function`);
+    }
+    oauth = { ...definition.oauth };
+  }
+
+  const result = Object.freeze({
+    auth: deepFreeze(auth),
+    // A JSON copy, so later changes to the author's object change nothing.
+    config: deepFreeze(JSON.parse(JSON.stringify(config))),
+    verify: definition.verify,
+    oauth: Object.freeze(oauth),
+    syncs: checkSyncs(definition.syncs),
+  });
+  defined.add(result);
+  return result;
+}
+
+export function isDefinition(value) {
+  return defined.has(value);
+}
+
+/** The static part of a definition: the `result` of a describe job. */
+export function describeDefinition(definition) {
+  return {
+    auth: { ...definition.auth },
+    config: definition.config,
+    syncs: Object.entries(definition.syncs).map(([name, s]) => ({
+      name,
+      mode: s.mode,
+      primaryKey: Array.isArray(s.primaryKey) ? [...s.primaryKey] : s.primaryKey,
+    })),
+    hasVerify: typeof definition.verify === "function",
+    oauth: Object.keys(definition.oauth),
+  };
+}
