@@ -21,6 +21,13 @@ export default defineConnector({
       pageSize: { type: "integer", minimum: 1, maximum: 500, default: 100, description: "Items per request" },
       maxPages: { type: "integer", minimum: 1, description: "Pages per run of the items sync; the next run continues" },
       probeUrl: { type: "string", pattern: "^https?://", description: "Only for the globalFetch test sync" },
+      generateCount: {
+        type: "integer",
+        minimum: 1,
+        maximum: 5000000,
+        default: 1000,
+        description: "Records the generate sync produces (benchmarks, console tests)",
+      },
     },
   },
 
@@ -168,6 +175,20 @@ export default defineConnector({
       async *run(ctx) {
         const body = await ctx.json("/v1/ratelimited");
         await ctx.log.info(`ratelimited: ${JSON.stringify(body)}`);
+      },
+    },
+
+    // No network: config.generateCount small records in batches of 1,000
+    // (the end-to-end records/s benchmark and the console's Run now test).
+    generate: {
+      mode: "append",
+      async *run(ctx) {
+        const total = ctx.config.generateCount;
+        for (let start = 0; start < total; start += 1000) {
+          const n = Math.min(1000, total - start);
+          yield { records: Array.from({ length: n }, (_, i) => ({ id: start + i, v: "x" })) };
+        }
+        await ctx.log.info(`generated ${total} records`);
       },
     },
   },
