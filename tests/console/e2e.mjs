@@ -1,11 +1,15 @@
 // End-to-end test of the sbx web console in headless Debian Chromium.
 //
-//   node e2e.mjs <baseUrl> <key> <screenshotDir>
+//   node e2e.mjs <baseUrl> <key> <screenshotDir> [<connector-items.tgz> [<oauth-package.tgz>]]
 //   node e2e.mjs <baseUrl> --dev <screenshotDir>     (sbxd --dev: no sign-in, no screenshots)
 //
 // Signs in (after a wrong key), checks the cookie and CSRF protection, creates a
 // sandbox, runs a command, follows a process, uploads and downloads a file,
-// snapshots and clones, pauses and resumes, destroys; writes a screenshot of each page.
+// snapshots and clones, pauses and resumes, destroys; with the tarball of
+// examples/connector-items, the Connect pages too: upload, build, create a
+// connection, Run now, the run and its logs, Test connection, delete; with an
+// OAuth2 package as well: "Reauthorization required" and Reconnect. Writes a
+// screenshot of each page.
 // Prints "ok   <step>" per step and "N passed, M failed" at the end; exits 1 on failure.
 
 import { chromium } from "playwright-core";
@@ -14,7 +18,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
-const [base, key, shots] = process.argv.slice(2);
+const [base, key, shots, tarball, oauthTarball] = process.argv.slice(2);
 if (!base || !key || !shots) {
   console.error("usage: node e2e.mjs <baseUrl> <key> <screenshotDir>");
   process.exit(2);
@@ -39,7 +43,7 @@ const browser = await chromium.launch({
   executablePath: "/usr/bin/chromium",
   ignoreDefaultArgs: true,
   args: [...FLAGS, `--user-data-dir=${profile}`, "--remote-debugging-pipe"],
-  timeout: 60_000,
+  timeout: 180_000, // a loaded machine can take a while to start Chromium
 });
 const context = await browser.newContext({ viewport: { width: 1366, height: 820 }, acceptDownloads: true });
 context.setDefaultTimeout(90_000);
@@ -271,7 +275,7 @@ await step("take a snapshot and clone it", async () => {
   assert(text.includes(fileText.trim()), `the clone lacks the file: ${text}`);
 });
 
-await step("the lists: sandboxes, snapshots, connections placeholder", async () => {
+await step("the lists: sandboxes, snapshots", async () => {
   await page.getByRole("link", { name: "Sandboxes", exact: true }).first().click();
   await page.locator(`tr[data-id="${cloneId}"] .badge`).waitFor();
   await page.locator(`tr[data-id="${sandboxId}"]`).waitFor();
@@ -279,9 +283,6 @@ await step("the lists: sandboxes, snapshots, connections placeholder", async () 
   await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "Snapshots", exact: true }).click();
   await page.locator("table[aria-label=Snapshots] tr", { hasText: "console-e2e-snap" }).waitFor();
   await shot("snapshots-page");
-  await page.getByRole("link", { name: "Connections", exact: true }).click();
-  await page.getByText("Connect is not available yet").waitFor();
-  await shot("connections");
 });
 
 await step("keyboard: Tab reaches New sandbox, Enter opens the form with its name field labelled", async () => {
@@ -322,6 +323,168 @@ await step("destroy the clone and the sandbox, delete the snapshot", async () =>
   await row.waitFor({ state: "detached" });
 });
 
+// ---- Connect: packages, builds, connections, runs and logs ----
+const mainNav = () => page.getByRole("navigation", { name: "Main" });
+let connectionId = "";
+
+if (tarball) {
+  await step("packages: upload the connector-items tarball through the page", async () => {
+    await mainNav().getByRole("link", { name: "Packages", exact: true }).click();
+    await page.getByRole("heading", { name: "Packages" }).waitFor();
+    assert((await unlabelled()).length === 0, `unlabelled controls: ${await unlabelled()}`);
+    await page.getByLabel("Package tarball (.tgz)").setInputFiles(tarball);
+    await page.getByRole("button", { name: "Upload", exact: true }).click();
+    await page.getByRole("heading", { name: "connector-items 1.0.0" }).waitFor();
+    await page.getByText("Not built yet").waitFor();
+  });
+
+  await step("start a build, see its progress, status and log", async () => {
+    const progress = shotIfShown("main .progress", "package-build-progress");
+    await page.getByRole("button", { name: "Start build", exact: true }).click();
+    await progress;
+    await page.locator("table[aria-label=Builds] .badge", { hasText: "succeeded" }).waitFor({ timeout: 300_000 });
+    await page.getByText("Build succeeded").waitFor({ timeout: 30_000 });
+    const log = await page.getByRole("region", { name: "Build log" }).locator("pre").textContent();
+    assert(log.trim().length > 0 && !log.includes("(waiting for output"), `build log: ${log}`);
+    assert((await page.locator(".facts").textContent()).includes("generate (append)"), "the definition lists the generate sync");
+    await shot("package-build");
+    await mainNav().getByRole("link", { name: "Packages", exact: true }).click();
+    const row = page.locator('tr[data-package="connector-items"][data-version="1.0.0"]');
+    await row.locator(".badge", { hasText: "succeeded" }).waitFor();
+    assert((await row.textContent()).includes("generate"), "the list shows the syncs");
+    await shot("packages");
+  });
+
+  await step("create a connection: version, origin, API key, config from the schema", async () => {
+    await mainNav().getByRole("link", { name: "Connections", exact: true }).click();
+    await page.getByRole("heading", { name: "Connections" }).waitFor();
+    await page.getByRole("link", { name: "New connection", exact: true }).click();
+    await page.getByRole("heading", { name: "New connection" }).waitFor();
+    await page.getByLabel("Package version").selectOption({ label: "connector-items 1.0.0" });
+    await page.getByLabel("Connection name").fill("items-e2e");
+    await page.getByLabel("Origin").fill("https://example.invalid");
+    await page.getByLabel("API key").fill("k-console-e2e");
+    const count = page.getByLabel("generateCount");
+    await count.fill("2500");
+    const hint = await page.locator(`#${await count.getAttribute("id")}-hint`).textContent();
+    assert(hint.includes("Records the generate sync produces") && hint.includes("default 1000"), `config hint: ${hint}`);
+    assert(await page.getByLabel("pageSize").count() === 1, "every config property has a field");
+    assert((await unlabelled()).length === 0, `unlabelled controls: ${await unlabelled()}`);
+    await shot("connection-create");
+    await page.getByRole("button", { name: "Create connection", exact: true }).click();
+    await page.waitForURL((u) => /^#\/connections\/[^/]+$/.test(u.hash) && u.hash !== "#/connections/new");
+    connectionId = decodeURIComponent(page.url().split("/").pop());
+    await page.getByRole("heading", { name: "items-e2e" }).waitFor();
+    assert((await page.locator(".facts").textContent()).includes('"generateCount":2500'), "the config is saved");
+  });
+
+  await step("Run now on the generate sync: progress, then 2500 records committed", async () => {
+    const sync = page.locator('ul.syncs li[data-sync="generate"]');
+    const progress = shotIfShown(".connection-progress .progress", "connection-run-progress");
+    await sync.getByRole("button", { name: "Run now generate", exact: true }).click();
+    await progress;
+    await page.locator(".connection-progress .ok", { hasText: "Run of generate succeeded" }).waitFor({ timeout: 240_000 });
+    const row = page.locator('table[aria-label=Runs] tr[data-sync="generate"]').first();
+    await row.locator(".badge", { hasText: "succeeded" }).waitFor();
+    const text = await row.textContent();
+    assert(/2,?500/.test(text), `runs row: ${text}`);
+    assert(/\d+(\.\d)? (ms|s)/.test(text), `no duration: ${text}`);
+    await shot("connection-runs");
+  });
+
+  await step("the Logs tab shows the run's recorded messages", async () => {
+    await page.locator('table[aria-label=Runs] tr[data-sync="generate"]').first().getByRole("link", { name: /^Logs of run/ }).click();
+    await page.getByLabel("Run", { exact: true }).waitFor();
+    await page.locator("table[aria-label=Logs]", { hasText: "generated 2500 records" }).waitFor();
+    await shot("connection-logs");
+    await page.getByLabel("Run", { exact: true }).selectOption("");
+    await page.waitForURL(/\/logs$/);
+    await page.locator("table[aria-label=Logs]", { hasText: "generated 2500 records" }).waitFor();
+  });
+
+  await step("Test connection: the failed verify shows its category, no message", async () => {
+    await page.getByRole("link", { name: "Runs", exact: true }).click();
+    await page.getByRole("button", { name: "Test connection", exact: true }).click();
+    const result = page.locator(".test-result");
+    await result.waitFor({ timeout: 240_000 });
+    const text = await result.textContent();
+    assert(text.includes("Connection test failed") && text.includes("package_error"), `test result: ${text}`);
+    assert(!/example\.invalid|ENOTFOUND|EAI_AGAIN|fetch failed|Error:/i.test(text), `a message leaked: ${text}`);
+    const row = page.locator("table[aria-label=Runs] tr", { hasText: "connection test" }).first();
+    await row.locator(".badge", { hasText: "failed" }).waitFor();
+    assert((await row.textContent()).includes("package_error"), "the runs table shows the category");
+    await shot("connection-test");
+  });
+
+  if (oauthTarball) {
+    await step("OAuth: a new OAuth2 connection needs authorization; Reconnect goes to the provider", async () => {
+      await mainNav().getByRole("link", { name: "Packages", exact: true }).click();
+      await page.getByLabel("Package tarball (.tgz)").setInputFiles(oauthTarball);
+      await page.getByRole("button", { name: "Upload", exact: true }).click();
+      await page.getByRole("heading", { name: "connector-oauth 1.0.0" }).waitFor();
+      await page.getByRole("button", { name: "Start build", exact: true }).click();
+      await page.getByText("Build succeeded").waitFor({ timeout: 300_000 });
+      await mainNav().getByRole("link", { name: "Connections", exact: true }).click();
+      await page.getByRole("link", { name: "New connection", exact: true }).click();
+      await page.getByLabel("Package version").selectOption({ label: "connector-oauth 1.0.0" });
+      await page.getByLabel("Connection name").fill("oauth-e2e");
+      await page.getByLabel("Origin").fill("https://example.invalid");
+      await page.getByLabel("OAuth client id").fill("client-e2e");
+      assert((await unlabelled()).length === 0, `unlabelled controls: ${await unlabelled()}`);
+      await page.getByRole("button", { name: "Create connection", exact: true }).click();
+      await page.getByRole("heading", { name: "oauth-e2e" }).waitFor();
+      await page.locator(".title-row .badge", { hasText: "Reauthorization required" }).waitFor();
+      await mainNav().getByRole("link", { name: "Connections", exact: true }).click();
+      await page.locator("table[aria-label=Connections] tr", { hasText: "oauth-e2e" }).locator(".badge", { hasText: "Reauthorization required" }).waitFor();
+      await page.locator(`tr[data-id="${connectionId}"] .badge`, { hasText: "Active" }).waitFor();
+      await shot("connections");
+      // The provider does not exist: answer its authorize page here.
+      await page.route("https://auth.example.invalid/**", (r) => r.fulfill({ status: 200, contentType: "text/plain", body: "the provider" }));
+      await page.getByRole("button", { name: "Reconnect oauth-e2e", exact: true }).click();
+      await page.waitForURL(/^https:\/\/auth\.example\.invalid\/authorize\?/);
+      const url = new URL(page.url());
+      assert(url.searchParams.get("client_id") === "client-e2e", `authorize URL: ${url}`);
+      assert(url.searchParams.get("redirect_uri") === `${base}/`, `redirect_uri: ${url.searchParams.get("redirect_uri")}`);
+      const state = url.searchParams.get("state");
+      assert(state, "no state");
+      // Back with a code: the token endpoint cannot be reached, and the console says so.
+      await page.goto(`${base}/?code=fake-code&state=${encodeURIComponent(state)}`);
+      const alert = page.locator("#alerts .error");
+      await alert.waitFor({ timeout: 120_000 });
+      const text = await alert.textContent();
+      assert(/connect_oauth_\w+/.test(text) && /request id [0-9a-f-]{36}/.test(text), `alert: ${text}`);
+      assert(!page.url().includes("code="), `the code stays in the URL: ${page.url()}`);
+      await page.getByRole("heading", { name: "Connections" }).waitFor();
+    });
+  }
+
+  await step("the connections list shows the status", async () => {
+    await mainNav().getByRole("link", { name: "Connections", exact: true }).click();
+    const row = page.locator(`tr[data-id="${connectionId}"]`);
+    await row.locator(".badge", { hasText: "Active" }).waitFor();
+    await shot("connections");
+  });
+
+  await step("a Connect error is shown with its code and request id", async () => {
+    await page.goto(`${base}/#/connections/00000000-0000-4000-8000-000000000000`);
+    const alert = page.locator("#alerts .error");
+    await alert.waitFor();
+    const text = await alert.textContent();
+    assert(text.includes("connect_connection_not_found") && /request id [0-9a-f-]{36}/.test(text), `alert: ${text}`);
+  });
+
+  await step("delete the connections", async () => {
+    await mainNav().getByRole("link", { name: "Connections", exact: true }).click();
+    for (const name of oauthTarball ? ["items-e2e", "oauth-e2e"] : ["items-e2e"]) {
+      await page.getByRole("link", { name, exact: true }).click();
+      await page.getByRole("heading", { name }).waitFor();
+      await page.getByRole("button", { name: "Delete", exact: true }).click();
+      await page.getByRole("heading", { name: "Connections" }).waitFor();
+      await page.locator("table[aria-label=Connections] tr", { hasText: name }).waitFor({ state: "detached" });
+    }
+  });
+}
+
 await step("sign out deletes the session", async () => {
   await page.getByRole("button", { name: "Sign out", exact: true }).click();
   await page.getByLabel("API key").waitFor();
@@ -331,8 +494,9 @@ await step("sign out deletes the session", async () => {
 });
 
 await step("no script errors in the page", async () => {
-  // A failed request logs a console error by design (the 401/403/404 probes above).
-  const unexpected = consoleErrors.filter((e) => !/status of (401|403|404)/.test(e));
+  // A failed request logs a console error by design (the 401/403/404 probes above,
+  // and the 502 of the OAuth callback whose provider does not exist).
+  const unexpected = consoleErrors.filter((e) => !/status of (401|403|404|502)/.test(e));
   assert(unexpected.length === 0, unexpected.join("\n"));
 });
 

@@ -58,7 +58,7 @@ impl Api {
     pub fn new(base: &str, poll: Duration, upload_chunk: usize) -> Result<Self> {
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(300))
-            .pool_max_idle_per_host(4)
+            .pool_max_idle_per_host(128)
             .build()?;
         Ok(Api {
             http,

@@ -12,6 +12,8 @@
 //! `bench-raw-<tag>-*` under the run's own runsc `--root`.
 
 mod api;
+mod cpu;
+mod load;
 mod network;
 mod raw;
 mod reaper;
@@ -51,6 +53,10 @@ const SCENARIOS: &[&str] = &[
     "create-none",
     "net-connect",
     "net-throughput",
+    "exec-load",
+    "density-mem",
+    "density-exec",
+    "sbxd-cpu",
 ];
 
 /// Scenarios that run on the long-lived ("warm") sandbox pair.
@@ -130,6 +136,41 @@ struct Args {
     /// many KiB; 0 sends one body with a Content-Length.
     #[arg(long, default_value_t = 256)]
     upload_chunk_kib: usize,
+    /// exec-load: sandboxes per side.
+    #[arg(long, default_value_t = 10)]
+    load_sandboxes: usize,
+    /// exec-load: concurrent `true` execs per sandbox in each round.
+    #[arg(long, default_value_t = 10)]
+    load_concurrency: usize,
+    /// exec-load: timed rounds (each gives sandboxes × concurrency samples).
+    #[arg(long, default_value_t = 10)]
+    load_rounds: usize,
+    /// density: idle 1 vCPU / 1024 MiB sandboxes held at once per side.
+    #[arg(long, default_value_t = 100)]
+    density_count: usize,
+    /// Creates / destroys in flight at once while filling and emptying
+    /// (exec-load, density).
+    #[arg(long, default_value_t = 4)]
+    fill_parallel: usize,
+    /// density: seconds the sandboxes sit idle before their memory is read.
+    #[arg(long, default_value_t = 5)]
+    density_settle_secs: u64,
+    /// density: run the sbx side on this sbxd instead of --url (one started
+    /// with `--memory-overcommit`, so 100 × 1 GiB pass admission).
+    #[arg(long)]
+    density_url: Option<String>,
+    /// pid of the --density-url sbxd (default: the process listening on its port).
+    #[arg(long)]
+    density_sbxd_pid: Option<u32>,
+    /// sbxd-cpu: execs in the exec window.
+    #[arg(long, default_value_t = 200)]
+    cpu_execs: usize,
+    /// sbxd-cpu: creates in the create window (and destroys in the destroy one).
+    #[arg(long, default_value_t = 10)]
+    cpu_creates: usize,
+    /// Upper bound on one exec / create / destroy in exec-load and density, seconds.
+    #[arg(long, default_value_t = 120)]
+    op_timeout_secs: u64,
 }
 
 /// Expands and checks `--scenarios`.
@@ -147,10 +188,14 @@ fn select(names: &[String]) -> Result<Vec<&'static str>> {
             out.extend(["snapshot-idle", "snapshot-50MB"]);
             continue;
         }
+        if n.eq_ignore_ascii_case("density") {
+            out.extend(["density-mem", "density-exec"]);
+            continue;
+        }
         match SCENARIOS.iter().find(|s| s.eq_ignore_ascii_case(n)) {
             Some(s) => out.push(*s),
             None => bail!(
-                "unknown scenario {n:?}; known: {} (or snapshot, all)",
+                "unknown scenario {n:?}; known: {} (or snapshot, density, all)",
                 SCENARIOS.join(", ")
             ),
         }
@@ -175,11 +220,11 @@ async fn timed_val<T>(f: impl Future<Output = Result<T>>) -> Result<(T, Duration
 /// A side that inherits why a prerequisite failed.
 fn inherit(f: &Failure, what: &str) -> Side {
     Side {
-        ms: Vec::new(),
         failure: Some(match f {
             Failure::Unsupported(c) => Failure::Unsupported(c.clone()),
             _ => Failure::Skipped(format!("{what} failed")),
         }),
+        ..Side::default()
     }
 }
 
@@ -209,6 +254,13 @@ struct Bench {
     notes: Vec<String>,
     sbxd_pid: Option<u32>,
     raw_compression: String,
+    load: load::LoadOpts,
+    /// The sbxd of the density scenario when it is not `api`'s.
+    density_api: Option<Api>,
+    density_url: String,
+    density_pid: Option<u32>,
+    cpu_execs: usize,
+    cpu_creates: usize,
 }
 
 impl Bench {
@@ -776,12 +828,25 @@ async fn main() -> Result<()> {
     api.health()
         .await
         .with_context(|| format!("sbxd is not answering at {}", args.url))?;
-    let sbxd_pid = args.sbxd_pid.or_else(|| {
-        reqwest::Url::parse(&args.url)
+    let pid_of = |url: &str| {
+        reqwest::Url::parse(url)
             .ok()
             .and_then(|u| u.port_or_known_default())
             .and_then(sys::pid_listening_on)
-    });
+    };
+    let sbxd_pid = args.sbxd_pid.or_else(|| pid_of(&args.url));
+    let density_api = match &args.density_url {
+        Some(u) if u.trim_end_matches('/') != args.url.trim_end_matches('/') => {
+            let a = Api::new(u, Duration::from_millis(args.poll_ms.max(1)), 0)?;
+            a.health()
+                .await
+                .with_context(|| format!("the density sbxd is not answering at {u}"))?;
+            Some(a)
+        }
+        _ => None,
+    };
+    let density_url = args.density_url.clone().unwrap_or_else(|| args.url.clone());
+    let density_pid = args.density_sbxd_pid.or_else(|| pid_of(&density_url));
     if sbxd_pid.is_none() {
         eprintln!("note: sbxd pid not found (pass --sbxd-pid); no RSS samples");
     }
@@ -824,6 +889,20 @@ async fn main() -> Result<()> {
         notes: Vec::new(),
         sbxd_pid,
         raw_compression: args.raw_compression.clone(),
+        load: load::LoadOpts {
+            sandboxes: args.load_sandboxes,
+            concurrency: args.load_concurrency,
+            rounds: args.load_rounds,
+            density: args.density_count,
+            parallel: args.fill_parallel,
+            settle: Duration::from_secs(args.density_settle_secs),
+            op_timeout: Duration::from_secs(args.op_timeout_secs.max(1)),
+        },
+        density_api,
+        density_url,
+        density_pid,
+        cpu_execs: args.cpu_execs,
+        cpu_creates: args.cpu_creates,
     };
     bench.notes.push(match args.upload_chunk_kib {
         0 => "sbx uploads are sent as one body with a Content-Length.".to_string(),
@@ -854,6 +933,15 @@ async fn main() -> Result<()> {
             if network::SCENARIOS.iter().any(|s| b.wants(s)) {
                 b.network().await;
             }
+            if b.wants("sbxd-cpu") {
+                b.sbxd_cpu().await;
+            }
+            if b.wants("exec-load") {
+                b.exec_load().await;
+            }
+            if b.wants("density-mem") || b.wants("density-exec") {
+                b.density().await;
+            }
         };
         tokio::select! {
             _ = run => false,
@@ -866,6 +954,9 @@ async fn main() -> Result<()> {
 
     eprintln!("[cleanup]");
     let mut leftovers = bench.api.cleanup(&format!("bench-{tag}-")).await;
+    if let Some(d) = &bench.density_api {
+        leftovers.extend(d.cleanup(&format!("bench-{tag}-")).await);
+    }
     leftovers.extend(bench.raw.cleanup().await);
     for l in &leftovers {
         eprintln!("  ! cleanup: {l}");
@@ -902,6 +993,10 @@ mod tests {
             ["exec", "snapshot-idle", "snapshot-50MB"]
         );
         assert!(select(&["nope".into()]).is_err());
+        assert_eq!(
+            select(&["exec-load".into(), "density".into(), "sbxd-cpu".into()]).unwrap(),
+            ["exec-load", "density-mem", "density-exec", "sbxd-cpu"]
+        );
         for s in WARM_SCENARIOS.iter().chain(network::SCENARIOS) {
             assert!(SCENARIOS.contains(s));
         }

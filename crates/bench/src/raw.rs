@@ -100,14 +100,14 @@ impl Raw {
 
     /// Writes `cid`'s bundle and overlay dir the way sbxd does; returns
     /// (bundle, overlay2 value, console log).
-    fn prepare(&self, cid: &str) -> Result<(PathBuf, String, PathBuf)> {
+    fn prepare(&self, cid: &str, args: &[&str]) -> Result<(PathBuf, String, PathBuf)> {
         let d = self.cdir(cid);
         let bundle = d.join("bundle");
         let overlay = d.join("overlay");
         std::fs::create_dir_all(&bundle)?;
         std::fs::create_dir_all(&overlay)?;
         SpecBuilder::new(&self.rootfs)
-            .args([AGENT_BINARY_PATH, "init"])
+            .args(args.iter().copied())
             .hostname("sandbox")
             .bind_mount(&self.agent_dir, "/.sbx/bin", true)
             .memory_limit(self.shape.memory_mb * 1024 * 1024)
@@ -138,8 +138,13 @@ impl Raw {
     /// Bundle + `runsc run --detach` + `runsc state` until running.
     /// Returns the container id.
     pub async fn create(&self) -> Result<String> {
+        self.create_with(&[AGENT_BINARY_PATH, "init"]).await
+    }
+
+    /// Like [`Raw::create`] with `args` as PID 1 (e.g. `sleep infinity`).
+    pub async fn create_with(&self, args: &[&str]) -> Result<String> {
         let cid = self.new_id();
-        let (bundle, overlay2, log) = self.prepare(&cid)?;
+        let (bundle, overlay2, log) = self.prepare(&cid, args)?;
         self.live.lock().unwrap().insert(cid.clone());
         let opts = RunOptions {
             bundle,
@@ -156,7 +161,7 @@ impl Raw {
     /// running. Returns the new container id.
     pub async fn restore(&self, image: &Path) -> Result<String> {
         let cid = self.new_id();
-        let (bundle, overlay2, log) = self.prepare(&cid)?;
+        let (bundle, overlay2, log) = self.prepare(&cid, &[AGENT_BINARY_PATH, "init"])?;
         self.live.lock().unwrap().insert(cid.clone());
         let opts = RestoreOptions {
             bundle,

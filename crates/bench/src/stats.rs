@@ -23,14 +23,17 @@ pub struct Side {
     pub ms: Vec<f64>,
     /// Set when the side stopped early or never ran.
     pub failure: Option<Failure>,
+    /// (answered, asked) for rows that count answers (density); shown
+    /// after the p50.
+    pub answered: Option<(usize, usize)>,
 }
 
 impl Side {
     /// A side that was not measured.
     pub fn skipped(why: impl Into<String>) -> Self {
         Side {
-            ms: Vec::new(),
             failure: Some(Failure::Skipped(why.into())),
+            ..Side::default()
         }
     }
 
@@ -68,6 +71,16 @@ impl Side {
     pub fn pct(&self, p: f64) -> Option<f64> {
         percentile(&self.ms, p)
     }
+
+    /// Mean of the samples, if any.
+    pub fn mean(&self) -> Option<f64> {
+        mean(&self.ms)
+    }
+}
+
+/// Arithmetic mean.
+pub fn mean(samples: &[f64]) -> Option<f64> {
+    (!samples.is_empty()).then(|| samples.iter().sum::<f64>() / samples.len() as f64)
 }
 
 /// Marker error: the server does not implement an operation.
@@ -107,6 +120,8 @@ pub enum Kind {
     Latency,
     /// Bytes moved per operation; shown as MB/s (10^6 bytes), higher is better.
     Throughput { bytes: u64 },
+    /// Memory: the samples are MiB (not ms); lower is better.
+    Mib,
 }
 
 /// The goal a row is checked against.
@@ -118,6 +133,12 @@ pub enum Target {
     RatioAtMost(f64),
     /// sbx p50 throughput ≥ this many MB/s.
     MinMbps(f64),
+    /// sbx p99 < this many ms (latency rows).
+    P99Below(f64),
+    /// Mean of the sbx samples ≤ this many MiB (memory rows).
+    MeanMibAtMost(f64),
+    /// Every one of this many sbx sandboxes answered ([`Side::answered`]).
+    AllAnswer(usize),
 }
 
 /// One table row.
@@ -149,7 +170,7 @@ impl Row {
 
     fn value(&self, ms: f64) -> f64 {
         match self.kind {
-            Kind::Latency => ms,
+            Kind::Latency | Kind::Mib => ms,
             Kind::Throughput { bytes } => mbps(bytes, ms),
         }
     }
@@ -157,15 +178,24 @@ impl Row {
     fn cell(&self, side: &Side, p: f64) -> String {
         if let Some(ms) = side.pct(p) {
             let v = self.value(ms);
-            let s = match self.kind {
+            let mut s = match self.kind {
                 Kind::Latency => fmt_ms(v),
                 Kind::Throughput { .. } => format!("{v:.0} MB/s ({})", fmt_ms(ms)),
+                Kind::Mib => format!("{v:.1} MiB"),
             };
+            if p == 50.0 {
+                if let Some((a, n)) = side.answered {
+                    s.push_str(&format!(" ({a}/{n} answered)"));
+                }
+            }
             return if side.failure.is_some() {
                 format!("{s} (partial)")
             } else {
                 s
             };
+        }
+        if let (50.0, Some((a, n))) = (p, side.answered) {
+            return format!("— ({a}/{n} answered)");
         }
         // Why there is no number is told once, in the p50 cell.
         if p != 50.0 {
@@ -193,6 +223,9 @@ impl Row {
             Target::None => "—".into(),
             Target::RatioAtMost(f) => format!("sbx p50 ≤ {f}× raw"),
             Target::MinMbps(m) => format!("≥ {m:.0} MB/s"),
+            Target::P99Below(ms) => format!("sbx p99 < {ms} ms"),
+            Target::MeanMibAtMost(m) => format!("sbx mean ≤ {m} MiB"),
+            Target::AllAnswer(n) => format!("{n}/{n} answer"),
         }
     }
 
@@ -209,13 +242,28 @@ impl Row {
                 Some(_) => "**no**",
                 None => "—",
             },
+            Target::P99Below(max) => match self.sbx.pct(99.0) {
+                Some(ms) if ms < max && self.sbx.failure.is_none() => "yes",
+                Some(_) => "**no**",
+                None => "—",
+            },
+            Target::MeanMibAtMost(max) => match self.sbx.mean() {
+                Some(m) if m <= max => "yes",
+                Some(_) => "**no**",
+                None => "—",
+            },
+            Target::AllAnswer(n) => match self.sbx.answered {
+                Some((a, _)) if a >= n => "yes",
+                Some(_) => "**no**",
+                None => "—",
+            },
         }
     }
 
     /// The markdown line of this row.
     pub fn markdown(&self) -> String {
         let ratio = match (self.ratio(), self.kind) {
-            (Some(r), Kind::Latency) => format!("{r:.2}"),
+            (Some(r), Kind::Latency | Kind::Mib) => format!("{r:.2}"),
             (Some(r), Kind::Throughput { .. }) => format!("{r:.2} (MB/s)"),
             (None, _) => "—".into(),
         };
@@ -285,6 +333,43 @@ mod tests {
         u.raw.ms = vec![17.0];
         assert!(u.markdown().contains("n/a (server: 501 not_implemented)"));
         assert_eq!(u.met(), "—");
+    }
+
+    #[test]
+    fn load_and_density_targets() {
+        let mut r = Row::new("exec-load", Kind::Latency, Target::P99Below(20.0));
+        r.sbx.ms = (1..=100).map(f64::from).map(|v| v / 10.0).collect();
+        assert_eq!(r.sbx.pct(99.0), Some(9.9));
+        assert_eq!(r.met(), "yes");
+        r.sbx.ms.push(25.0);
+        r.sbx.ms.push(26.0);
+        assert_eq!(r.met(), "**no**");
+        assert!(r.markdown().contains("sbx p99 < 20 ms"));
+
+        let mut m = Row::new("density-mem", Kind::Mib, Target::MeanMibAtMost(40.0));
+        m.sbx.ms = vec![30.0, 40.0, 47.0];
+        m.raw.ms = vec![20.0, 20.0, 20.0];
+        assert!((m.sbx.mean().unwrap() - 39.0).abs() < 1e-9);
+        assert_eq!(m.met(), "yes");
+        let line = m.markdown();
+        assert!(line.contains("| 40.0 MiB |"), "{line}");
+        assert!(line.contains("| 2.00 |"), "{line}");
+        m.sbx.ms = vec![50.0];
+        assert_eq!(m.met(), "**no**");
+
+        let mut d = Row::new("density-exec", Kind::Latency, Target::AllAnswer(100));
+        d.sbx.ms = vec![5.0; 22];
+        d.sbx.answered = Some((22, 100));
+        assert!(d.markdown().contains("5.00 ms (22/100 answered)"));
+        assert_eq!(d.met(), "**no**");
+        d.sbx.answered = Some((100, 100));
+        assert_eq!(d.met(), "yes");
+        let mut none = Side::skipped("x");
+        none.answered = Some((0, 100));
+        d.sbx = none;
+        assert!(d.markdown().contains("— (0/100 answered)"));
+        assert_eq!(d.met(), "**no**");
+        assert_eq!(mean(&[]), None);
     }
 
     #[test]

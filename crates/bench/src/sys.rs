@@ -142,3 +142,205 @@ impl RssSampler {
 pub fn mib(kib: u64) -> String {
     format!("{:.1} MiB", kib as f64 / 1024.0)
 }
+
+/// `Pss:` of a `/proc/<pid>/smaps_rollup` text, in KiB.
+pub fn parse_pss_kib(smaps_rollup: &str) -> Option<u64> {
+    smaps_rollup
+        .lines()
+        .find(|l| l.starts_with("Pss:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+}
+
+/// PSS of `pid` in KiB (from `/proc/<pid>/smaps_rollup`).
+pub fn pss_kib(pid: u32) -> Option<u64> {
+    parse_pss_kib(&std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?)
+}
+
+/// One host process: pid, parent pid, command line (NULs as spaces).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Proc {
+    pub pid: u32,
+    pub ppid: u32,
+    pub cmdline: String,
+}
+
+/// Every process on the host (kernel threads have an empty command line).
+pub fn processes() -> Vec<Proc> {
+    let mut out = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Some(ppid) = std::fs::read_to_string(e.path().join("stat"))
+            .ok()
+            .and_then(|s| parse_stat(&s))
+            .map(|s| s.ppid)
+        else {
+            continue;
+        };
+        let cmdline = std::fs::read(e.path().join("cmdline"))
+            .map(|b| {
+                String::from_utf8_lossy(&b)
+                    .replace('\0', " ")
+                    .trim_end()
+                    .to_string()
+            })
+            .unwrap_or_default();
+        out.push(Proc { pid, ppid, cmdline });
+    }
+    out
+}
+
+/// Which of `keys` each process belongs to: a process whose command line
+/// contains a key belongs to it (the first that matches), and so does every
+/// descendant of such a process. Returns pid → key index.
+pub fn owners(procs: &[Proc], keys: &[String]) -> std::collections::BTreeMap<u32, usize> {
+    use std::collections::BTreeMap;
+    let parent: BTreeMap<u32, u32> = procs.iter().map(|p| (p.pid, p.ppid)).collect();
+    let direct: BTreeMap<u32, usize> = procs
+        .iter()
+        .filter(|p| !p.cmdline.is_empty())
+        .filter_map(|p| {
+            keys.iter()
+                .position(|k| !k.is_empty() && p.cmdline.contains(k.as_str()))
+                .map(|i| (p.pid, i))
+        })
+        .collect();
+    let mut out = BTreeMap::new();
+    for p in procs {
+        let mut cur = p.pid;
+        // Bounded walk up the parent chain (a pid-reuse cycle cannot loop).
+        for _ in 0..64 {
+            if let Some(&k) = direct.get(&cur) {
+                out.insert(p.pid, k);
+                break;
+            }
+            match parent.get(&cur) {
+                Some(&pp) if pp != 0 && pp != cur => cur = pp,
+                _ => break,
+            }
+        }
+    }
+    out
+}
+
+/// The fields of `/proc/<pid>/stat` the bench uses (times in clock ticks).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Stat {
+    pub ppid: u32,
+    pub utime: u64,
+    pub stime: u64,
+    /// CPU of waited-for children.
+    pub cutime: u64,
+    pub cstime: u64,
+}
+
+/// Parses `/proc/<pid>/stat` (the command may contain spaces and parens).
+pub fn parse_stat(s: &str) -> Option<Stat> {
+    let rest = &s[s.rfind(')')? + 1..];
+    // Fields after the command: state(3) ppid(4) ... utime(14) stime(15) cutime(16) cstime(17).
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let n = |i: usize| f.get(i - 3).and_then(|v| v.parse::<u64>().ok());
+    Some(Stat {
+        ppid: n(4)? as u32,
+        utime: n(14)?,
+        stime: n(15)?,
+        cutime: n(16)?,
+        cstime: n(17)?,
+    })
+}
+
+/// `/proc/<pid>/stat` of `pid`.
+pub fn stat(pid: u32) -> Option<Stat> {
+    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// Clock ticks per second (`_SC_CLK_TCK`).
+pub fn clock_ticks() -> f64 {
+    // SAFETY: sysconf takes an integer name and has no other effect.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as f64
+    } else {
+        100.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pss_from_smaps_rollup() {
+        let text =
+            "55d0c0a4b000-7ffd8e3f2000 ---p 00000000 00:00 0                          [rollup]\n\
+                    Rss:               38252 kB\n\
+                    Pss:               21034 kB\n\
+                    Pss_Dirty:         12000 kB\n\
+                    Pss_Anon:          11500 kB\n\
+                    Shared_Clean:      17000 kB\n";
+        assert_eq!(parse_pss_kib(text), Some(21034));
+        assert_eq!(parse_pss_kib("Rss: 1 kB\n"), None);
+        assert_eq!(parse_pss_kib(""), None);
+    }
+
+    #[test]
+    fn proc_stat_fields() {
+        let s = "364 (runsc-sandbox (x)) S 1 364 364 0 -1 4194560 9 0 0 0 120 35 7 2 20 0 40 0 \
+                 100 2000000 9000";
+        let st = parse_stat(s).unwrap();
+        assert_eq!(
+            st,
+            Stat {
+                ppid: 1,
+                utime: 120,
+                stime: 35,
+                cutime: 7,
+                cstime: 2
+            }
+        );
+        assert_eq!(parse_stat("garbage"), None);
+        assert_eq!(parse_stat("1 (x) S 0 1"), None);
+    }
+
+    #[test]
+    fn processes_are_grouped_by_key_and_ancestry() {
+        let p = |pid, ppid, c: &str| Proc {
+            pid,
+            ppid,
+            cmdline: c.to_string(),
+        };
+        let procs = vec![
+            p(1, 0, "/sbin/init"),
+            p(10, 1, "sbxd --dev"),
+            p(
+                20,
+                1,
+                "runsc-sandbox --root=/r boot --bundle=/d/aaa/bundle sbx-aaa",
+            ),
+            p(
+                21,
+                20,
+                "runsc-sandbox --root=/r boot --bundle=/d/aaa/bundle sbx-aaa",
+            ),
+            p(22, 21, ""),
+            p(30, 1, "runsc-gofer gofer --bundle=/d/bbb/bundle"),
+            p(31, 10, "runsc exec sbx-aaa /.sbx/bin/sbx-agent relay"),
+            p(40, 1, "sleep 100"),
+        ];
+        let keys = vec!["aaa".to_string(), "bbb".to_string()];
+        let o = owners(&procs, &keys);
+        assert_eq!(o.get(&20), Some(&0));
+        assert_eq!(o.get(&22), Some(&0), "descendant without a cmdline");
+        assert_eq!(o.get(&31), Some(&0), "relay child of sbxd");
+        assert_eq!(o.get(&30), Some(&1));
+        assert_eq!(o.get(&10), None);
+        assert_eq!(o.get(&1), None);
+        assert_eq!(o.get(&40), None);
+        assert_eq!(o.len(), 5);
+    }
+}

@@ -5,6 +5,9 @@
 import { ApiError, call, get, setCsrf } from "./api.js";
 import { alertError, clearAlerts, errorView, field, h, replace } from "./dom.js";
 import { createPage, sandboxesPage, snapshotsPage } from "./list.js";
+import {
+  connectionPage, connectionsPage, finishOauth, newConnectionPage, packagesPage, packageVersionPage,
+} from "./connect.js";
 import { detailPage } from "./detail.js";
 
 const main = document.getElementById("main");
@@ -25,7 +28,12 @@ function resolve(hash) {
     case "snapshots":
       return ["snapshots", snapshotsPage];
     case "connections":
+      if (parts[1] === "new") return ["connections", newConnectionPage];
+      if (parts[1]) return ["connections", (el, signal) => connectionPage(el, signal, parts[1], parts[2], parts[3])];
       return ["connections", connectionsPage];
+    case "packages":
+      if (parts[1] && parts[2]) return ["packages", (el, signal) => packageVersionPage(el, signal, parts[1], parts[2], parts[3])];
+      return ["packages", packagesPage];
     default:
       return ["", notFoundPage];
   }
@@ -51,14 +59,6 @@ function route() {
   (heading || main).focus({ preventScroll: true });
 }
 
-function connectionsPage(el) {
-  replace(
-    el,
-    h("h1", {}, "Connections"),
-    h("p", { class: "empty" }, "Connect is not available yet: connections, runs and packages will appear here once the Connect runtime lands."),
-  );
-}
-
 function notFoundPage(el) {
   replace(el, h("h1", {}, "Not found"), h("p", {}, h("a", { href: "#/sandboxes" }, "Back to sandboxes")));
 }
@@ -68,7 +68,11 @@ function showApp(session) {
   nav.hidden = false;
   signOutButton.hidden = session.dev;
   who.textContent = session.dev ? "dev mode (no sign-in)" : "signed in";
-  route();
+  // Back from an OAuth provider (`/?code=…&state=…`): finish the sign-in first.
+  finishOauth().then((err) => {
+    route();
+    if (err) alertError(err);
+  });
 }
 
 function showSignIn(message) {

@@ -1,9 +1,10 @@
-// Pages: the sandboxes list (live status), the create form, and snapshots with clone and delete.
+// Pages: the sandboxes list (live status), the create form, snapshots with clone and
+// delete. The Connect pages are in connect.js.
 
 import { call, get, q } from "./api.js";
 import { alertError, badge, bytes, errorView, field, h, replace, sleep, time, withProgress } from "./dom.js";
 
-const POLL_MS = 2000;
+export const POLL_MS = 2000;
 const SHAPES = [
   [1, 1024],
   [2, 2048],

@@ -86,6 +86,8 @@ pub struct Limits {
     pub pids_per_sandbox: i64,
     /// How long a snapshot lives before the janitor deletes it.
     pub snapshot_ttl: Duration,
+    /// Test-restore every checkpoint before its snapshot is READY.
+    pub snapshot_verify: bool,
     /// How long an `Idempotency-Key` and its stored response are kept.
     pub idempotency_ttl: Duration,
 }
@@ -101,6 +103,7 @@ impl Default for Limits {
             json_body_bytes: 1024 * 1024,
             pids_per_sandbox: 4096,
             snapshot_ttl: Duration::from_secs(7 * 24 * 3600),
+            snapshot_verify: true,
             idempotency_ttl: Duration::from_secs(24 * 3600),
         }
     }

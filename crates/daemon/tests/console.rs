@@ -1,14 +1,17 @@
 //! The web console: its sign-in sessions and CSRF rules over plain HTTP, then the
 //! whole console end to end in headless Debian Chromium driven by playwright-core
 //! (tests/console/e2e.mjs, installed from its lockfile by ./scripts/test), which
-//! also writes the screenshots in docs/console/.
+//! also writes the screenshots in docs/console/. The end-to-end run covers the
+//! Connect pages too: it uploads examples/connector-items as a tarball, builds it,
+//! and runs its `generate` sync from a connection.
 
 mod common;
 
-use common::Daemon;
+use common::{Daemon, KillLeftovers};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 const KEY: &str = "signkey-test-0123456789abcdef0123456789abcdef";
 
@@ -242,20 +245,22 @@ async fn dev_mode_needs_no_sign_in() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["data"]["dev"], true);
     assert_eq!(body["data"]["csrfToken"], Value::Null);
-    let (ok, stdout) = run_e2e(&dir, &d.base, "--dev", &std::env::temp_dir());
+    let (ok, stdout) = run_e2e(&dir, &d.base, "--dev", &std::env::temp_dir(), &[]);
     assert!(
         ok && stdout.contains(" passed, 0 failed"),
         "dev-mode console:\n{stdout}"
     );
 }
 
-/// Runs tests/console/e2e.mjs; returns (success, stdout).
-fn run_e2e(dir: &Path, base: &str, key: &str, shots: &Path) -> (bool, String) {
+/// Runs tests/console/e2e.mjs (with the Connect package tarballs to upload, if any);
+/// returns (success, stdout).
+fn run_e2e(dir: &Path, base: &str, key: &str, shots: &Path, tarballs: &[&Path]) -> (bool, String) {
     let out = Command::new("node")
         .arg("e2e.mjs")
         .arg(base)
         .arg(key)
         .arg(shots)
+        .args(tarballs)
         .current_dir(dir)
         .output()
         .expect("node");
@@ -270,7 +275,13 @@ async fn console_end_to_end_in_chromium() {
     let dir = console_dir();
     let shots = screenshot_dir();
     let d = Daemon::start(&["--signing-key", KEY]).await;
-    let (ok, stdout) = run_e2e(&dir, &d.base, KEY, &shots);
+    let _leftovers = KillLeftovers::of(&d);
+    let tmp = tempfile::tempdir().unwrap();
+    let tarball = tmp.path().join("connector-items.tgz");
+    pack(&examples().join("connector-items"), &tarball);
+    let oauth = tmp.path().join("connector-oauth.tgz");
+    pack(&oauth_package(tmp.path()), &oauth);
+    let (ok, stdout) = run_e2e(&dir, &d.base, KEY, &shots, &[&tarball, &oauth]);
     assert!(
         ok && stdout.contains(" passed, 0 failed"),
         "the console e2e test failed:\n{stdout}"
@@ -283,14 +294,88 @@ async fn console_end_to_end_in_chromium() {
         "processes",
         "files",
         "snapshots",
+        "packages",
+        "package-build",
+        "connections",
+        "connection-create",
+        "connection-runs",
+        "connection-logs",
+        "connection-test",
     ] {
         assert!(
             shots.join(format!("{page}.png")).exists(),
             "no screenshot of {page}"
         );
     }
+    // Connect's build and job sandboxes go away when their job ends.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !d.runsc_containers().is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     assert!(
         d.runsc_containers().is_empty(),
-        "the e2e test destroys everything it made"
+        "the e2e test destroys everything it made: {:?}",
+        d.runsc_containers()
     );
+}
+
+fn examples() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples")
+}
+
+/// The files of `dir` as a gzip tarball at `out` (at the archive root, no node_modules).
+fn pack(dir: &Path, out: &Path) {
+    let status = Command::new("tar")
+        .arg("-czf")
+        .arg(out)
+        .arg("--exclude=node_modules")
+        .arg("-C")
+        .arg(dir)
+        .arg(".")
+        .status()
+        .expect("tar");
+    assert!(status.success(), "tar of {} failed", dir.display());
+}
+
+/// A minimal OAuth2 package (its provider does not exist): a connection to it
+/// starts in "Reauthorization required" and Reconnect goes to the authorize URL.
+fn oauth_package(tmp: &Path) -> PathBuf {
+    let dir = tmp.join("connector-oauth");
+    std::fs::create_dir_all(&dir).unwrap();
+    let manifest = json!({
+        "name": "connector-oauth", "version": "1.0.0", "private": true,
+        "type": "module", "main": "index.mjs",
+    });
+    let lock = json!({
+        "name": "connector-oauth", "version": "1.0.0", "lockfileVersion": 3, "requires": true,
+        "packages": {"": {"name": "connector-oauth", "version": "1.0.0"}},
+    });
+    std::fs::write(dir.join("package.json"), manifest.to_string()).unwrap();
+    std::fs::write(dir.join("package-lock.json"), lock.to_string()).unwrap();
+    std::fs::write(
+        dir.join("index.mjs"),
+        r#"import { defineConnector } from "@sbx/connect";
+export default defineConnector({
+  auth: {
+    type: "oauth2",
+    authorizeUrl: "https://auth.example.invalid/authorize",
+    tokenUrl: "https://auth.example.invalid/token",
+    scopes: ["read"],
+  },
+  async verify(ctx) {
+    await ctx.json("/me", { type: "object" });
+  },
+  syncs: {
+    things: {
+      mode: "append",
+      async *run() {
+        yield { records: [] };
+      },
+    },
+  },
+});
+"#,
+    )
+    .unwrap();
+    dir
 }

@@ -33,6 +33,7 @@ pub static ASSETS: &[Asset] = &[
     asset!("api.js", JS),
     asset!("dom.js", JS),
     asset!("list.js", JS),
+    asset!("connect.js", JS),
     asset!("detail.js", JS),
     asset!("files.js", JS),
     asset!("favicon.svg", "image/svg+xml"),

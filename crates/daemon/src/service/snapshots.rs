@@ -163,6 +163,9 @@ impl Service {
                     .checkpoint(sandbox, dir.join("checkpoint"))
                     .await
                     .map_err(|e| ServiceError::Internal(format!("checkpoint failed: {e}")))?;
+                if !self.config.limits.snapshot_verify {
+                    return Ok(());
+                }
                 let probe = SandboxSpec {
                     id: Uuid::new_v4(),
                     ..spec
