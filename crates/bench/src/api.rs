@@ -88,6 +88,19 @@ impl Api {
         Self::decode(&method, path, resp).await
     }
 
+    /// POSTs raw bytes with a content type (e.g. a package tarball).
+    pub async fn post_bytes(&self, path: &str, content_type: &str, body: Bytes) -> Result<Resp> {
+        let resp = self
+            .http
+            .post(self.url(path))
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+            .await
+            .with_context(|| format!("POST {path}"))?;
+        Self::decode(&Method::POST, path, resp).await
+    }
+
     async fn decode(method: &Method, path: &str, resp: reqwest::Response) -> Result<Resp> {
         let status = resp.status();
         let bytes = resp

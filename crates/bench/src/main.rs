@@ -12,6 +12,7 @@
 //! `bench-raw-<tag>-*` under the run's own runsc `--root`.
 
 mod api;
+mod connect;
 mod cpu;
 mod load;
 mod network;
@@ -57,6 +58,7 @@ const SCENARIOS: &[&str] = &[
     "density-mem",
     "density-exec",
     "sbxd-cpu",
+    "connect-job",
 ];
 
 /// Scenarios that run on the long-lived ("warm") sandbox pair.
@@ -941,6 +943,9 @@ async fn main() -> Result<()> {
             }
             if b.wants("density-mem") || b.wants("density-exec") {
                 b.density().await;
+            }
+            if b.wants("connect-job") {
+                b.connect().await;
             }
         };
         tokio::select! {
