@@ -27,8 +27,23 @@ struct ClaimedSync {
     slot: SyncSlot,
 }
 
-fn bad_cursor() -> ServiceError {
-    ServiceError::Invalid("cursor is not valid".into())
+/// A numeric page cursor (a log line id or a record sequence number).
+fn numeric_cursor(q: &PageQuery) -> Result<Option<i64>, ServiceError> {
+    q.cursor
+        .as_deref()
+        .map(|c| {
+            c.parse::<i64>()
+                .map_err(|_| ServiceError::Invalid("cursor is not valid".into()))
+        })
+        .transpose()
+}
+
+/// A page of `items`; a full page gets the cursor of its last item.
+fn page<T>(items: Vec<T>, limit: u32, cursor_of: impl Fn(&T) -> String) -> Page<T> {
+    let next_cursor = (items.len() as u32 == limit)
+        .then(|| items.last().map(&cursor_of))
+        .flatten();
+    Page { items, next_cursor }
 }
 
 impl ConnectService {
@@ -273,10 +288,7 @@ impl ConnectService {
         let items = self
             .store
             .list_runs(workspace, connection_id, q.cursor.as_deref(), limit)?;
-        let next_cursor = (items.len() as u32 == limit)
-            .then(|| items.last().map(|r| r.id.clone()))
-            .flatten();
-        Ok(Page { items, next_cursor })
+        Ok(page(items, limit, |r| r.id.clone()))
     }
 
     /// Log lines of a connection (all its runs) or of one run, oldest first.
@@ -294,19 +306,12 @@ impl ConnectService {
         if let Some(id) = run_id {
             self.store.get_run(workspace, id)?;
         }
-        let after = q
-            .cursor
-            .as_deref()
-            .map(|c| c.parse::<i64>().map_err(|_| bad_cursor()))
-            .transpose()?;
+        let after = numeric_cursor(q)?;
         let limit = q.limit();
         let items = self
             .store
             .list_logs(workspace, connection_id, run_id, after, limit)?;
-        let next_cursor = (items.len() as u32 == limit)
-            .then(|| items.last().map(|l| l.id.to_string()))
-            .flatten();
-        Ok(Page { items, next_cursor })
+        Ok(page(items, limit, |l| l.id.to_string()))
     }
 
     /// Committed records of a sync, in commit order.
@@ -318,19 +323,12 @@ impl ConnectService {
         q: &PageQuery,
     ) -> Result<RecordsPage, ServiceError> {
         self.store.get_connection(workspace, connection_id)?;
-        let after = q
-            .cursor
-            .as_deref()
-            .map(|c| c.parse::<i64>().map_err(|_| bad_cursor()))
-            .transpose()?;
+        let after = numeric_cursor(q)?;
         let limit = q.limit();
         let items = self
             .store
             .read_records(workspace, connection_id, sync, after, limit)?;
-        let next_cursor = (items.len() as u32 == limit)
-            .then(|| items.last().map(|r| r.seq.to_string()))
-            .flatten();
-        Ok(Page { items, next_cursor })
+        Ok(page(items, limit, |r| r.seq.to_string()))
     }
 
     /// The last committed checkpoint of a sync.
