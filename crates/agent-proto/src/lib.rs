@@ -8,9 +8,11 @@
 //! in the frame's binary payload, never inside the JSON header.
 
 pub mod codec;
+pub mod direct;
 pub mod messages;
 
 pub use codec::{read_frame, write_frame, CodecError, Frame, MAX_FRAME_BYTES, MAX_HEADER_BYTES};
+pub use direct::*;
 pub use messages::*;
 
 /// Protocol version announced in [`messages::Reply::Hello`]; bump on incompatible change.

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-const USAGE: &str = "usage: sbx-agent init | serve --socket PATH | relay [--socket PATH] | version";
+const USAGE: &str = "usage: sbx-agent init | serve --socket PATH | relay [--socket PATH] | write-file PATH MODE MAX_BYTES | version";
 
 #[derive(PartialEq)]
 enum Mode {
@@ -23,6 +23,23 @@ fn socket_arg(args: &[String]) -> Result<Option<PathBuf>, String> {
         }
         _ => Err(USAGE.to_string()),
     }
+}
+
+/// `write-file PATH MODE MAX_BYTES` (MODE in octal): the direct upload path.
+/// The outcome is the JSON line on stdout; the exit code is 0 either way.
+fn write_file(args: &[String]) -> Result<(), String> {
+    let [path, mode, max] = args else {
+        return Err(USAGE.to_string());
+    };
+    let mode = u32::from_str_radix(mode, 8).map_err(|_| format!("bad mode {mode:?}"))?;
+    let max: u64 = max.parse().map_err(|_| format!("bad byte limit {max:?}"))?;
+    let result = match sbx_agent::upload::write_file_from_stdin(path, mode, max) {
+        Ok(n) => sbx_agent_proto::DirectUploadResult::Written { bytes_written: n },
+        Err(e) => sbx_agent_proto::DirectUploadResult::Failed(e.into()),
+    };
+    let line = serde_json::to_string(&result).map_err(|e| e.to_string())?;
+    println!("{line}");
+    Ok(())
 }
 
 fn main() -> ExitCode {
@@ -42,6 +59,7 @@ fn main() -> ExitCode {
             let path = p.unwrap_or_else(|| PathBuf::from(AGENT_SOCKET_PATH));
             sbx_agent::relay::relay(&path).map_err(|e| e.to_string())
         }),
+        "write-file" => write_file(rest),
         "version" | "--version" => {
             println!(
                 "sbx-agent {} (protocol {})",

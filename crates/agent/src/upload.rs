@@ -240,3 +240,55 @@ async fn run(
     // The connection dropped: `temp` is removed on drop.
     None
 }
+
+/// Bytes read from stdin per `read` by [`write_file_from_stdin`].
+const DIRECT_READ_BYTES: usize = 1024 * 1024;
+
+/// `sbx-agent write-file`: the direct upload path (see
+/// `sbx_agent_proto::direct`). Same temp file, checks and atomic commit as a
+/// framed upload, but the bytes come straight from stdin, not through the
+/// agent's connection.
+pub fn write_file_from_stdin(path: &str, mode: u32, max_bytes: u64) -> Result<u64, UploadError> {
+    use sbx_agent_proto::{direct_upload_trailer_matches, DIRECT_UPLOAD_TRAILER_BYTES};
+    use std::io::Read;
+    let mut temp = open_temp(path, mode)?;
+    let mut stdin = std::io::stdin().lock();
+    let mut buf = vec![0u8; DIRECT_READ_BYTES + DIRECT_UPLOAD_TRAILER_BYTES];
+    // The last bytes seen are held back: they may be the trailer.
+    let mut held = 0usize;
+    let mut written: u64 = 0;
+    loop {
+        let n = match stdin.read(&mut buf[held..held + DIRECT_READ_BYTES]) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(io_err(path, e).into()),
+        };
+        let total = held + n;
+        let ready = total.saturating_sub(DIRECT_UPLOAD_TRAILER_BYTES);
+        if ready > 0 {
+            written += ready as u64;
+            if written > max_bytes {
+                return Err(UploadError::TooLarge(max_bytes));
+            }
+            temp.file
+                .write_all(&buf[..ready])
+                .map_err(|e| io_err(path, e))?;
+            buf.copy_within(ready..total, 0);
+        }
+        held = total - ready;
+    }
+    if !direct_upload_trailer_matches(&buf[..held], written) {
+        // Dropping `temp` removes it: nothing changes.
+        return Err(io_err(
+            path,
+            std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the upload stream ended early",
+            ),
+        )
+        .into());
+    }
+    commit(temp)?;
+    Ok(written)
+}

@@ -308,6 +308,23 @@ impl Runtime for GvisorRuntime {
         self.connect_inner(id).boxed()
     }
 
+    fn spawn_exec(
+        &self,
+        id: Uuid,
+        argv: Vec<String>,
+    ) -> Result<tokio::process::Child, RuntimeError> {
+        let opts = ExecOptions {
+            argv,
+            ..ExecOptions::default()
+        };
+        let mut cmd = self.runsc.exec_command(&container_id(id), &opts);
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true);
+        Ok(cmd.spawn()?)
+    }
+
     fn wait_ready(&self, id: Uuid) -> BoxFuture<'_, Result<AgentConn, RuntimeError>> {
         self.connect_within(id, RESTORE_READY_TIMEOUT).boxed()
     }

@@ -67,6 +67,14 @@ pub trait Runtime: Send + Sync {
     fn wait_ready(&self, id: Uuid) -> BoxFuture<'_, Result<AgentConn, RuntimeError>>;
     /// Opens a new connection to a running sandbox's agent (one attempt).
     fn connect(&self, id: Uuid) -> BoxFuture<'_, Result<AgentConn, RuntimeError>>;
+    /// Starts `argv` inside the sandbox with piped stdin and stdout (stderr
+    /// discarded), outside the agent connection: a direct file transfer. The
+    /// caller owns the process (kill on drop).
+    fn spawn_exec(
+        &self,
+        id: Uuid,
+        argv: Vec<String>,
+    ) -> Result<tokio::process::Child, RuntimeError>;
     /// Whether the sandbox's container is running (or paused).
     fn is_alive(&self, id: Uuid) -> BoxFuture<'_, Result<bool, RuntimeError>>;
     /// Whether the container is paused (`None` when it does not exist).

@@ -4,13 +4,25 @@ use super::{agent_error, Result, Service, ServiceError};
 use crate::runtime::{AgentCallError, AgentStream, StreamItem};
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
-use sbx_agent_proto::{AgentErrorCode, Event, FileStat, Reply, Request};
+use sbx_agent_proto::{
+    direct_upload_trailer, AgentErrorCode, DirectUploadResult, Event, FileStat, Reply, Request,
+    AGENT_BINARY_PATH,
+};
 use sbx_api_types::validate;
 use std::sync::Arc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use uuid::Uuid;
 
 /// Largest upload frame sent to the agent.
 const UPLOAD_FRAME_BYTES: usize = 1024 * 1024;
+/// Pipe buffer of a direct upload's stdin.
+const DIRECT_PIPE_BYTES: libc::c_int = 1024 * 1024;
+/// Uploads larger than this take the direct path (`sbx-agent write-file`).
+const DIRECT_UPLOAD_MIN_BYTES: usize = 2 * 1024 * 1024;
+
+fn bad_body(e: impl std::fmt::Display) -> ServiceError {
+    ServiceError::BadRequest(format!("reading the request body failed: {e}"))
+}
 
 /// A download ready to stream: the file's metadata and the rest of its bytes.
 pub struct Download {
@@ -52,6 +64,29 @@ impl Service {
         let mode = validate::file_mode(mode)?;
         let limit = self.config.limits.file_bytes;
         let conn = self.agent(workspace, id).await?;
+        let mut body = body;
+        // A body that outgrows DIRECT_UPLOAD_MIN_BYTES skips the agent
+        // connection (its relay and framing halve large uploads); smaller
+        // ones are sent as frames. Either way at most this prefix is held.
+        let mut prefix: Vec<u8> = Vec::new();
+        let mut ended = false;
+        while prefix.len() < DIRECT_UPLOAD_MIN_BYTES {
+            match body.next().await {
+                Some(chunk) => prefix.extend_from_slice(&chunk.map_err(bad_body)?),
+                None => {
+                    ended = true;
+                    break;
+                }
+            }
+        }
+        if prefix.len() as u64 > limit {
+            return Err(ServiceError::FileTooLarge(limit));
+        }
+        if !ended {
+            return self
+                .upload_direct(id, path, mode, limit, prefix, body)
+                .await;
+        }
         let mut upload = conn
             .begin_upload(Request::FileWriteBegin {
                 path: path.to_string(),
@@ -60,38 +95,11 @@ impl Service {
             })
             .await
             .map_err(|e| file_error(path, e, limit))?;
-        let mut body = body;
-        let mut total: u64 = 0;
-        // Small body chunks are merged into frames of UPLOAD_FRAME_BYTES: every
-        // frame costs copies and system calls inside gVisor; bytes are cheap.
-        let mut frame = Vec::with_capacity(UPLOAD_FRAME_BYTES);
-        while let Some(chunk) = body.next().await {
-            let chunk = chunk.map_err(|e| {
-                ServiceError::BadRequest(format!("reading the request body failed: {e}"))
-            })?;
-            total += chunk.len() as u64;
-            if total > limit {
-                // Dropping `upload` aborts it; the agent removes its temp file.
-                return Err(ServiceError::FileTooLarge(limit));
-            }
-            let mut rest = &chunk[..];
-            while !rest.is_empty() {
-                let take = rest.len().min(UPLOAD_FRAME_BYTES - frame.len());
-                frame.extend_from_slice(&rest[..take]);
-                rest = &rest[take..];
-                if frame.len() == UPLOAD_FRAME_BYTES {
-                    let full =
-                        std::mem::replace(&mut frame, Vec::with_capacity(UPLOAD_FRAME_BYTES));
-                    upload
-                        .send(full)
-                        .await
-                        .map_err(|e| file_error(path, e, limit))?;
-                }
-            }
-        }
-        if !frame.is_empty() {
+        // Frames of UPLOAD_FRAME_BYTES: every frame costs copies and system
+        // calls inside gVisor; bytes are cheap.
+        for frame in prefix.chunks(UPLOAD_FRAME_BYTES) {
             upload
-                .send(frame)
+                .send(frame.to_vec())
                 .await
                 .map_err(|e| file_error(path, e, limit))?;
         }
@@ -104,6 +112,86 @@ impl Service {
             (other, _) => Err(ServiceError::Internal(format!(
                 "unexpected agent reply {other:?}"
             ))),
+        }
+    }
+
+    /// The direct upload path: `runsc exec sbx-agent write-file` reads the
+    /// body on its stdin, then the trailer that lets it commit (see
+    /// `sbx_agent_proto::direct`). Any failure on this side kills it before
+    /// the trailer, so the destination is never touched.
+    async fn upload_direct<S, E>(
+        &self,
+        id: Uuid,
+        path: &str,
+        mode: u32,
+        limit: u64,
+        prefix: Vec<u8>,
+        mut body: S,
+    ) -> Result<u64>
+    where
+        S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
+        E: std::fmt::Display,
+    {
+        let argv = vec![
+            AGENT_BINARY_PATH.to_string(),
+            "write-file".to_string(),
+            path.to_string(),
+            format!("{mode:o}"),
+            limit.to_string(),
+        ];
+        let mut child = self
+            .runtime
+            .spawn_exec(id, argv)
+            .map_err(|e| ServiceError::Unavailable(format!("starting the upload: {e}")))?;
+        let (Some(mut stdin), Some(mut stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            return Err(ServiceError::Internal("upload process has no stdio".into()));
+        };
+        // A 1 MiB pipe: the writer inside gVisor then reads up to 1 MiB per
+        // system call instead of 64 KiB.
+        {
+            use std::os::fd::AsRawFd;
+            // SAFETY: fcntl on a pipe fd we own; failure only keeps the default size.
+            unsafe { libc::fcntl(stdin.as_raw_fd(), libc::F_SETPIPE_SZ, DIRECT_PIPE_BYTES) };
+        }
+        let mut total = prefix.len() as u64;
+        let sent: Result<bool> = async {
+            if stdin.write_all(&prefix).await.is_err() {
+                return Ok(false);
+            }
+            drop(prefix);
+            while let Some(chunk) = body.next().await {
+                let chunk = chunk.map_err(bad_body)?;
+                total += chunk.len() as u64;
+                if total > limit {
+                    return Err(ServiceError::FileTooLarge(limit));
+                }
+                if stdin.write_all(&chunk).await.is_err() {
+                    return Ok(false);
+                }
+            }
+            let trailer = direct_upload_trailer(total);
+            Ok(stdin.write_all(&trailer).await.is_ok() && stdin.shutdown().await.is_ok())
+        }
+        .await;
+        // Our failure: kill the writer before it sees a trailer (dropping
+        // `child` kills `runsc exec`; closing stdin ends the stream early).
+        sent?;
+        drop(stdin);
+        let mut answer = Vec::new();
+        stdout
+            .read_to_end(&mut answer)
+            .await
+            .map_err(|e| ServiceError::Unavailable(format!("reading the upload's answer: {e}")))?;
+        let _ = child.wait().await;
+        let line = String::from_utf8_lossy(&answer);
+        match serde_json::from_str::<DirectUploadResult>(line.trim()) {
+            Ok(DirectUploadResult::Written { bytes_written }) => Ok(bytes_written),
+            Ok(DirectUploadResult::Failed(err)) => {
+                Err(file_error(path, AgentCallError::Agent(err), limit))
+            }
+            Err(_) => Err(ServiceError::Unavailable(
+                "the upload process ended without an answer".into(),
+            )),
         }
     }
 
