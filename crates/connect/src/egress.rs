@@ -50,14 +50,15 @@ impl std::fmt::Debug for BrokerConfig {
 }
 
 impl BrokerConfig {
-    /// Port 443, no extra roots, the given filter, 60 s per request, 32 MiB bodies.
+    /// Port 443, no extra roots, the given filter, 60 s per request, 11 MiB bodies (base64 in a
+    /// `fetch_reply` line that must fit the runner's 16 MiB line limit).
     pub fn new(address_filter: AddressFilter) -> Self {
         BrokerConfig {
             allowed_port: 443,
             extra_roots: Vec::new(),
             address_filter,
             request_timeout: Duration::from_secs(60),
-            max_response_bytes: 32 * 1024 * 1024,
+            max_response_bytes: crate::limits::MAX_RESPONSE_BYTES,
         }
     }
 

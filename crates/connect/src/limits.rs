@@ -10,7 +10,15 @@ pub enum LimitsError {
     /// A limit that must be positive is zero.
     #[error("connect limit {0} must be greater than zero")]
     Zero(&'static str),
+    /// A limit is above what the protocol can carry.
+    #[error("connect limit {0} must be at most {1}")]
+    TooLarge(&'static str, u64),
 }
+
+/// Largest `max_response_bytes`: the body travels base64-encoded (4/3) in one `fetch_reply`
+/// line, and the runner refuses lines over 16 MiB (`MAX_LINE_BYTES` in `sdk/lib/channel.mjs`);
+/// 11 MiB leaves about 1.3 MiB for the status and headers.
+pub const MAX_RESPONSE_BYTES: u64 = 11 * 1024 * 1024;
 
 /// Retry policy the runner applies to `ctx.fetch` (sent in the `job` message).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -105,7 +113,7 @@ impl Default for Limits {
             log_retention: Duration::from_secs(30 * 24 * 3600),
             platform_retries: 2,
             fetch_retry: RetryPolicy::default(),
-            max_response_bytes: 32 * 1024 * 1024,
+            max_response_bytes: MAX_RESPONSE_BYTES,
         }
     }
 }
@@ -156,6 +164,12 @@ impl Limits {
                 return Err(LimitsError::Zero(name));
             }
         }
+        if self.max_response_bytes > MAX_RESPONSE_BYTES {
+            return Err(LimitsError::TooLarge(
+                "max_response_bytes",
+                MAX_RESPONSE_BYTES,
+            ));
+        }
         Ok(())
     }
 }
@@ -186,7 +200,9 @@ mod tests {
         assert_eq!(l.fetch_retry.base_delay_ms, 250);
         assert_eq!(l.fetch_retry.max_delay_ms, 10_000);
         assert_eq!(l.fetch_retry.max_retry_after_ms, 30_000);
-        assert_eq!(l.max_response_bytes, 32 << 20);
+        assert_eq!(l.max_response_bytes, 11 << 20);
+        // The base64 reply line of the largest body must fit the runner's 16 MiB line limit.
+        assert!(l.max_response_bytes.div_ceil(3) * 4 + (1 << 20) <= 16 << 20);
         assert!(l.validate().is_ok());
     }
 

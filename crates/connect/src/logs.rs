@@ -2,6 +2,10 @@
 
 use crate::model::LogLevel;
 
+/// The least a message costs against the run budget: an empty message still makes a stored
+/// line (row, timestamp, level), so a flood of empty messages must run out too.
+pub const MIN_CHARGED_BYTES: usize = 64;
+
 /// Errors of the logs module.
 #[derive(Debug, thiserror::Error)]
 pub enum LogsError {
@@ -58,14 +62,15 @@ impl LogPolicy {
                 self.max_message_bytes
             ));
         }
-        if self.logged_bytes + message.len() > self.max_run_bytes {
+        let charge = message.len().max(MIN_CHARGED_BYTES);
+        if self.logged_bytes + charge > self.max_run_bytes {
             self.stopped = true;
             return LogDecision::Stop(format!(
                 "This run logged {} bytes; log recording stopped for the rest of this run.",
                 self.max_run_bytes
             ));
         }
-        self.logged_bytes += message.len();
+        self.logged_bytes += charge;
         LogDecision::Record(level, message.to_string())
     }
 }
@@ -107,19 +112,36 @@ mod tests {
 
     #[test]
     fn stops_when_run_total_reached() {
-        let mut p = LogPolicy::new(4096, 25);
+        let mut p = LogPolicy::new(4096, 150);
         for _ in 0..2 {
             assert!(matches!(
                 p.admit(LogLevel::Info, "0123456789"),
                 LogDecision::Record(..)
             ));
         }
-        // 20 + 10 > 25: this message would cross the run budget.
+        // Each message is charged at least 64 bytes: 128 + 64 > 150 crosses the run budget.
         match p.admit(LogLevel::Info, "0123456789") {
             LogDecision::Stop(text) => assert!(text.contains("stopped")),
             other => panic!("expected stop, got {other:?}"),
         }
         assert_eq!(p.admit(LogLevel::Info, "a"), LogDecision::Drop);
+    }
+
+    #[test]
+    fn empty_messages_are_charged_and_stop_recording() {
+        let mut p = LogPolicy::new(4096, 1 << 20);
+        let mut recorded = 0usize;
+        let mut stopped = false;
+        for _ in 0..20_000 {
+            match p.admit(LogLevel::Info, "") {
+                LogDecision::Record(..) => recorded += 1,
+                LogDecision::Stop(_) => stopped = true,
+                LogDecision::Drop => {}
+            }
+        }
+        assert!(stopped, "20,000 empty messages must stop recording");
+        assert_eq!(recorded, (1 << 20) / MIN_CHARGED_BYTES);
+        assert!(p.stopped());
     }
 
     #[test]

@@ -138,13 +138,13 @@ async fn token_request(
         .body(body)
         .send()
         .await
-        .map_err(|e| OauthError::Network(e.to_string()))?;
+        .map_err(|e| OauthError::Network(e.without_url().to_string()))?;
     let status = resp.status().as_u16();
     let mut bytes = Vec::new();
     while let Some(chunk) = resp
         .chunk()
         .await
-        .map_err(|e| OauthError::Network(e.to_string()))?
+        .map_err(|e| OauthError::Network(e.without_url().to_string()))?
     {
         if bytes.len() + chunk.len() > MAX_TOKEN_RESPONSE {
             return Err(OauthError::Failed {

@@ -89,6 +89,11 @@ fn echoed_headers(a: &HttpAnswer) -> BTreeMap<String, String> {
     serde_json::from_value(v["headers"].clone()).expect("headers")
 }
 
+/// The headers the server got with the last request (the echo the package sees is redacted).
+fn sent_headers(server: &common::TestServer) -> BTreeMap<String, String> {
+    server.seen().last().expect("a request").headers.clone()
+}
+
 const SMUGGLED: &[(&str, &str)] = &[
     ("Authorization", "Bearer package-made"),
     ("Cookie", "sid=1"),
@@ -116,7 +121,15 @@ async fn api_key_header_injected_and_package_credentials_stripped() {
         a.headers.get("content-type").map(String::as_str),
         Some("application/json")
     );
-    let h = echoed_headers(&a);
+    // The package sees the echo with the injected key redacted ...
+    let echoed = echoed_headers(&a);
+    assert_eq!(
+        echoed.get("x-api-key").map(String::as_str),
+        Some("[redacted]")
+    );
+    assert!(!String::from_utf8_lossy(&a.body).contains("k-secret"));
+    // ... while the server got the key.
+    let h = sent_headers(&server);
     assert_eq!(h.get("x-api-key").map(String::as_str), Some("k-secret"));
     assert_eq!(h.get("x-trace").map(String::as_str), Some("t-1"));
     assert!(!h.contains_key("authorization"));
@@ -153,7 +166,12 @@ async fn bearer_and_basic_injected() {
             token: "tok".into(),
         },
     );
-    let h = echoed_headers(&answer(s.fetch(get("/echo", SMUGGLED), deadline()).await));
+    let a = answer(s.fetch(get("/echo", SMUGGLED), deadline()).await);
+    assert_eq!(
+        echoed_headers(&a).get("authorization").map(String::as_str),
+        Some("[redacted]")
+    );
+    let h = sent_headers(&server);
     assert_eq!(
         h.get("authorization").map(String::as_str),
         Some("Bearer tok")
@@ -168,7 +186,12 @@ async fn bearer_and_basic_injected() {
             password: "p".into(),
         },
     );
-    let h = echoed_headers(&answer(s.fetch(get("/echo", SMUGGLED), deadline()).await));
+    let a = answer(s.fetch(get("/echo", SMUGGLED), deadline()).await);
+    assert_eq!(
+        echoed_headers(&a).get("authorization").map(String::as_str),
+        Some("[redacted]")
+    );
+    let h = sent_headers(&server);
     assert_eq!(
         h.get("authorization").map(String::as_str),
         Some("Basic dTpw")
@@ -474,4 +497,22 @@ async fn job_fetches_are_answered_concurrently() {
         .expect("fetches must not be serialized");
     assert!(matches!(out, JobOutcome::Succeeded { .. }), "{out:?}");
     assert_eq!(script.await.expect("script"), vec![2, 1]);
+}
+
+#[tokio::test]
+async fn query_api_key_echoed_by_the_server_is_redacted() {
+    let server = common::start().await;
+    let auth = AuthDefinition::ApiKey {
+        header: None,
+        query: Some("api_key".into()),
+    };
+    let key = "k/secret+key";
+    let (s, _) = session(&server, auth, Credentials::ApiKey { key: key.into() });
+    let a = answer(s.fetch(get("/echo?x=1", &[]), deadline()).await);
+    let body = String::from_utf8_lossy(&a.body).into_owned();
+    // The server got the key (percent-encoded in the URL) and echoed the URL back.
+    assert_eq!(server.paths(), vec!["/echo?x=1&api_key=k%2Fsecret%2Bkey"]);
+    assert!(!body.contains("k%2Fsecret%2Bkey"), "{body}");
+    assert!(!body.contains(key), "{body}");
+    assert!(body.contains("api_key=[redacted]"), "{body}");
 }

@@ -580,3 +580,44 @@ async fn bench_sync_one_million_records_end_to_end() {
         );
     }
 }
+
+#[tokio::test]
+async fn rebuild_cannot_change_a_versions_definition() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let auth = |token: &str| {
+        json!({
+            "type": "oauth2",
+            "authorizeUrl": "https://auth.example/authorize",
+            "tokenUrl": token,
+        })
+    };
+    let fake = Fake::new(basic(definition(
+        auth("https://auth.example/token"),
+        json!([]),
+    )));
+    let svc = open(dir.path(), fake.clone(), None);
+    built(&svc).await;
+    // Same definition: a rebuild is fine.
+    let again = svc.build("ws", "conn", "1.0.0").await.expect("rebuild");
+    assert_eq!(
+        again.status,
+        sbx_connect::model::BuildStatus::Succeeded,
+        "{again:?}"
+    );
+    // A rebuild that describes another token endpoint fails and keeps the old definition.
+    fake.set(basic(definition(
+        auth("https://evil.example/token"),
+        json!([]),
+    )));
+    let b = svc.build("ws", "conn", "1.0.0").await.expect("rebuild");
+    assert_eq!(b.status, sbx_connect::model::BuildStatus::Failed, "{b:?}");
+    assert!(
+        format!("{b:?}").contains("immutable"),
+        "clear message: {b:?}"
+    );
+    let pv = svc
+        .get_package_version("ws", "conn", "1.0.0")
+        .expect("version");
+    let def = serde_json::to_value(pv.definition.expect("definition")).expect("json");
+    assert_eq!(def["auth"]["tokenUrl"], "https://auth.example/token");
+}

@@ -21,8 +21,67 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use wire::{Incoming, ReadLine};
 
-/// Fetches in flight at once; beyond this the host stops reading until one finishes.
+/// Fetches in flight at once; beyond this the host stops reading until one finishes. A fetch
+/// counts until its reply line is queued for the writer, and queuing waits for write budget.
 const MAX_FETCHES_IN_FLIGHT: usize = 32;
+
+/// Bytes of outgoing lines waiting for the writer per job. A runner that stops reading its
+/// socket cannot make the host hold more than this in queued replies (plus at most
+/// [`MAX_FETCHES_IN_FLIGHT`] replies waiting for budget).
+pub const MAX_QUEUED_BYTES: usize = 64 * 1024 * 1024;
+
+/// Lines queued for the writer (the byte budget is what bounds memory).
+const WRITE_QUEUE_LINES: usize = 16;
+
+/// One line for the writer, holding its share of the byte budget until written.
+struct Outgoing {
+    line: Vec<u8>,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+/// The sending side of the writer queue: each line first acquires its size in bytes from the
+/// job's budget (a line larger than the whole budget takes all of it).
+#[derive(Clone)]
+struct Outbox {
+    tx: mpsc::Sender<Outgoing>,
+    budget: Arc<tokio::sync::Semaphore>,
+    limit: usize,
+}
+
+impl Outbox {
+    fn new(limit: usize) -> (Self, mpsc::Receiver<Outgoing>) {
+        let limit = limit.clamp(
+            1,
+            tokio::sync::Semaphore::MAX_PERMITS.min(u32::MAX as usize),
+        );
+        let (tx, rx) = mpsc::channel(WRITE_QUEUE_LINES);
+        let budget = Arc::new(tokio::sync::Semaphore::new(limit));
+        (Outbox { tx, budget, limit }, rx)
+    }
+
+    /// Bytes currently waiting for the writer.
+    #[cfg(test)]
+    fn queued_bytes(&self) -> usize {
+        self.limit - self.budget.available_permits()
+    }
+
+    async fn send(&self, line: Vec<u8>) -> Result<(), ()> {
+        let n = line.len().clamp(1, self.limit) as u32;
+        let permit = self
+            .budget
+            .clone()
+            .acquire_many_owned(n)
+            .await
+            .map_err(|_| ())?;
+        self.tx
+            .send(Outgoing {
+                line,
+                _permit: permit,
+            })
+            .await
+            .map_err(|_| ())
+    }
+}
 
 /// Errors of the job module (set-up only; job failures are [`JobOutcome::Failed`]).
 #[derive(Debug, thiserror::Error)]
@@ -134,7 +193,18 @@ struct Stop {
 }
 
 impl Stop {
+    /// A broken message after `hello`: package code shares the runner's process and can write
+    /// to the channel, so this is the package's fault (no retry in a fresh sandbox).
     fn protocol() -> Self {
+        Stop {
+            outcome: JobOutcome::failed(FailureCategory::PackageError, "protocol"),
+            abort: Some("platform"),
+        }
+    }
+
+    /// A broken or missing `hello`: sent before any package code is loaded, so the runner
+    /// (platform) is at fault.
+    fn platform_protocol() -> Self {
         Stop {
             outcome: JobOutcome::failed(FailureCategory::Platform, "protocol"),
             abort: Some("platform"),
@@ -172,6 +242,20 @@ pub async fn drive<S>(channel: S, spec: JobSpec, env: &JobEnv) -> JobOutcome
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let (outbox, rx) = Outbox::new(MAX_QUEUED_BYTES);
+    drive_with(channel, spec, env, outbox, rx).await
+}
+
+async fn drive_with<S>(
+    channel: S,
+    spec: JobSpec,
+    env: &JobEnv,
+    tx: Outbox,
+    rx: mpsc::Receiver<Outgoing>,
+) -> JobOutcome
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let spool = match (spec.kind, &spec.sync, &env.spool_path) {
         (JobKind::Sync, Some(_), Some(path)) => match SpoolWriter::create(path) {
             Ok(w) => Some(w),
@@ -188,7 +272,6 @@ where
     };
     let (read_half, write_half) = tokio::io::split(channel);
     let mut reader = BufReader::with_capacity(256 * 1024, read_half);
-    let (tx, rx) = mpsc::channel::<Vec<u8>>(256);
     let writer = tokio::spawn(write_loop(write_half, rx));
     let mut state = State {
         spool,
@@ -239,16 +322,17 @@ where
     outcome
 }
 
-async fn write_loop<W: AsyncWrite>(mut w: WriteHalf<W>, mut rx: mpsc::Receiver<Vec<u8>>) {
-    while let Some(line) = rx.recv().await {
-        if w.write_all(&line).await.is_err() || w.flush().await.is_err() {
+async fn write_loop<W: AsyncWrite>(mut w: WriteHalf<W>, mut rx: mpsc::Receiver<Outgoing>) {
+    // Each line's budget share is released when `out` drops, after it is written.
+    while let Some(out) = rx.recv().await {
+        if w.write_all(&out.line).await.is_err() || w.flush().await.is_err() {
             return;
         }
     }
     let _ = w.shutdown().await;
 }
 
-async fn send(tx: &mpsc::Sender<Vec<u8>>, line: Vec<u8>) -> Result<(), Stop> {
+async fn send(tx: &Outbox, line: Vec<u8>) -> Result<(), Stop> {
     tx.send(line).await.map_err(|_| Stop {
         outcome: JobOutcome::failed(FailureCategory::Platform, "channel_lost"),
         abort: None,
@@ -287,15 +371,20 @@ async fn next_message<S: AsyncRead>(
 
 async fn run<S: AsyncRead>(
     reader: &mut BufReader<ReadHalf<S>>,
-    tx: &mpsc::Sender<Vec<u8>>,
+    tx: &Outbox,
     state: &mut State,
     spec: &JobSpec,
     env: &JobEnv,
     deadline: Instant,
 ) -> Result<JobOutcome, Stop> {
-    let hello = next_message(reader, state).await?;
+    let hello = next_message(reader, state).await.map_err(|stop| {
+        match stop.outcome.failure_category() {
+            Some(FailureCategory::PackageError) => Stop::platform_protocol(),
+            _ => stop,
+        }
+    })?;
     if hello.t != "hello" || hello.v != Some(1) {
-        return Err(Stop::protocol());
+        return Err(Stop::platform_protocol());
     }
     let remaining = deadline.saturating_duration_since(Instant::now());
     let job = wire::JobMessage {
@@ -329,7 +418,7 @@ fn start_fetch(
     msg: Incoming,
     state: &mut State,
     env: &JobEnv,
-    tx: &mpsc::Sender<Vec<u8>>,
+    tx: &Outbox,
     deadline: Instant,
 ) -> Result<(), Stop> {
     let (Some(id), Some(method), Some(url)) = (msg.id, msg.method, msg.url) else {
@@ -512,6 +601,14 @@ fn runner_failure(msg: Incoming, deadline: Instant, budget: Duration) -> JobOutc
                     .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
         })
         .unwrap_or_else(|| "unknown".to_string());
+    // Only `runner_error` is a fault of the platform's runner; every other failure it reports
+    // (including `protocol`: the package broke the channel) is the package's, and is not retried.
+    if kind == "runner_error" {
+        return JobOutcome::Failed {
+            category: FailureCategory::Platform,
+            kind,
+        };
+    }
     match msg.category.as_deref() {
         // The runner checks the output limits early and reports them as package failures.
         Some("package") if kind == "output_limit" => JobOutcome::Failed {
@@ -523,12 +620,8 @@ fn runner_failure(msg: Incoming, deadline: Instant, budget: Duration) -> JobOutc
         Some("package") if Instant::now() + signal_margin(budget) >= deadline => {
             JobOutcome::failed(FailureCategory::TimeLimit, "time_limit")
         }
-        Some("package") => JobOutcome::Failed {
-            category: FailureCategory::PackageError,
-            kind,
-        },
         _ => JobOutcome::Failed {
-            category: FailureCategory::Platform,
+            category: FailureCategory::PackageError,
             kind,
         },
     }

@@ -376,10 +376,27 @@ async fn runner_fail_maps_category_and_sanitizes_kind() {
             "output_limit",
             (FailureCategory::OutputLimit, "output_limit"),
         ),
+        // Only the runner's own `runner_error` is a platform fault; any other kind is the
+        // package's, whatever category it claims (no forced retries in fresh sandboxes).
         (
             "platform",
             "bad_definition",
-            (FailureCategory::Platform, "bad_definition"),
+            (FailureCategory::PackageError, "bad_definition"),
+        ),
+        (
+            "platform",
+            "protocol",
+            (FailureCategory::PackageError, "protocol"),
+        ),
+        (
+            "platform",
+            "runner_error",
+            (FailureCategory::Platform, "runner_error"),
+        ),
+        (
+            "package",
+            "runner_error",
+            (FailureCategory::Platform, "runner_error"),
         ),
     ] {
         let dir = tempfile::tempdir().expect("tmp");
@@ -402,10 +419,21 @@ async fn runner_fail_maps_category_and_sanitizes_kind() {
 }
 
 #[tokio::test]
-async fn protocol_errors_fail_as_platform() {
-    let cases: Vec<Vec<&str>> = vec![
-        vec!["{\"t\":\"records\",\"records\":[]}\n"],
-        vec!["{\"t\":\"hello\",\"v\":2}\n"],
+async fn protocol_errors_fail_as_package_error_after_hello() {
+    // Before hello no package code runs: a bad hello is the runner's (platform) fault.
+    let cases: Vec<(Vec<&str>, FailureCategory)> = vec![
+        (
+            vec!["{\"t\":\"records\",\"records\":[]}\n"],
+            FailureCategory::Platform,
+        ),
+        (
+            vec!["{\"t\":\"hello\",\"v\":2}\n"],
+            FailureCategory::Platform,
+        ),
+        (vec!["not json\n"], FailureCategory::Platform),
+    ];
+    // After hello, package code shares the channel: a broken line is a package error.
+    let after_hello: Vec<Vec<&str>> = vec![
         vec!["{\"t\":\"hello\",\"v\":1}\n", "not json\n"],
         vec!["{\"t\":\"hello\",\"v\":1}\n", "{\"t\":\"teleport\"}\n"],
         vec![
@@ -417,7 +445,12 @@ async fn protocol_errors_fail_as_platform() {
             "{\"t\":\"records\",\"records\":[{}]}\n",
         ],
     ];
-    for lines in cases {
+    let cases = cases.into_iter().chain(
+        after_hello
+            .into_iter()
+            .map(|l| (l, FailureCategory::PackageError)),
+    );
+    for (lines, want) in cases {
         let dir = tempfile::tempdir().expect("tmp");
         let (host, mut runner) = pair();
         let script_lines: Vec<String> = lines.iter().map(|s| s.to_string()).collect();
@@ -435,11 +468,7 @@ async fn protocol_errors_fail_as_platform() {
         )
         .await;
         script.await.expect("script");
-        assert_eq!(
-            failed(&out),
-            (FailureCategory::Platform, "protocol".into()),
-            "{lines:?}"
-        );
+        assert_eq!(failed(&out), (want, "protocol".into()), "{lines:?}");
     }
 }
 
@@ -497,7 +526,10 @@ async fn fetch_without_broker_is_denied_and_duplicate_ids_are_protocol_errors() 
     assert_eq!(a["code"], "denied");
     assert_eq!(a["retryable"], false);
     assert_eq!(c, Some(json!({"t": "abort", "reason": "platform"})));
-    assert_eq!(failed(&out), (FailureCategory::Platform, "protocol".into()));
+    assert_eq!(
+        failed(&out),
+        (FailureCategory::PackageError, "protocol".into())
+    );
 }
 
 #[test]
@@ -557,4 +589,61 @@ async fn package_failure_after_the_signal_margin_is_time_limit() {
         failed(&out),
         (FailureCategory::TimeLimit, "time_limit".into())
     );
+}
+
+#[tokio::test]
+async fn a_runner_that_stops_reading_cannot_queue_more_than_the_byte_budget() {
+    const BUDGET: usize = 2048;
+    let dir = tempfile::tempdir().expect("tmp");
+    // A small pipe so the host's writes block as soon as the runner stops reading.
+    let (host, runner) = tokio::io::duplex(256);
+    let (r, mut w) = tokio::io::split(runner);
+    let (outbox, rx) = Outbox::new(BUDGET);
+    let probe = outbox.clone();
+    let peak = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let watch = {
+        let peak = peak.clone();
+        tokio::spawn(async move {
+            loop {
+                peak.fetch_max(probe.queued_bytes(), std::sync::atomic::Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+    };
+    let sent = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let script = {
+        let sent = sent.clone();
+        tokio::spawn(async move {
+            // Never reads (keeps the read half alive so the pipe stays open).
+            let _keep = r;
+            w.write_all(b"{\"t\":\"hello\",\"v\":1}\n")
+                .await
+                .expect("hello");
+            for id in 0..2000u64 {
+                let f = json!({"t": "fetch", "id": id, "method": "GET",
+                               "url": format!("/x?pad={}", "p".repeat(200)), "headers": {}});
+                let mut line = f.to_string().into_bytes();
+                line.push(b'\n');
+                if w.write_all(&line).await.is_err() {
+                    return;
+                }
+                sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        })
+    };
+    let mut s = spec(JobKind::Describe, None);
+    s.time_budget = Duration::from_millis(1500);
+    let out = drive_with(host, s, &env(&dir, Arc::default()), outbox, rx).await;
+    watch.abort();
+    script.abort();
+    assert_eq!(
+        failed(&out),
+        (FailureCategory::TimeLimit, "time_limit".into())
+    );
+    let peak = peak.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(peak > 0, "replies were queued");
+    assert!(peak <= BUDGET, "queued {peak} bytes > budget {BUDGET}");
+    // Backpressure reached the runner: the host stopped reading long before 2000 fetches.
+    let sent = sent.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(sent < 2000, "host kept reading: {sent}");
 }

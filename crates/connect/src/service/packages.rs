@@ -36,10 +36,67 @@ pub(super) fn check_definition(def: &Definition) -> Result<(), String> {
     {
         return Err("an apiKey auth needs exactly one of header or query".into());
     }
+    if let Some((crate::model::ApiKeyPlacement::Header, name)) = def.auth.api_key_placement() {
+        if is_reserved_header(name) {
+            return Err(format!(
+                "apiKey.header {name:?} is a standard or proxy request header; use a header of \
+                 the API's own (e.g. x-api-key)"
+            ));
+        }
+    }
+    if let crate::model::AuthDefinition::Oauth2 {
+        authorize_url,
+        token_url,
+        ..
+    } = &def.auth
+    {
+        for (field, raw) in [("authorizeUrl", authorize_url), ("tokenUrl", token_url)] {
+            let ok = url::Url::parse(raw).is_ok_and(|u| u.scheme() == "https" && u.has_host());
+            if !ok {
+                return Err(format!("oauth2.{field} must be an https URL ({raw:?})"));
+            }
+        }
+    }
     if !(def.config.is_object() || def.config.is_boolean()) {
         return Err("the config schema must be an object".into());
     }
     Ok(())
+}
+
+/// Request headers an `apiKey.header` may not name: servers and proxies use or echo them
+/// (`Origin`, `Host`, `Referer` are commonly reflected), so a key there would leak. The broker
+/// strips them from package requests too. `authorization` stays allowed: it is the credential
+/// header, APIs expect raw keys in it, and nothing reflects it by convention.
+fn is_reserved_header(name: &str) -> bool {
+    let n = name.trim().to_ascii_lowercase();
+    matches!(
+        n.as_str(),
+        "host"
+            | "origin"
+            | "referer"
+            | "user-agent"
+            | "accept"
+            | "connection"
+            | "keep-alive"
+            | "cookie"
+            | "cookie2"
+            | "set-cookie"
+            | "forwarded"
+            | "via"
+            | "te"
+            | "trailer"
+            | "transfer-encoding"
+            | "upgrade"
+            | "expect"
+            | "proxy-authorization"
+            | "proxy-connection"
+            | "x-real-ip"
+    ) || n.starts_with("accept-")
+        || n.starts_with("content-")
+        || n.starts_with("x-forwarded-")
+        || n.starts_with("proxy-")
+        || n.starts_with("sec-")
+        || n.starts_with(':')
 }
 
 fn bounded(mut log: String) -> String {
@@ -198,6 +255,30 @@ impl ConnectService {
         Ok(build)
     }
 
+    /// Fails a rebuild whose describe result differs from the version's stored definition.
+    fn fail_changed_definition(
+        &self,
+        workspace: &str,
+        build_id: &str,
+        artifact: &std::path::Path,
+        log: &str,
+    ) -> Result<(), ServiceError> {
+        let _ = std::fs::remove_dir_all(artifact);
+        self.store.update_build(
+            workspace,
+            build_id,
+            BuildStatus::Failed,
+            log,
+            None,
+            Some(
+                "the rebuilt package describes a different definition than this version \
+                 already has (versions are immutable: upload a new version); the old \
+                 definition is kept",
+            ),
+        )?;
+        Ok(())
+    }
+
     /// Creates a build and runs it to its end.
     pub async fn build(
         &self,
@@ -228,15 +309,25 @@ impl ConnectService {
             .await?;
         let log = bounded(log);
         match result {
+            Ok(definition) if pv.definition.as_ref().is_some_and(|old| *old != definition) => {
+                self.fail_changed_definition(workspace, build_id, &artifact, &log)?;
+            }
             Ok(definition) => {
                 let dir = artifact.display().to_string();
-                self.store.set_version_build(
+                match self.store.set_version_build(
                     workspace,
                     &pv.name,
                     &pv.version,
                     build_id,
                     &definition,
-                )?;
+                ) {
+                    Ok(()) => {}
+                    Err(StoreError::Exists(_)) => {
+                        self.fail_changed_definition(workspace, build_id, &artifact, &log)?;
+                        return Ok(self.store.get_build(workspace, build_id)?);
+                    }
+                    Err(e) => return Err(e.into()),
+                }
                 self.store.update_build(
                     workspace,
                     build_id,
@@ -353,5 +444,63 @@ impl ConnectService {
             if result.is_ok() { "ok" } else { "failed" }
         ));
         Ok((log, result))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn def(auth: serde_json::Value) -> Definition {
+        serde_json::from_value(json!({
+            "auth": auth,
+            "config": {"type": "object"},
+            "syncs": [],
+        }))
+        .expect("definition")
+    }
+
+    #[test]
+    fn api_key_header_may_not_be_a_standard_or_proxy_header() {
+        for h in [
+            "Host",
+            "origin",
+            "Referer",
+            "user-agent",
+            "Accept",
+            "accept-language",
+            "Content-Type",
+            "connection",
+            "Cookie",
+            "forwarded",
+            "X-Forwarded-For",
+            "via",
+            "te",
+            "Transfer-Encoding",
+            "upgrade",
+            "proxy-authorization",
+        ] {
+            let e = check_definition(&def(json!({"type": "apiKey", "header": h}))).expect_err(h);
+            assert!(e.contains("apiKey.header"), "{e}");
+        }
+        for h in ["x-api-key", "Authorization", "api-key"] {
+            check_definition(&def(json!({"type": "apiKey", "header": h}))).expect(h);
+        }
+    }
+
+    #[test]
+    fn oauth_endpoints_must_be_https() {
+        let oauth =
+            |a: &str, t: &str| def(json!({"type": "oauth2", "authorizeUrl": a, "tokenUrl": t}));
+        check_definition(&oauth("https://a.example/auth", "https://a.example/token"))
+            .expect("https");
+        let e = check_definition(&oauth("https://a.example/auth", "http://a.example/token"))
+            .expect_err("http token");
+        assert!(e.contains("tokenUrl"), "{e}");
+        let e = check_definition(&oauth("http://a.example/auth", "https://a.example/token"))
+            .expect_err("http authorize");
+        assert!(e.contains("authorizeUrl"), "{e}");
+        check_definition(&oauth("https://a.example/auth", "not a url")).expect_err("bad url");
     }
 }

@@ -172,6 +172,23 @@ impl Store {
         definition: &Definition,
     ) -> Result<(), StoreError> {
         let conn = self.lock();
+        // A version's definition is immutable: a rebuild must describe the same one (checked
+        // under the connection lock, so two concurrent builds cannot race past it).
+        let stored: Option<Option<String>> = conn
+            .query_row(
+                "SELECT definition FROM package_versions
+                 WHERE workspace = ?1 AND name = ?2 AND version = ?3",
+                params![workspace, name, version],
+                |r| r.get(0),
+            )
+            .optional()?;
+        match stored {
+            None => return Err(StoreError::NotFound("package version")),
+            Some(Some(text)) if serde_json::from_str::<Definition>(&text)? != *definition => {
+                return Err(StoreError::Exists("a different definition of this version"));
+            }
+            Some(_) => {}
+        }
         let n = conn.execute(
             "UPDATE package_versions SET build_id = ?4, definition = ?5
              WHERE workspace = ?1 AND name = ?2 AND version = ?3",

@@ -339,7 +339,12 @@ impl Service {
             let reason = match this.runtime.is_alive(id).await {
                 Ok(true) => match this.attach_locked(id).await {
                     Ok(_) => return,
-                    Err(e) => format!("sandbox agent stopped answering: {e}"),
+                    // A sandbox at its memory limit can stall instead of
+                    // dying: the cgroup's OOM count says so.
+                    Err(e) => this
+                        .runtime
+                        .death_reason(id)
+                        .unwrap_or_else(|| format!("sandbox agent stopped answering: {e}")),
                 },
                 _ => this
                     .runtime
