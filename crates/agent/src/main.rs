@@ -82,6 +82,9 @@ fn main() -> ExitCode {
 fn run_server(path: PathBuf, mode: Mode) -> Result<(), String> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        // Every running process holds two blocking threads reading its
+        // pipes (see pipes.rs), beside file work.
+        .max_blocking_threads(4096)
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start runtime: {e}"))?;
