@@ -194,6 +194,42 @@ async fn timed_exec(limit: Duration, f: impl Future<Output = Result<()>>) -> Res
     Ok(t.elapsed())
 }
 
+/// `rounds` rounds of `c` concurrent `exec`s on each of `ids`; samples after
+/// the `warm` first rounds go to `side`. Stops at the first round with a failure.
+async fn exec_rounds<'a, F, Fut>(
+    label: &str,
+    ids: &'a [String],
+    c: usize,
+    rounds: usize,
+    warm: usize,
+    side: &mut Side,
+    exec: F,
+) where
+    F: Fn(&'a String) -> Fut,
+    Fut: Future<Output = Result<Duration>>,
+{
+    let total = ids.len() * c;
+    for r in 0..rounds {
+        eprintln!("[exec-load] {label} round {}/{rounds}", r + 1);
+        let mut round = Round::default();
+        let futs = ids.iter().flat_map(|id| (0..c).map(move |_| id)).map(&exec);
+        for x in futures::future::join_all(futs).await {
+            round.add(x);
+        }
+        if r >= warm {
+            side.ms.extend(round.ms);
+        }
+        if let Some(e) = round.first_error {
+            eprintln!(
+                "  ! {} of {total} {label} execs failed: {e:#}",
+                round.errors
+            );
+            side.fail(&e.context(format!("{} of {total} execs failed", round.errors)));
+            break;
+        }
+    }
+}
+
 impl Bench {
     fn density_api(&self) -> &Api {
         self.density_api.as_ref().unwrap_or(&self.api)
@@ -316,27 +352,11 @@ impl Bench {
             row.sbx.fail(&e);
         }
         if row.sbx.active() {
-            for r in 0..rounds {
-                eprintln!("[exec-load] sbx round {}/{rounds}", r + 1);
-                let mut round = Round::default();
-                let api = &self.api;
-                let futs = ids
-                    .iter()
-                    .flat_map(|id| (0..c).map(move |_| id))
-                    .map(|id| timed_exec(o.op_timeout, api.exec_ok(id, &["true"])));
-                for x in futures::future::join_all(futs).await {
-                    round.add(x);
-                }
-                if r >= self.warm {
-                    row.sbx.ms.extend(round.ms);
-                }
-                if let Some(e) = round.first_error {
-                    eprintln!("  ! {} of {} sbx execs failed: {e:#}", round.errors, s * c);
-                    row.sbx
-                        .fail(&e.context(format!("{} of {} execs failed", round.errors, s * c)));
-                    break;
-                }
-            }
+            let api = &self.api;
+            exec_rounds("sbx", &ids, c, rounds, self.warm, &mut row.sbx, |id| {
+                timed_exec(o.op_timeout, api.exec_ok(id, &["true"]))
+            })
+            .await;
         }
         self.drain_sbx(&self.api, &ids).await;
 
@@ -349,27 +369,11 @@ impl Bench {
             row.raw.fail(&e);
         }
         if row.raw.active() {
-            for r in 0..rounds {
-                eprintln!("[exec-load] raw round {}/{rounds}", r + 1);
-                let mut round = Round::default();
-                let raw = &self.raw;
-                let futs = cids
-                    .iter()
-                    .flat_map(|cid| (0..c).map(move |_| cid))
-                    .map(|cid| timed_exec(o.op_timeout, raw.exec_ok(cid, &["true"])));
-                for x in futures::future::join_all(futs).await {
-                    round.add(x);
-                }
-                if r >= self.warm {
-                    row.raw.ms.extend(round.ms);
-                }
-                if let Some(e) = round.first_error {
-                    eprintln!("  ! {} of {} raw execs failed: {e:#}", round.errors, s * c);
-                    row.raw
-                        .fail(&e.context(format!("{} of {} execs failed", round.errors, s * c)));
-                    break;
-                }
-            }
+            let raw = &self.raw;
+            exec_rounds("raw", &cids, c, rounds, self.warm, &mut row.raw, |cid| {
+                timed_exec(o.op_timeout, raw.exec_ok(cid, &["true"]))
+            })
+            .await;
         }
         self.drain_raw(&cids).await;
         self.notes.push(format!(
