@@ -146,11 +146,6 @@ impl Service {
         conn.shutdown().await;
         self.forget_agent(sandbox);
         let dir = self.snapshot_dir(snap_id);
-        let spec = SandboxSpec {
-            id: Uuid::new_v4(),
-            vcpu: current.vcpu,
-            memory_mb: current.memory_mb,
-        };
         let result = async {
             synced?;
             for attempt in 1..=CHECKPOINT_ATTEMPTS {
@@ -166,9 +161,11 @@ impl Service {
                 if !self.config.limits.snapshot_verify {
                     return Ok(());
                 }
+                // A throwaway sandbox of the source's shape.
                 let probe = SandboxSpec {
                     id: Uuid::new_v4(),
-                    ..spec
+                    vcpu: current.vcpu,
+                    memory_mb: current.memory_mb,
                 };
                 match self.verify_checkpoint(probe, dir.join("checkpoint")).await {
                     Ok(()) => return Ok(()),
