@@ -134,7 +134,9 @@ async fn pause_resume_keeps_everything_and_stops_the_clock() {
 #[tokio::test]
 #[ignore = "needs root, runsc and the image; run ./scripts/test"]
 async fn snapshots_clones_and_their_errors() {
-    let d = Daemon::start(&[]).await;
+    // Eleven 2 GiB sandboxes at once: more than this host's memory without
+    // overcommit (admission is tested in admission.rs, not here).
+    let d = Daemon::start(&["--memory-overcommit", "4"]).await;
     let (status, created) = d
         .call(
             "POST",
