@@ -4,8 +4,13 @@
 //! stream that ends with a trailer matching what was read is committed; any
 //! other end (sbxd gave up, the client went away) removes the temp file. The
 //! answer is one JSON line on stdout: a [`DirectUploadResult`].
+//!
+//! Direct downloads: `runsc exec sbx-agent read-file PATH MAX_BYTES` prints
+//! one JSON line (a [`DirectDownloadHeader`]) and, when it is `Ready`,
+//! exactly `stat.size` bytes of the file after it. A reader that gets fewer
+//! bytes (the file shrank, the process died) knows the download failed.
 
-use crate::AgentError;
+use crate::{AgentError, FileStat};
 use serde::{Deserialize, Serialize};
 
 /// First half of the trailer.
@@ -37,6 +42,19 @@ pub enum DirectUploadResult {
         bytes_written: u64,
     },
     /// Nothing changed.
+    Failed(AgentError),
+}
+
+/// What `read-file` prints before the file's bytes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DirectDownloadHeader {
+    /// `stat.size` bytes follow.
+    Ready {
+        /// The file being sent.
+        stat: FileStat,
+    },
+    /// Nothing follows.
     Failed(AgentError),
 }
 

@@ -4,9 +4,11 @@
 //! so (download); the sandbox is its own kernel, so a link cannot escape it.
 
 use crate::server::{Outcome, Sink};
-use sbx_agent_proto::{AgentError, AgentErrorCode, Event, FileKind, FileStat, Reply};
+use sbx_agent_proto::{
+    AgentError, AgentErrorCode, DirectDownloadHeader, Event, FileKind, FileStat, Reply,
+};
 use std::fs::Metadata;
-use std::io::Read;
+use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::time::UNIX_EPOCH;
@@ -238,6 +240,43 @@ fn open_for_read(path: &str, max_bytes: u64) -> Result<(std::fs::File, FileStat)
         });
     }
     Ok((file, file_stat(p, &meta)))
+}
+
+/// Bytes copied per system call by [`read_file_to`].
+const DIRECT_COPY_BYTES: usize = 1024 * 1024;
+
+/// `read-file PATH MAX_BYTES`, the direct download path: writes a
+/// [`DirectDownloadHeader`] line to `out`, then exactly `stat.size` bytes of
+/// the file (fewer only if the file shrank meanwhile, which the reader sees
+/// as a failed download). Errors after the header are the caller's to report.
+pub fn read_file_to<W: Write>(path: &str, max_bytes: u64, out: &mut W) -> std::io::Result<()> {
+    let (mut file, stat) = match open_for_read(path, max_bytes) {
+        Ok(opened) => opened,
+        Err(e) => return write_header(out, &DirectDownloadHeader::Failed(e.into())),
+    };
+    let size = stat.size;
+    write_header(out, &DirectDownloadHeader::Ready { stat })?;
+    let mut left = size;
+    let mut buf = vec![0u8; DIRECT_COPY_BYTES];
+    while left > 0 {
+        let want = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+        let n = match file.read(&mut buf[..want]) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        out.write_all(&buf[..n])?;
+        left -= n as u64;
+    }
+    out.flush()
+}
+
+fn write_header<W: Write>(out: &mut W, header: &DirectDownloadHeader) -> std::io::Result<()> {
+    let mut line = serde_json::to_vec(header).map_err(std::io::Error::other)?;
+    line.push(b'\n');
+    out.write_all(&line)?;
+    out.flush()
 }
 
 /// `FileRead`: `FileMeta`, then `FileData` events of at most

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-const USAGE: &str = "usage: sbx-agent init | serve --socket PATH | relay [--socket PATH] | write-file PATH MODE MAX_BYTES | version";
+const USAGE: &str = "usage: sbx-agent init | serve --socket PATH | relay [--socket PATH] | write-file PATH MODE MAX_BYTES | read-file PATH MAX_BYTES | version";
 
 #[derive(PartialEq)]
 enum Mode {
@@ -42,6 +42,22 @@ fn write_file(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
+/// `read-file PATH MAX_BYTES`: the direct download path (a header line,
+/// then the file's bytes on stdout).
+fn read_file(args: &[String]) -> Result<(), String> {
+    let [path, max] = args else {
+        return Err(USAGE.to_string());
+    };
+    let max: u64 = max.parse().map_err(|_| format!("bad byte limit {max:?}"))?;
+    // Unbuffered: the copy already writes 1 MiB at a time.
+    // SAFETY: fd 1 is this process's stdout and stays open until exit; the
+    // ManuallyDrop keeps it from being closed twice.
+    let mut out = std::mem::ManuallyDrop::new(unsafe {
+        <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(1)
+    });
+    sbx_agent::files::read_file_to(path, max, &mut *out).map_err(|e| e.to_string())
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (cmd, rest) = match args.split_first() {
@@ -60,6 +76,7 @@ fn main() -> ExitCode {
             sbx_agent::relay::relay(&path).map_err(|e| e.to_string())
         }),
         "write-file" => write_file(rest),
+        "read-file" => read_file(rest),
         "version" | "--version" => {
             println!(
                 "sbx-agent {} (protocol {})",

@@ -362,6 +362,28 @@ async fn files_big_round_trip_concurrency_and_path_safety() {
     let back = resp.bytes().await.unwrap();
     assert_eq!(sha(&back), sha(&data));
 
+    // A large download whose file shrinks while it is sent is cut short,
+    // never padded or passed off as complete: the body ends before its
+    // Content-Length. The client reads nothing until the file is truncated,
+    // so back-pressure holds the sender a few MiB into the 100 MiB.
+    let resp = d
+        .http
+        .get(d.url(&format!("{files}?path=/tmp/big.bin")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let (code, _, _) = d
+        .exec(&id, &["sh", "-c", "truncate -s 0 /tmp/big.bin"])
+        .await;
+    assert_eq!(code, 0);
+    let cut = resp.bytes().await;
+    assert!(
+        cut.is_err(),
+        "a download of a file truncated mid-way ended as if complete ({:?} bytes)",
+        cut.map(|b| b.len())
+    );
+
     // Over 100 MiB: 413 and no partial file or temp file left.
     let too_big = vec![7u8; 100 * 1024 * 1024 + 1];
     let resp = d

@@ -2,13 +2,11 @@
 
 use super::envelope;
 use super::{parse_body, parse_id, parse_query, ApiError, AppState, Workspace};
-use crate::runtime::StreamItem;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
-use sbx_agent_proto::Event;
 use sbx_api_types::{ErrorCode, UploadResult};
 use serde::Deserialize;
 
@@ -70,25 +68,7 @@ pub async fn download(
     let path = required_path(&q)?;
     let download = svc.download(&ws.0, id, &path).await?;
     let stat = download.stat.clone();
-    let body = futures::stream::unfold(Some(download.stream), |state| async move {
-        let mut s = state?;
-        loop {
-            return match s.next().await {
-                Some(StreamItem::Event(Event::FileData, bytes)) => {
-                    Some((Ok::<_, std::io::Error>(Bytes::from(bytes)), Some(s)))
-                }
-                Some(StreamItem::Event(..)) => continue,
-                Some(StreamItem::End(..)) => None,
-                // Headers are gone: a short body is the only way left to say it failed.
-                Some(StreamItem::Failed(e)) => Some((Err(std::io::Error::other(e.message)), None)),
-                None => Some((
-                    Err(std::io::Error::other("sandbox connection closed")),
-                    None,
-                )),
-            };
-        }
-    });
-    let mut resp = (StatusCode::OK, Body::from_stream(body)).into_response();
+    let mut resp = (StatusCode::OK, Body::from_stream(download.body)).into_response();
     let h = resp.headers_mut();
     h.insert(
         "content-type",

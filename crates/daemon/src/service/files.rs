@@ -3,19 +3,21 @@
 use super::{agent_error, Result, Service, ServiceError};
 use crate::runtime::{AgentCallError, AgentStream, StreamItem};
 use bytes::Bytes;
+use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
 use sbx_agent_proto::{
-    direct_upload_trailer, AgentErrorCode, DirectUploadResult, Event, FileStat, Reply, Request,
-    AGENT_BINARY_PATH,
+    direct_upload_trailer, AgentErrorCode, DirectDownloadHeader, DirectUploadResult, Event,
+    FileStat, Reply, Request, AGENT_BINARY_PATH,
 };
 use sbx_api_types::validate;
 use std::sync::Arc;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::ChildStdout;
 use uuid::Uuid;
 
 /// Largest upload frame sent to the agent.
 const UPLOAD_FRAME_BYTES: usize = 1024 * 1024;
-/// Pipe buffer of a direct upload's stdin.
+/// Pipe buffer of a direct upload's stdin or download's stdout.
 const DIRECT_PIPE_BYTES: libc::c_int = 1024 * 1024;
 /// Uploads larger than this take the direct path (`sbx-agent write-file`).
 const DIRECT_UPLOAD_MIN_BYTES: usize = 2 * 1024 * 1024;
@@ -24,12 +26,77 @@ fn bad_body(e: impl std::fmt::Display) -> ServiceError {
     ServiceError::BadRequest(format!("reading the request body failed: {e}"))
 }
 
-/// A download ready to stream: the file's metadata and the rest of its bytes.
+/// Files larger than this are downloaded through `sbx-agent read-file`.
+const DIRECT_DOWNLOAD_MIN_BYTES: u64 = 2 * 1024 * 1024;
+/// Bytes read from a direct download's stdout per chunk.
+const DIRECT_READ_BYTES: usize = 1024 * 1024;
+/// Longest header line `read-file` may print (a stat and a path).
+const DIRECT_HEADER_MAX_BYTES: u64 = 64 * 1024;
+
+/// The bytes of a download; an `Err` item means it was cut short.
+pub type DownloadBody = BoxStream<'static, std::io::Result<Bytes>>;
+
+/// A download ready to stream: the file's metadata and exactly `stat.size` bytes.
 pub struct Download {
     /// Metadata of the file being sent.
     pub stat: FileStat,
-    /// Remaining events (file data, then the end).
-    pub stream: AgentStream,
+    /// The file's bytes.
+    pub body: DownloadBody,
+}
+
+/// The file data of a framed `FileRead` stream, as a byte stream.
+fn framed_body(stream: AgentStream) -> DownloadBody {
+    futures::stream::unfold(Some(stream), |state| async move {
+        let mut s = state?;
+        loop {
+            return match s.next().await {
+                Some(StreamItem::Event(Event::FileData, bytes)) => {
+                    Some((Ok(Bytes::from(bytes)), Some(s)))
+                }
+                Some(StreamItem::Event(..)) => continue,
+                Some(StreamItem::End(..)) => None,
+                // Headers are gone: a short body is the only way left to say it failed.
+                Some(StreamItem::Failed(e)) => Some((Err(std::io::Error::other(e.message)), None)),
+                None => Some((
+                    Err(std::io::Error::other("sandbox connection closed")),
+                    None,
+                )),
+            };
+        }
+    })
+    .boxed()
+}
+
+/// The bytes after a `read-file` header: exactly `size` of them, or an error
+/// item if the process ends early. The child lives as long as the stream.
+fn direct_body(
+    reader: BufReader<ChildStdout>,
+    child: tokio::process::Child,
+    size: u64,
+) -> DownloadBody {
+    futures::stream::unfold(Some((reader, child, size)), |state| async move {
+        let (mut reader, mut child, left) = state?;
+        if left == 0 {
+            let _ = child.wait().await;
+            return None;
+        }
+        let want = DIRECT_READ_BYTES.min(usize::try_from(left).unwrap_or(usize::MAX));
+        let mut buf = vec![0u8; want];
+        match reader.read(&mut buf).await {
+            Ok(0) => Some((
+                Err(std::io::Error::other(
+                    "the file changed or the sandbox stopped while it was being sent",
+                )),
+                None,
+            )),
+            Ok(n) => {
+                buf.truncate(n);
+                Some((Ok(Bytes::from(buf)), Some((reader, child, left - n as u64))))
+            }
+            Err(e) => Some((Err(e), None)),
+        }
+    })
+    .boxed()
 }
 
 fn file_error(path: &str, e: AgentCallError, limit: u64) -> ServiceError {
@@ -44,6 +111,13 @@ fn file_error(path: &str, e: AgentCallError, limit: u64) -> ServiceError {
         },
         other => agent_error(other),
     }
+}
+
+/// A 1 MiB pipe: the process inside gVisor then moves up to 1 MiB per
+/// system call instead of 64 KiB.
+fn set_pipe_size(pipe: &impl std::os::fd::AsRawFd) {
+    // SAFETY: fcntl on a pipe fd we own; failure only keeps the default size.
+    unsafe { libc::fcntl(pipe.as_raw_fd(), libc::F_SETPIPE_SZ, DIRECT_PIPE_BYTES) };
 }
 
 impl Service {
@@ -146,13 +220,7 @@ impl Service {
         let (Some(mut stdin), Some(mut stdout)) = (child.stdin.take(), child.stdout.take()) else {
             return Err(ServiceError::Internal("upload process has no stdio".into()));
         };
-        // A 1 MiB pipe: the writer inside gVisor then reads up to 1 MiB per
-        // system call instead of 64 KiB.
-        {
-            use std::os::fd::AsRawFd;
-            // SAFETY: fcntl on a pipe fd we own; failure only keeps the default size.
-            unsafe { libc::fcntl(stdin.as_raw_fd(), libc::F_SETPIPE_SZ, DIRECT_PIPE_BYTES) };
-        }
+        set_pipe_size(&stdin);
         let mut total = prefix.len() as u64;
         let sent: Result<bool> = async {
             if stdin.write_all(&prefix).await.is_err() {
@@ -213,7 +281,18 @@ impl Service {
             .await
             .map_err(|e| file_error(path, e, limit))?;
         match stream.next().await {
-            Some(StreamItem::Event(Event::FileMeta { stat }, _)) => Ok(Download { stat, stream }),
+            // Large files skip the agent connection (its relay and framing
+            // halve the throughput); dropping the stream cancels the read.
+            Some(StreamItem::Event(Event::FileMeta { stat }, _))
+                if stat.size > DIRECT_DOWNLOAD_MIN_BYTES =>
+            {
+                drop(stream);
+                self.download_direct(id, path, limit).await
+            }
+            Some(StreamItem::Event(Event::FileMeta { stat }, _)) => Ok(Download {
+                stat,
+                body: framed_body(stream),
+            }),
             Some(StreamItem::Failed(err)) => {
                 Err(file_error(path, AgentCallError::Agent(err), limit))
             }
@@ -221,6 +300,50 @@ impl Service {
                 "unexpected agent event {other:?}"
             ))),
             None => Err(agent_error(AgentCallError::Closed)),
+        }
+    }
+
+    /// The direct download path: `runsc exec sbx-agent read-file` prints a
+    /// header line, then the file (see `sbx_agent_proto::direct`).
+    async fn download_direct(&self, id: Uuid, path: &str, limit: u64) -> Result<Download> {
+        let argv = vec![
+            AGENT_BINARY_PATH.to_string(),
+            "read-file".to_string(),
+            path.to_string(),
+            limit.to_string(),
+        ];
+        let mut child = self
+            .runtime
+            .spawn_exec(id, argv)
+            .map_err(|e| ServiceError::Unavailable(format!("starting the download: {e}")))?;
+        drop(child.stdin.take());
+        let Some(stdout) = child.stdout.take() else {
+            return Err(ServiceError::Internal(
+                "download process has no stdout".into(),
+            ));
+        };
+        set_pipe_size(&stdout);
+        let mut reader = BufReader::with_capacity(DIRECT_READ_BYTES, stdout);
+        let mut line = Vec::new();
+        (&mut reader)
+            .take(DIRECT_HEADER_MAX_BYTES)
+            .read_until(b'\n', &mut line)
+            .await
+            .map_err(|e| ServiceError::Unavailable(format!("reading the download header: {e}")))?;
+        match serde_json::from_slice::<DirectDownloadHeader>(&line) {
+            Ok(DirectDownloadHeader::Ready { stat }) => {
+                let size = stat.size;
+                Ok(Download {
+                    stat,
+                    body: direct_body(reader, child, size),
+                })
+            }
+            Ok(DirectDownloadHeader::Failed(err)) => {
+                Err(file_error(path, AgentCallError::Agent(err), limit))
+            }
+            Err(_) => Err(ServiceError::Unavailable(
+                "the download process ended without a header".into(),
+            )),
         }
     }
 
