@@ -93,7 +93,7 @@ pub async fn exec(
         Err(e) => return spawn_failure_reply(&e),
     };
     let max_output = max_output_bytes.min(MAX_EXEC_OUTPUT_BYTES);
-    let mut child = match agent.table.spawn_exec(spawn::command(&prepared)) {
+    let mut child = match agent.table.spawn_exec(&prepared) {
         Ok(c) => c,
         Err(e) => {
             let argv0 = spec.argv.first().map(String::as_str).unwrap_or_default();

@@ -21,6 +21,7 @@
 pub mod dns;
 pub mod exec;
 pub mod files;
+pub mod launch;
 pub mod pipes;
 pub mod procs;
 pub mod proxy;

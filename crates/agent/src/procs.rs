@@ -38,12 +38,9 @@ pub async fn start(agent: &Agent, command: CommandSpec) -> Outcome {
     let env = agent.env.merged(&command.env);
     let argv = command.argv.clone();
     let spawned = match spawn::prepare(&command, env) {
-        Ok(p) => agent
-            .table
-            .spawn_managed(spawn::command(&p), argv.clone())
-            .map_err(|e| {
-                SpawnError::from_io(argv.first().map(String::as_str).unwrap_or_default(), &e)
-            }),
+        Ok(p) => agent.table.spawn_managed(&p, argv.clone()).map_err(|e| {
+            SpawnError::from_io(argv.first().map(String::as_str).unwrap_or_default(), &e)
+        }),
         Err(e) if e.is_invalid_request() => {
             return Err(AgentError::new(
                 AgentErrorCode::InvalidArgument,

@@ -10,9 +10,7 @@ use sbx_agent_proto::CommandSpec;
 use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::Mutex;
 
 /// Variables with this prefix in the agent's own environment are never passed on.
@@ -220,28 +218,6 @@ pub fn prepare(spec: &CommandSpec, env: BTreeMap<String, String>) -> Result<Prep
         cwd,
         env,
     })
-}
-
-/// A `Command` that runs `p` in its own process group (so the whole group can
-/// be signalled) with stdin from `/dev/null` and stdout/stderr piped.
-pub fn command(p: &Prepared) -> Command {
-    let mut cmd = Command::new(&p.program);
-    if let Some(a0) = p.argv.first() {
-        cmd.arg0(a0);
-    }
-    cmd.args(p.argv.iter().skip(1))
-        .current_dir(&p.cwd)
-        .env_clear()
-        .envs(&p.env)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    // process_group instead of a pre_exec(setsid) hook: with no hook, std
-    // starts the child with posix_spawn (clone(CLONE_VFORK)) instead of a full
-    // fork of this multi-threaded agent, which under gVisor is the difference
-    // between ~15 ms and ~35 ms per command.
-    cmd.process_group(0);
-    cmd
 }
 
 #[cfg(test)]

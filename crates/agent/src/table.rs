@@ -5,13 +5,13 @@
 //! exits immediately can never be reaped before it is registered. Statuses of
 //! pids the table does not know (orphans reparented to the agent) are dropped.
 
+use crate::launch::{self, Spawned};
 use crate::pipes::PipeReader;
 use crate::ring::{Chunk, Ring};
+use crate::spawn::Prepared;
 use crate::{console, now_ms};
 use sbx_agent_proto::{AgentError, AgentErrorCode, ProcessInfo, ProcessState, StreamKind};
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::os::fd::OwnedFd;
-use std::process::Command;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
@@ -129,11 +129,11 @@ fn not_retained(id: Uuid) -> AgentError {
     )
 }
 
-fn take_pipes(child: &mut std::process::Child) -> std::io::Result<(PipeReader, PipeReader)> {
-    let missing = || std::io::Error::other("child pipe missing");
-    let out: OwnedFd = child.stdout.take().ok_or_else(missing)?.into();
-    let err: OwnedFd = child.stderr.take().ok_or_else(missing)?.into();
-    Ok((PipeReader::spawn(out)?, PipeReader::spawn(err)?))
+fn take_pipes(child: Spawned) -> std::io::Result<(PipeReader, PipeReader)> {
+    Ok((
+        PipeReader::spawn(child.stdout)?,
+        PipeReader::spawn(child.stderr)?,
+    ))
 }
 
 impl Table {
@@ -151,14 +151,14 @@ impl Table {
     /// Must run inside the tokio runtime (pipe readers are tasks).
     pub fn spawn_managed(
         self: &Arc<Self>,
-        mut cmd: Command,
+        prepared: &Prepared,
         argv: Vec<String>,
     ) -> std::io::Result<ProcessInfo> {
         let mut inner = self.lock();
-        let mut child = cmd.spawn()?;
-        let pid = child.id() as i32;
+        let child = launch::spawn(prepared)?;
+        let pid = child.pid;
         let id = Uuid::new_v4();
-        let pipes = take_pipes(&mut child);
+        let pipes = take_pipes(child);
         let info = ProcessInfo {
             id,
             argv,
@@ -231,13 +231,13 @@ impl Table {
     }
 
     /// Spawns an exec child whose status is handed to the caller, not recorded.
-    pub fn spawn_exec(&self, mut cmd: Command) -> std::io::Result<ExecChild> {
+    pub fn spawn_exec(&self, prepared: &Prepared) -> std::io::Result<ExecChild> {
         let mut inner = self.lock();
-        let mut child = cmd.spawn()?;
-        let pid = child.id() as i32;
+        let child = launch::spawn(prepared)?;
+        let pid = child.pid;
         let (tx, rx) = oneshot::channel();
         inner.by_pid.insert(pid, Owner::Exec(tx));
-        match take_pipes(&mut child) {
+        match take_pipes(child) {
             Ok((stdout, stderr)) => Ok(ExecChild {
                 pid,
                 stdout,
