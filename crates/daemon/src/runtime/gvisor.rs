@@ -69,6 +69,17 @@ fn has_exec_process(ps: &str) -> bool {
     })
 }
 
+/// Points the host OOM killer at guest processes rather than the sandbox's
+/// kernel (see `oom.rs`); a failure only loses that preference.
+fn prefer_guest_oom_kills(cid: &str) {
+    let mount = Path::new(sbx_runsc::cleanup::DEFAULT_CGROUP_MOUNT);
+    match super::oom::prefer_guest_processes(mount, CGROUP_PARENT, cid) {
+        Ok(0) => tracing::warn!(container = cid, "no guest stub processes found to adjust"),
+        Ok(_) => {}
+        Err(e) => tracing::warn!(container = cid, error = %e, "cannot adjust OOM preference"),
+    }
+}
+
 impl GvisorRuntime {
     /// Builds the runtime; creates its directories.
     pub fn new(config: GvisorConfig) -> Result<Self, RuntimeError> {
@@ -143,6 +154,7 @@ impl GvisorRuntime {
     ) -> Result<AgentConn, RuntimeError> {
         let (cid, opts) = self.prepare(&spec, job.as_ref()).await?;
         self.runsc.run(&cid, &opts).await?;
+        prefer_guest_oom_kills(&cid);
         self.wait_for_agent(spec.id).await
     }
 
@@ -157,6 +169,7 @@ impl GvisorRuntime {
             ..RestoreOptions::default()
         };
         self.runsc.restore(&cid, &opts).await?;
+        prefer_guest_oom_kills(&cid);
         Ok(())
     }
 

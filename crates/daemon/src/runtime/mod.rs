@@ -6,6 +6,7 @@
 pub mod agent_conn;
 pub mod gvisor;
 mod leftovers;
+mod oom;
 
 pub use agent_conn::{AgentCallError, AgentConn, AgentStream, StreamItem, Upload};
 
