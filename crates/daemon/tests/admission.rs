@@ -95,7 +95,7 @@ async fn a_data_dir_without_free_disk_refuses_creates() {
             Some(json!({"name": "full", "vcpu": 1, "memoryMb": 1024})),
         )
         .await;
-    assert_error(&got, 503, "compute_unavailable");
+    assert_error(&got, 503, "storage_full");
     assert!(got.1["errors"][0]["message"]
         .as_str()
         .unwrap()

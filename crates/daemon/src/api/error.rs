@@ -77,11 +77,13 @@ impl From<ServiceError> for ApiError {
             S::Ambiguous(_) => ErrorCode::OperationAmbiguous,
             S::IdempotencyKeyReused(_) => ErrorCode::IdempotencyKeyReused,
             S::Unavailable(_) => ErrorCode::ComputeUnavailable,
+            S::StorageFull(_) => ErrorCode::StorageFull,
             S::Internal(_) => ErrorCode::InternalError,
         };
         match code {
             ErrorCode::InternalError => tracing::error!(error = %e, "internal error"),
             ErrorCode::ComputeUnavailable => tracing::warn!(error = %e, "unavailable"),
+            ErrorCode::StorageFull => tracing::warn!(error = %e, "data disk full"),
             _ => tracing::debug!(error = %e, "request refused"),
         }
         ApiError::new(code, e.to_string())
