@@ -78,6 +78,18 @@ impl Error {
         matches!(self, Error::NotFound { .. })
     }
 
+    /// Whether the disk was full (ENOSPC): writing the bundle or console log,
+    /// or inside `runsc` itself (its state file, a checkpoint image).
+    pub fn is_disk_full(&self) -> bool {
+        match self {
+            Error::Spawn { source, .. } | Error::Io { source, .. } => is_enospc(source),
+            Error::Failed { stderr, .. } => stderr
+                .to_ascii_lowercase()
+                .contains("no space left on device"),
+            _ => false,
+        }
+    }
+
     /// The stderr `runsc` printed, when this error carries one.
     pub fn stderr(&self) -> Option<&str> {
         match self {
@@ -85,6 +97,12 @@ impl Error {
             _ => None,
         }
     }
+}
+
+/// Whether an I/O error is ENOSPC (the filesystem is full).
+pub fn is_enospc(e: &std::io::Error) -> bool {
+    // std maps ENOSPC to this kind.
+    e.kind() == std::io::ErrorKind::StorageFull
 }
 
 /// Result alias used throughout the crate.
