@@ -118,6 +118,7 @@ impl ApiError {
         match code {
             ErrorCode::InternalError => tracing::error!(error = %e, "connect internal error"),
             ErrorCode::ConnectOauthFailed => tracing::warn!(error = %e, "connect OAuth failed"),
+            ErrorCode::StorageFull => tracing::warn!(error = %e, "connect: data disk full"),
             _ => tracing::debug!(error = %e, "connect request refused"),
         }
         ApiError::new(code, message.unwrap_or_else(|| e.to_string()))
@@ -143,6 +144,11 @@ fn connect_code(op: ConnectOp, e: &ConnectError) -> (ErrorCode, Option<String>) 
         (ErrorClass::Upstream, _) => (
             ErrorCode::ConnectOauthFailed,
             Some("the OAuth token endpoint failed; try Connect with OAuth again".into()),
+        ),
+        // Fixed text: the error names files under the data dir; it stays in the log.
+        (ErrorClass::StorageFull, _) => (
+            ErrorCode::StorageFull,
+            Some("the data disk is full: the Connect runtime could not record the change, so nothing changed; free space in the data dir, then retry".into()),
         ),
         (ErrorClass::Internal, _) => (
             ErrorCode::InternalError,
