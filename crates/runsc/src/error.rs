@@ -122,7 +122,30 @@ pub(crate) fn means_not_found(stderr: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::means_not_found;
+    use super::{means_not_found, Error};
+
+    #[test]
+    fn recognises_a_full_disk() {
+        let io = Error::Io {
+            op: "writing",
+            path: "/x".into(),
+            source: std::io::Error::from_raw_os_error(28),
+        };
+        assert!(io.is_disk_full());
+        let other = Error::Io {
+            op: "writing",
+            path: "/x".into(),
+            source: std::io::Error::from_raw_os_error(13),
+        };
+        assert!(!other.is_disk_full());
+        let failed = Error::Failed {
+            argv: vec!["runsc".into()],
+            status: std::os::unix::process::ExitStatusExt::from_raw(256),
+            stdout: String::new(),
+            stderr: "writing state file: write /x: No space left on device".into(),
+        };
+        assert!(failed.is_disk_full());
+    }
 
     #[test]
     fn recognises_runsc_messages() {

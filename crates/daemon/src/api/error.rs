@@ -225,6 +225,21 @@ mod tests {
     }
 
     #[test]
+    fn a_full_disk_is_storage_full_everywhere() {
+        let e = ConnectError::StorageFull("writing /var/lib/sbx/connect/tarballs/x.tmp".into());
+        let (c, status, message) = code(ConnectOp::Upload, e);
+        assert_eq!((c, status), ("storage_full", 503));
+        assert!(message.contains("disk is full"), "{message}");
+        assert!(!message.contains("tarballs"), "{message}");
+        let e = ServiceError::StorageFull(crate::service::STORE_FULL.into());
+        let a = ApiError::from(e);
+        assert_eq!(
+            (a.code.as_str(), a.code.http_status()),
+            ("storage_full", 503)
+        );
+    }
+
+    #[test]
     fn connect_internal_errors_hide_their_text() {
         let e = ConnectError::Io("/var/lib/sbx/connect/secret-path: denied".into());
         let (c, status, message) = code(ConnectOp::Other, e);

@@ -79,7 +79,7 @@ pub enum ServiceError {
 }
 
 /// The message of every store write refused for a full disk.
-pub(crate) const STORE_FULL: &str = "the data disk is full: the metadata store could not record \
+pub const STORE_FULL: &str = "the data disk is full: the metadata store could not record \
      the change, so nothing changed; free space in the data dir, then retry";
 
 impl From<sbx_store::StoreError> for ServiceError {

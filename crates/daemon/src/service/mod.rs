@@ -20,7 +20,7 @@ mod snapshots;
 
 pub use admission::{Capacity, Reservation};
 pub use commands::{ExecOutcome, OutputSelection};
-pub use error::ServiceError;
+pub use error::{ServiceError, STORE_FULL};
 pub use idempotency::{Claim, ClaimKey};
 pub use lifecycle::{CreateOutcome, DestroyOutcome, SandboxPage};
 pub use logs::LogChunk;
