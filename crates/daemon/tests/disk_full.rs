@@ -230,6 +230,9 @@ async fn a_full_data_disk_refuses_writes_cleanly_and_recovers_without_a_restart(
 
     // State from before the disk fills.
     let id = d.create_running("kept").await;
+    let paused = d.create_running("paused").await;
+    let (status, body) = call(&d, "POST", &format!("/v2/sandboxes/{paused}/pause"), None).await;
+    assert_eq!(status, 200, "{body}");
     let (status, body) = call(&d, "PUT", "/v1/secrets/KEPT", Some(json!({"value": "v1"}))).await;
     assert_eq!(status, 200, "{body}");
     let (status, snap) = call(
@@ -249,7 +252,11 @@ async fn a_full_data_disk_refuses_writes_cleanly_and_recovers_without_a_restart(
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
         let (_, body) = call(&d, "GET", &format!("/v2/snapshots/{snap_id}"), None).await;
-        if body["data"]["status"] == "READY" && d.sandbox_dirs() == [id.clone()] {
+        let mut dirs = d.sandbox_dirs();
+        dirs.sort();
+        let mut want = vec![id.clone(), paused.clone()];
+        want.sort();
+        if body["data"]["status"] == "READY" && dirs == want {
             break;
         }
         assert!(std::time::Instant::now() < deadline, "settling: {body}");
@@ -266,14 +273,14 @@ async fn a_full_data_disk_refuses_writes_cleanly_and_recovers_without_a_restart(
     // Reads, and what needs no store write, keep working.
     assert_reads(&d, &id, &snap_id).await;
     // No half-created sandbox: no row (above) and no directory.
-    assert_eq!(d.sandbox_dirs(), vec![id.clone()]);
+    assert_eq!(d.sandbox_dirs().len(), 2, "{:?}", d.sandbox_dirs());
     assert_eq!(sqlite(&db, "PRAGMA integrity_check"), "ok");
     assert_eq!(
         sqlite(
             &db,
             "SELECT name || ':' || status FROM sandboxes ORDER BY created_at_ms"
         ),
-        "boot-full:FAILED\nkept:RUNNING"
+        "boot-full:FAILED\nkept:RUNNING\npaused:PAUSED"
     );
 
     // A restart on the full disk: sbxd starts, reattaches and serves reads;
@@ -281,6 +288,10 @@ async fn a_full_data_disk_refuses_writes_cleanly_and_recovers_without_a_restart(
     d.kill9();
     d.spawn().await;
     assert_reads(&d, &id, &snap_id).await;
+    // Reconciliation could not record a thing, and needed not: the paused
+    // sandbox is kept as it is (never failed for want of a write).
+    let (_, body) = call(&d, "GET", &format!("/v2/sandboxes/{paused}"), None).await;
+    assert_eq!(body["data"]["status"], "PAUSED", "{body}");
     refused_writes(&d, &id, &snap_id).await;
     assert_eq!(sqlite(&db, "PRAGMA integrity_check"), "ok");
 
@@ -369,7 +380,7 @@ async fn a_full_data_disk_refuses_writes_cleanly_and_recovers_without_a_restart(
     );
     let (status, body) = call(&d, "DELETE", &format!("/v2/snapshots/{snap_id}"), None).await;
     assert_eq!(status, 204, "{body}");
-    for sandbox in [&id, &second] {
+    for sandbox in [&id, &second, &paused] {
         let (status, body) = call(&d, "DELETE", &format!("/v2/sandboxes/{sandbox}"), None).await;
         assert!(status == 204 || status == 202, "{body}");
     }
