@@ -1,5 +1,6 @@
 //! Admission control on real gVisor, with a small configured capacity: a
-//! create that does not fit gets 503 `compute_unavailable` at once, and the
+//! create that does not fit gets 503 `compute_unavailable` at once (`storage_full`
+//! when the data dir lacks free disk), and the
 //! warm pool never boots past the capacity.
 
 mod common;
