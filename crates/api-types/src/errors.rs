@@ -83,6 +83,8 @@ pub enum ErrorCode {
     NotImplemented,
     /// 503: capacity or a safe-to-repeat failure.
     ComputeUnavailable,
+    /// 503: the data disk is full; nothing changed, retry once space is freed.
+    StorageFull,
     /// 504: exec timeout.
     ExecTimedOut,
     /// 504: wait timeout.
@@ -149,6 +151,7 @@ impl ErrorCode {
             InternalError => "internal_error",
             NotImplemented => "not_implemented",
             ComputeUnavailable => "compute_unavailable",
+            StorageFull => "storage_full",
             ExecTimedOut => "sandbox_exec_timed_out",
             ProcessWaitTimedOut => "sandbox_process_wait_timed_out",
             ConnectInvalidPackage => "connect_invalid_package",
@@ -196,7 +199,7 @@ impl ErrorCode {
             InternalError => 500,
             ConnectOauthFailed => 502,
             NotImplemented => 501,
-            ComputeUnavailable | ConnectUnavailable => 503,
+            ComputeUnavailable | StorageFull | ConnectUnavailable => 503,
             ExecTimedOut | ProcessWaitTimedOut => 504,
         }
     }

@@ -1,5 +1,6 @@
 //! Admission control on real gVisor, with a small configured capacity: a
-//! create that does not fit gets 503 `compute_unavailable` at once, and the
+//! create that does not fit gets 503 `compute_unavailable` at once (`storage_full`
+//! when the data dir lacks free disk), and the
 //! warm pool never boots past the capacity.
 
 mod common;
@@ -95,7 +96,7 @@ async fn a_data_dir_without_free_disk_refuses_creates() {
             Some(json!({"name": "full", "vcpu": 1, "memoryMb": 1024})),
         )
         .await;
-    assert_error(&got, 503, "compute_unavailable");
+    assert_error(&got, 503, "storage_full");
     assert!(got.1["errors"][0]["message"]
         .as_str()
         .unwrap()

@@ -78,6 +78,18 @@ impl Error {
         matches!(self, Error::NotFound { .. })
     }
 
+    /// Whether the disk was full (ENOSPC): writing the bundle or console log,
+    /// or inside `runsc` itself (its state file, a checkpoint image).
+    pub fn is_disk_full(&self) -> bool {
+        match self {
+            Error::Spawn { source, .. } | Error::Io { source, .. } => is_enospc(source),
+            Error::Failed { stderr, .. } => stderr
+                .to_ascii_lowercase()
+                .contains("no space left on device"),
+            _ => false,
+        }
+    }
+
     /// The stderr `runsc` printed, when this error carries one.
     pub fn stderr(&self) -> Option<&str> {
         match self {
@@ -85,6 +97,12 @@ impl Error {
             _ => None,
         }
     }
+}
+
+/// Whether an I/O error is ENOSPC (the filesystem is full).
+pub fn is_enospc(e: &std::io::Error) -> bool {
+    // std maps ENOSPC to this kind.
+    e.kind() == std::io::ErrorKind::StorageFull
 }
 
 /// Result alias used throughout the crate.
@@ -104,7 +122,30 @@ pub(crate) fn means_not_found(stderr: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::means_not_found;
+    use super::{means_not_found, Error};
+
+    #[test]
+    fn recognises_a_full_disk() {
+        let io = Error::Io {
+            op: "writing",
+            path: "/x".into(),
+            source: std::io::Error::from_raw_os_error(28),
+        };
+        assert!(io.is_disk_full());
+        let other = Error::Io {
+            op: "writing",
+            path: "/x".into(),
+            source: std::io::Error::from_raw_os_error(13),
+        };
+        assert!(!other.is_disk_full());
+        let failed = Error::Failed {
+            argv: vec!["runsc".into()],
+            status: std::os::unix::process::ExitStatusExt::from_raw(256),
+            stdout: String::new(),
+            stderr: "writing state file: write /x: No space left on device".into(),
+        };
+        assert!(failed.is_disk_full());
+    }
 
     #[test]
     fn recognises_runsc_messages() {

@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use checkpoint::{CheckpointOptions, RestoreOptions};
-pub use error::{Error, Result};
+pub use error::{is_enospc, Error, Result};
 pub use exec::{ExecOptions, ExecOutput};
 pub use lifecycle::{CreateOptions, RunOptions};
 pub use types::{ContainerState, ContainerSummary, IoTarget, ProcessIo, Status};

@@ -16,15 +16,32 @@ use uuid::Uuid;
 /// Store failures.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// The disk holding the database is full (SQLITE_FULL). The write was
+    /// rolled back whole: stored rows are intact and the same write succeeds
+    /// once space returns.
+    #[error("the disk holding the database is full: {0}")]
+    Full(rusqlite::Error),
     /// The database refused or failed an operation.
     #[error("database error: {0}")]
-    Database(#[from] rusqlite::Error),
+    Database(rusqlite::Error),
     /// A stored row could not be decoded (corruption or a newer schema).
     #[error("corrupt row: {0}")]
     Corrupt(String),
     /// The row to update does not exist.
     #[error("not found")]
     NotFound,
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        // SQLite answers SQLITE_FULL when a write needs a page the disk cannot
+        // give (ENOSPC); callers tell that apart because it heals by itself.
+        if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull) {
+            StoreError::Full(e)
+        } else {
+            StoreError::Database(e)
+        }
+    }
 }
 
 /// Result of [`Store::create_sandbox`].

@@ -530,6 +530,47 @@ mod tests {
     }
 
     #[test]
+    fn a_full_disk_is_a_typed_error_that_keeps_every_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("db.sqlite")).unwrap();
+        let kept = record("kept", 1);
+        store.create_sandbox(&kept).unwrap();
+        // A database that may not grow is what SQLite sees on a full disk.
+        let pages: i64 = store
+            .lock()
+            .pragma_query_value(None, "page_count", |r| r.get(0))
+            .unwrap();
+        store
+            .lock()
+            .pragma_update(None, "max_page_count", pages)
+            .unwrap();
+        let mut refused = None;
+        for i in 0..1000 {
+            let mut r = record(&format!("big-{i}"), 2 + i);
+            r.environment.insert("PAD".into(), "x".repeat(8192));
+            if let Err(e) = store.create_sandbox(&r) {
+                refused = Some((e, r));
+                break;
+            }
+        }
+        let (err, r) = refused.expect("a database that cannot grow refuses a write");
+        assert!(matches!(err, StoreError::Full(_)), "{err}");
+        assert!(store.get_sandbox(r.id).unwrap().is_none());
+        assert_eq!(store.get_sandbox(kept.id).unwrap().unwrap(), kept);
+        let check: String = store
+            .lock()
+            .query_row("PRAGMA integrity_check", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(check, "ok");
+        // Space returns: the same write goes through on the same connection.
+        store
+            .lock()
+            .pragma_update(None, "max_page_count", 1_000_000)
+            .unwrap();
+        assert_eq!(store.create_sandbox(&r).unwrap(), CreateOutcome::Created);
+    }
+
+    #[test]
     fn reopening_a_file_keeps_rows() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("db.sqlite");

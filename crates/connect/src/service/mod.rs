@@ -39,6 +39,9 @@ pub enum ServiceError {
     /// Files under the data directory could not be written or read.
     #[error("connect data directory: {0}")]
     Io(String),
+    /// The data disk is full: nothing was changed (safe to repeat once space is freed).
+    #[error("the data disk is full: {0}")]
+    StorageFull(String),
     /// Stored credentials could not be used.
     #[error(transparent)]
     Crypto(#[from] crate::crypto::CryptoError),
@@ -55,6 +58,11 @@ impl From<StoreError> for ServiceError {
         match e {
             StoreError::NotFound(what) => ServiceError::NotFound(what),
             StoreError::Exists(what) => ServiceError::Conflict(format!("{what} exists already")),
+            StoreError::Full(_) => ServiceError::StorageFull(
+                "the Connect database could not record the change, so nothing changed; \
+                 free space in the data dir, then retry"
+                    .into(),
+            ),
             other => ServiceError::Store(other),
         }
     }
@@ -71,6 +79,8 @@ pub enum ErrorClass {
     Invalid,
     /// 502: an upstream (OAuth provider) failed.
     Upstream,
+    /// 503: the data disk is full.
+    StorageFull,
     /// 500.
     Internal,
 }
@@ -84,12 +94,20 @@ impl ServiceError {
             ServiceError::Invalid(_) => ErrorClass::Invalid,
             ServiceError::Oauth(crate::oauth::OauthError::Rejected) => ErrorClass::Invalid,
             ServiceError::Oauth(_) => ErrorClass::Upstream,
+            ServiceError::StorageFull(_) => ErrorClass::StorageFull,
             _ => ErrorClass::Internal,
         }
     }
 }
 
-fn io_error(what: &Path, e: impl std::fmt::Display) -> ServiceError {
+fn io_error(what: &Path, e: std::io::Error) -> ServiceError {
+    // std maps ENOSPC to this kind.
+    if e.kind() == std::io::ErrorKind::StorageFull {
+        return ServiceError::StorageFull(format!(
+            "writing {} failed, so nothing changed; free space in the data dir, then retry",
+            what.display()
+        ));
+    }
     ServiceError::Io(format!("{}: {e}", what.display()))
 }
 
@@ -158,7 +176,8 @@ impl ConnectService {
         let runs = self.store.fail_unfinished_runs()?;
         let builds = self.store.fail_unfinished_builds()?;
         let spool_dir = self.spool_dir();
-        let spools = crate::spool::clean_dir(&spool_dir).map_err(|e| io_error(&spool_dir, e))?;
+        let spools = crate::spool::clean_dir(&spool_dir)
+            .map_err(|e| ServiceError::Io(format!("{}: {e}", spool_dir.display())))?;
         if !runs.is_empty() || builds > 0 || spools > 0 {
             tracing::info!(
                 runs = runs.len(),

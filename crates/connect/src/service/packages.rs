@@ -146,7 +146,11 @@ impl ConnectService {
             let dir = self.data_dir.join("tarballs");
             std::fs::create_dir_all(&dir).map_err(|e| io_error(&dir, e))?;
             let tmp = path.with_extension(format!("tmp-{}", uuid::Uuid::new_v4()));
-            std::fs::write(&tmp, tarball).map_err(|e| io_error(&tmp, e))?;
+            if let Err(e) = std::fs::write(&tmp, tarball) {
+                // A torn temporary file would keep the space a full disk needs back.
+                let _ = std::fs::remove_file(&tmp);
+                return Err(io_error(&tmp, e));
+            }
             std::fs::rename(&tmp, &path).map_err(|e| io_error(&path, e))?;
         }
         let new = NewPackageVersion {

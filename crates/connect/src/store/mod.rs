@@ -17,9 +17,12 @@ use std::sync::{Mutex, MutexGuard};
 /// Errors of the store.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// The disk holding the database is full (SQLITE_FULL); the write was rolled back whole.
+    #[error("connect database: the disk is full: {0}")]
+    Full(rusqlite::Error),
     /// SQLite failed.
     #[error("connect database: {0}")]
-    Sqlite(#[from] rusqlite::Error),
+    Sqlite(rusqlite::Error),
     /// A stored value does not parse.
     #[error("connect database holds a bad value: {0}")]
     Corrupt(String),
@@ -29,6 +32,17 @@ pub enum StoreError {
     /// The row exists already.
     #[error("{0} exists already")]
     Exists(&'static str),
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        // A full disk heals once space is freed: the service answers it apart.
+        if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull) {
+            StoreError::Full(e)
+        } else {
+            StoreError::Sqlite(e)
+        }
+    }
 }
 
 impl From<crate::model::ModelError> for StoreError {

@@ -77,11 +77,13 @@ impl From<ServiceError> for ApiError {
             S::Ambiguous(_) => ErrorCode::OperationAmbiguous,
             S::IdempotencyKeyReused(_) => ErrorCode::IdempotencyKeyReused,
             S::Unavailable(_) => ErrorCode::ComputeUnavailable,
+            S::StorageFull(_) => ErrorCode::StorageFull,
             S::Internal(_) => ErrorCode::InternalError,
         };
         match code {
             ErrorCode::InternalError => tracing::error!(error = %e, "internal error"),
             ErrorCode::ComputeUnavailable => tracing::warn!(error = %e, "unavailable"),
+            ErrorCode::StorageFull => tracing::warn!(error = %e, "data disk full"),
             _ => tracing::debug!(error = %e, "request refused"),
         }
         ApiError::new(code, e.to_string())
@@ -116,6 +118,7 @@ impl ApiError {
         match code {
             ErrorCode::InternalError => tracing::error!(error = %e, "connect internal error"),
             ErrorCode::ConnectOauthFailed => tracing::warn!(error = %e, "connect OAuth failed"),
+            ErrorCode::StorageFull => tracing::warn!(error = %e, "connect: data disk full"),
             _ => tracing::debug!(error = %e, "connect request refused"),
         }
         ApiError::new(code, message.unwrap_or_else(|| e.to_string()))
@@ -141,6 +144,11 @@ fn connect_code(op: ConnectOp, e: &ConnectError) -> (ErrorCode, Option<String>) 
         (ErrorClass::Upstream, _) => (
             ErrorCode::ConnectOauthFailed,
             Some("the OAuth token endpoint failed; try Connect with OAuth again".into()),
+        ),
+        // Fixed text: the error names files under the data dir; it stays in the log.
+        (ErrorClass::StorageFull, _) => (
+            ErrorCode::StorageFull,
+            Some("the data disk is full: the Connect runtime could not record the change, so nothing changed; free space in the data dir, then retry".into()),
         ),
         (ErrorClass::Internal, _) => (
             ErrorCode::InternalError,
@@ -214,6 +222,21 @@ mod tests {
             ("connect_version_exists", 409, "exists".into())
         );
         assert_eq!(code(ConnectOp::Other, taken()).0, "connect_invalid_state");
+    }
+
+    #[test]
+    fn a_full_disk_is_storage_full_everywhere() {
+        let e = ConnectError::StorageFull("writing /var/lib/sbx/connect/tarballs/x.tmp".into());
+        let (c, status, message) = code(ConnectOp::Upload, e);
+        assert_eq!((c, status), ("storage_full", 503));
+        assert!(message.contains("disk is full"), "{message}");
+        assert!(!message.contains("tarballs"), "{message}");
+        let e = ServiceError::StorageFull(crate::service::STORE_FULL.into());
+        let a = ApiError::from(e);
+        assert_eq!(
+            (a.code.as_str(), a.code.http_status()),
+            ("storage_full", 503)
+        );
     }
 
     #[test]

@@ -53,6 +53,17 @@ pub enum RuntimeError {
     NotRunning,
 }
 
+impl RuntimeError {
+    /// Whether the failure was a full disk (ENOSPC) on the host.
+    pub fn is_disk_full(&self) -> bool {
+        match self {
+            RuntimeError::Runsc(e) => e.is_disk_full(),
+            RuntimeError::Io(e) => sbx_runsc::is_enospc(e),
+            RuntimeError::AgentNotReady(_) | RuntimeError::NotRunning => false,
+        }
+    }
+}
+
 /// Boots, attaches to and tears down sandboxes.
 pub trait Runtime: Send + Sync {
     /// Boots a fresh sandbox and returns a connection to its agent.

@@ -1,6 +1,8 @@
 //! Admission control: a create (cold or clone) or a warm-pool refill starts
 //! only if the node has room for it; otherwise it gets `compute_unavailable`
-//! (503, retryable) at once, never an overcommitted node or a hung request.
+//! (503, retryable) at once, or `storage_full` (503, retryable) when the data
+//! dir has less free disk than the minimum, never an overcommitted node or a
+//! hung request.
 //!
 //! Capacity: memory (MemTotal minus a reserve) and CPUs, each times an
 //! overcommit factor, and a minimum of free disk in the data dir. Usage: the
@@ -136,8 +138,10 @@ impl Service {
         let cap = self.admission.capacity;
         if let Some(free) = free_disk(&self.config.data_dir) {
             if free < cap.min_free_disk {
-                return Err(ServiceError::Unavailable(format!(
-                    "node is out of disk: {} MiB free in the data dir, {} MiB needed; retry later",
+                // The same code as a store write refused for a full disk: one cause, one code.
+                return Err(ServiceError::StorageFull(format!(
+                    "the data disk is full: {} MiB free in the data dir, a new sandbox needs {} MiB \
+                     (--min-free-disk-mb); free space, then retry",
                     free / (1024 * 1024),
                     cap.min_free_disk / (1024 * 1024)
                 )));

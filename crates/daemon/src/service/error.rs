@@ -70,14 +70,26 @@ pub enum ServiceError {
     /// Capacity or a transient, safe-to-repeat failure.
     #[error("{0}")]
     Unavailable(String),
+    /// The data disk is full: the change was not made (safe to repeat once space is freed).
+    #[error("{0}")]
+    StorageFull(String),
     /// A bug or an unexpected host failure.
     #[error("{0}")]
     Internal(String),
 }
 
+/// The message of every store write refused for a full disk.
+pub const STORE_FULL: &str = "the data disk is full: the metadata store could not record \
+     the change, so nothing changed; free space in the data dir, then retry";
+
 impl From<sbx_store::StoreError> for ServiceError {
     fn from(e: sbx_store::StoreError) -> Self {
-        // Store failures (disk full, locked) are transient from the caller's view.
-        ServiceError::Unavailable(format!("metadata store unavailable: {e}"))
+        match e {
+            // SQLite rolled the write back whole: nothing happened, and the same
+            // call succeeds once space is freed.
+            sbx_store::StoreError::Full(_) => ServiceError::StorageFull(STORE_FULL.into()),
+            // Other store failures (locked, I/O) are transient from the caller's view.
+            other => ServiceError::Unavailable(format!("metadata store unavailable: {other}")),
+        }
     }
 }

@@ -9,7 +9,9 @@
 
 use super::{Result, Service, ServiceError};
 use chrono::Utc;
-use sbx_store::{IdempotencyBegin, IdempotencyRecord};
+use sbx_store::{IdempotencyBegin, IdempotencyRecord, StoreError};
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::Duration;
 
 /// How often a repeat polls a claim that is still running.
@@ -35,6 +37,30 @@ pub struct ClaimKey {
     pub path: String,
     /// The client's key.
     pub key: String,
+}
+
+/// The end of a claimed request that the store refused to record (full disk).
+#[derive(Debug, Clone)]
+enum Outcome {
+    /// The request ran: its response.
+    Finished(u16, Vec<u8>),
+    /// The request did nothing: the claim is to be released.
+    Released,
+}
+
+/// Ends of claims waiting for the store to take them, by (tenant, path, key).
+/// Without them a repeat would wait for a claim that nobody will finish.
+#[derive(Debug, Default)]
+pub(super) struct Unrecorded(Mutex<HashMap<(String, String, String), Outcome>>);
+
+impl Unrecorded {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String, String), Outcome>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn id(key: &ClaimKey) -> (String, String, String) {
+    (key.tenant.clone(), key.path.clone(), key.key.clone())
 }
 
 impl Service {
@@ -68,6 +94,25 @@ impl Service {
             if let Some((status, body)) = existing.response {
                 return Ok(Claim::Replay(status, body));
             }
+            if existing.owner == self.boot_id {
+                // Bound first: the lock must not be held across the match (its arms take it).
+                let unrecorded = self.unrecorded.lock().get(&id(key)).cloned();
+                match unrecorded {
+                    // The first request's response is here, only not stored yet.
+                    Some(Outcome::Finished(status, body)) => {
+                        self.idempotency_finish(key, status, &body);
+                        return Ok(Claim::Replay(status, body));
+                    }
+                    // The first request did nothing: release the claim, then claim it afresh.
+                    Some(Outcome::Released) => {
+                        self.store
+                            .idempotency_forget(&key.tenant, &key.path, &key.key)?;
+                        self.unrecorded.lock().remove(&id(key));
+                        continue;
+                    }
+                    None => {}
+                }
+            }
             if existing.owner != self.boot_id {
                 return Err(ServiceError::Ambiguous(format!(
                     "the first request with Idempotency-Key {:?} was interrupted by a restart of sbxd; \
@@ -87,27 +132,69 @@ impl Service {
 
     /// Stores the response of a claimed request.
     pub fn idempotency_finish(&self, key: &ClaimKey, status: u16, body: &[u8]) {
-        if let Err(e) =
-            self.store
-                .idempotency_finish(&key.tenant, &key.path, &key.key, status, body)
+        match self
+            .store
+            .idempotency_finish(&key.tenant, &key.path, &key.key, status, body)
         {
+            Ok(()) => {
+                self.unrecorded.lock().remove(&id(key));
+            }
+            // Kept here: a repeat gets it from memory, the janitor stores it later.
+            Err(StoreError::Full(_)) => {
+                tracing::warn!(path = %key.path, "data disk full: idempotent response kept in memory until it can be stored");
+                self.unrecorded
+                    .lock()
+                    .insert(id(key), Outcome::Finished(status, body.to_vec()));
+            }
             // The claim stays unfinished: a repeat waits, then answers operation_ambiguous.
-            tracing::error!(error = %e, path = %key.path, "storing an idempotent response");
+            Err(e) => {
+                tracing::error!(error = %e, path = %key.path, "storing an idempotent response")
+            }
         }
     }
 
     /// Releases a claim whose request did nothing, so that a repeat runs it.
     pub fn idempotency_forget(&self, key: &ClaimKey) {
-        if let Err(e) = self
+        match self
             .store
             .idempotency_forget(&key.tenant, &key.path, &key.key)
         {
-            tracing::error!(error = %e, path = %key.path, "releasing an idempotency claim");
+            Ok(()) => {}
+            // A repeat releases it itself once the store takes writes again.
+            Err(StoreError::Full(_)) => {
+                self.unrecorded.lock().insert(id(key), Outcome::Released);
+            }
+            Err(e) => {
+                tracing::error!(error = %e, path = %key.path, "releasing an idempotency claim")
+            }
         }
     }
 
-    /// Deletes expired claims (the sweeper calls this).
+    /// Writes the claim ends that a full disk kept in memory (the janitor calls this).
+    fn flush_unrecorded(&self) {
+        let pending: Vec<_> = self
+            .unrecorded
+            .lock()
+            .iter()
+            .map(|(k, o)| (k.clone(), o.clone()))
+            .collect();
+        for ((tenant, path, key), outcome) in pending {
+            let written = match &outcome {
+                Outcome::Finished(status, body) => self
+                    .store
+                    .idempotency_finish(&tenant, &path, &key, *status, body),
+                Outcome::Released => self.store.idempotency_forget(&tenant, &path, &key),
+            };
+            if written.is_err() {
+                return;
+            }
+            self.unrecorded.lock().remove(&(tenant, path, key));
+        }
+    }
+
+    /// Deletes expired claims and stores what a full disk kept in memory (the sweeper calls this).
     pub fn idempotency_janitor(&self) {
+        self.flush_unrecorded();
         match self.store.idempotency_expire(Utc::now()) {
             Ok(0) => {}
             Ok(n) => tracing::debug!(n, "expired idempotency keys removed"),

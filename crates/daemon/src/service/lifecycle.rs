@@ -10,6 +10,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use uuid::Uuid;
 
+/// How often a state change refused for a full disk is written again.
+pub(super) const RECORD_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// What create did.
 #[derive(Debug)]
 pub enum CreateOutcome {
@@ -171,6 +174,10 @@ impl Service {
         let started = tokio::time::timeout(self.config.limits.start_timeout, boot).await;
         let conn = match started {
             Ok(Ok(conn)) => conn,
+            Ok(Err(e)) if e.is_disk_full() => {
+                let reason = format!("sandbox failed to start: the data disk is full ({e})");
+                return self.fail(id, reason).await;
+            }
             Ok(Err(e)) => return self.fail(id, format!("sandbox failed to start: {e}")).await,
             Err(_) => return self.fail(id, "sandbox did not start in time".into()).await,
         };
@@ -259,19 +266,52 @@ impl Service {
     pub(super) async fn fail(self: &Arc<Self>, id: Uuid, reason: String) {
         tracing::warn!(sandbox = %id, %reason, "sandbox failed");
         self.forget_agent(id);
-        let _ = self
-            .transition(id, |r| {
-                if r.status.is_active() && r.status != SandboxStatus::Terminating {
-                    stop_clock(r);
-                    r.status = SandboxStatus::Failed;
-                    r.error = Some(reason);
-                    r.ended_at = Some(Utc::now());
-                }
-            })
-            .await;
+        let mark_failed = move |r: &mut SandboxRecord| {
+            if r.status.is_active() && r.status != SandboxStatus::Terminating {
+                stop_clock(r);
+                r.status = SandboxStatus::Failed;
+                r.error = Some(reason.clone());
+                r.ended_at = Some(Utc::now());
+            }
+        };
+        let recorded = self.transition(id, &mark_failed).await;
         if let Err(e) = self.runtime.destroy(id).await {
             tracing::error!(sandbox = %id, error = %e, "cleanup of failed sandbox");
         }
+        if let Err(ServiceError::StorageFull(_)) = recorded {
+            self.record_when_space_returns(id, "FAILED", mark_failed);
+        }
+    }
+
+    /// Writes a change the store refused for a full disk again and again (the
+    /// first time at once: removing the sandbox's files may have freed enough)
+    /// until it goes through, so that the row does not keep claiming a state
+    /// that is over without a restart of sbxd.
+    pub(super) fn record_when_space_returns(
+        self: &Arc<Self>,
+        id: Uuid,
+        what: &'static str,
+        change: impl Fn(&mut SandboxRecord) + Send + Sync + 'static,
+    ) {
+        tracing::warn!(sandbox = %id, what, "data disk full: recording the sandbox's state once space returns");
+        let this = self.clone();
+        tokio::spawn(async move {
+            loop {
+                match this.transition(id, &change).await {
+                    Err(ServiceError::StorageFull(_)) => {
+                        tokio::time::sleep(RECORD_RETRY).await;
+                    }
+                    Ok(_) => {
+                        tracing::info!(sandbox = %id, what, "recorded after the data disk had been full");
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::error!(sandbox = %id, what, error = %e, "recording the sandbox's state");
+                        return;
+                    }
+                }
+            }
+        });
     }
 
     /// Tears a TERMINATING sandbox down in the background; `reason` is recorded as `error`.
@@ -310,8 +350,19 @@ impl Service {
         if reason.is_some() {
             record.error = reason;
         }
-        if let Err(e) = self.store.update_sandbox(&record) {
-            tracing::error!(sandbox = %id, error = %e, "recording TERMINATED");
+        match self.store.update_sandbox(&record) {
+            Ok(()) => {}
+            Err(sbx_store::StoreError::Full(_)) => {
+                let (ended_at, error) = (record.ended_at, record.error.clone());
+                self.record_when_space_returns(id, "TERMINATED", move |r| {
+                    if r.status == SandboxStatus::Terminating {
+                        r.status = SandboxStatus::Terminated;
+                        r.ended_at = ended_at;
+                        r.error = error.clone();
+                    }
+                });
+            }
+            Err(e) => tracing::error!(sandbox = %id, error = %e, "recording TERMINATED"),
         }
         drop(_guard);
         self.locks

@@ -20,7 +20,7 @@ mod snapshots;
 
 pub use admission::{Capacity, Reservation};
 pub use commands::{ExecOutcome, OutputSelection};
-pub use error::ServiceError;
+pub use error::{ServiceError, STORE_FULL};
 pub use idempotency::{Claim, ClaimKey};
 pub use lifecycle::{CreateOutcome, DestroyOutcome, SandboxPage};
 pub use logs::LogChunk;
@@ -62,6 +62,8 @@ pub struct Service {
     admission: admission::Admission,
     /// Id of this sbxd process: idempotency claims left by another one were interrupted.
     boot_id: Uuid,
+    /// Ends of idempotency claims that a full disk kept from the store.
+    unrecorded: idempotency::Unrecorded,
     /// The Connect runtime, set once at start (it needs this service to run its jobs).
     connect: std::sync::OnceLock<Arc<sbx_connect::service::ConnectService>>,
 }
@@ -89,6 +91,7 @@ impl Service {
             pool: pool::Pool::new(config.warm_pool.clone()),
             admission: admission::Admission::new(admission::Capacity::detect(&config.capacity)),
             boot_id: Uuid::new_v4(),
+            unrecorded: idempotency::Unrecorded::default(),
             connect: std::sync::OnceLock::new(),
             network,
             secrets,

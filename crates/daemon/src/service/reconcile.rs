@@ -87,21 +87,29 @@ impl Service {
             Ok(Some(p)) => p,
             _ => return false,
         };
-        let result = self
-            .transition(id, |r| {
-                if paused {
-                    stop_clock(r);
-                    r.status = SandboxStatus::Paused;
-                } else {
-                    r.status = SandboxStatus::Running;
-                    r.running_since.get_or_insert_with(chrono::Utc::now);
-                }
-            })
-            .await;
+        let settle = move |r: &mut sbx_store::SandboxRecord| {
+            if paused {
+                stop_clock(r);
+                r.status = SandboxStatus::Paused;
+            } else {
+                r.status = SandboxStatus::Running;
+                r.running_since.get_or_insert_with(chrono::Utc::now);
+            }
+        };
+        let recorded = match self.transition(id, &settle).await {
+            Ok(_) => true,
+            // The sandbox itself is fine: keep it, and record its state once
+            // space returns (failing it would destroy a healthy sandbox).
+            Err(super::ServiceError::StorageFull(_)) => {
+                self.record_when_space_returns(id, "PAUSED or RUNNING", settle);
+                true
+            }
+            Err(_) => false,
+        };
         if paused {
-            return result.is_ok();
+            return recorded;
         }
-        result.is_ok() && self.reattach(id).await
+        recorded && self.reattach(id).await
     }
 
     /// Snapshots caught mid-capture fail (never stay CREATING); half-done deletions finish.

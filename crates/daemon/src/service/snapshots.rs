@@ -112,9 +112,42 @@ impl Service {
                 let _ = tokio::fs::remove_dir_all(&dir).await;
             }
         }
-        if let Err(e) = self.store.update_snapshot(&snap) {
-            tracing::error!(snapshot = %snap_id, error = %e, "recording snapshot result");
+        match self.store.update_snapshot(&snap) {
+            Ok(()) => {}
+            Err(sbx_store::StoreError::Full(_)) => self.record_capture_when_space_returns(snap),
+            Err(e) => tracing::error!(snapshot = %snap_id, error = %e, "recording snapshot result"),
         }
+    }
+
+    /// Writes a capture's result that the store refused for a full disk again
+    /// and again until it goes through (unless the snapshot was deleted
+    /// meanwhile), so that it does not stay CREATING without a restart.
+    fn record_capture_when_space_returns(self: &Arc<Self>, result: SnapshotRecord) {
+        tracing::warn!(snapshot = %result.id, "data disk full: recording the snapshot's result once space returns");
+        let this = self.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(super::lifecycle::RECORD_RETRY).await;
+                let current = match this.store.get_snapshot(result.id) {
+                    Ok(Some(s)) if s.status == SnapshotStatus::Creating => s,
+                    _ => return,
+                };
+                let written = this.store.update_snapshot(&SnapshotRecord {
+                    updated_at: Utc::now(),
+                    ..result.clone()
+                });
+                match written {
+                    Err(sbx_store::StoreError::Full(_)) => continue,
+                    Ok(()) => {
+                        tracing::info!(snapshot = %current.id, "snapshot result recorded after the data disk had been full")
+                    }
+                    Err(e) => {
+                        tracing::error!(snapshot = %current.id, error = %e, "recording snapshot result")
+                    }
+                }
+                return;
+            }
+        });
     }
 
     async fn capture_inner(self: &Arc<Self>, snap_id: Uuid, sandbox: Uuid) -> Result<u64> {
@@ -151,13 +184,27 @@ impl Service {
             for attempt in 1..=CHECKPOINT_ATTEMPTS {
                 // A fresh directory per attempt: runsc writes into it.
                 let _ = tokio::fs::remove_dir_all(&dir).await;
-                tokio::fs::create_dir_all(&dir)
-                    .await
-                    .map_err(|e| ServiceError::Unavailable(format!("snapshot storage: {e}")))?;
+                tokio::fs::create_dir_all(&dir).await.map_err(|e| {
+                    if sbx_runsc::is_enospc(&e) {
+                        ServiceError::StorageFull(format!(
+                            "the data disk is full: snapshot storage: {e}"
+                        ))
+                    } else {
+                        ServiceError::Unavailable(format!("snapshot storage: {e}"))
+                    }
+                })?;
                 self.runtime
                     .checkpoint(sandbox, dir.join("checkpoint"))
                     .await
-                    .map_err(|e| ServiceError::Internal(format!("checkpoint failed: {e}")))?;
+                    .map_err(|e| {
+                        if e.is_disk_full() {
+                            ServiceError::StorageFull(format!(
+                                "the data disk is full: checkpoint failed: {e}"
+                            ))
+                        } else {
+                            ServiceError::Internal(format!("checkpoint failed: {e}"))
+                        }
+                    })?;
                 if !self.config.limits.snapshot_verify {
                     return Ok(());
                 }

@@ -51,6 +51,11 @@ impl Daemon {
             .prefix("sbx-it-")
             .tempdir_in("/var/tmp")
             .unwrap();
+        Daemon::start_in(dir, extra_args).await
+    }
+
+    /// Like [`Daemon::start`] on a data dir the test prepared (e.g. a small tmpfs).
+    pub async fn start_in(dir: tempfile::TempDir, extra_args: &[&str]) -> Daemon {
         let port = free_port();
         let mut d = Daemon {
             child: None,
