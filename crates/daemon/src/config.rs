@@ -84,6 +84,8 @@ pub struct Limits {
     pub json_body_bytes: usize,
     /// Processes per sandbox (pids cgroup limit).
     pub pids_per_sandbox: i64,
+    /// Disk of a sandbox's writable root layer, MiB (a loop-mounted ext4 image); 0: no limit.
+    pub sandbox_disk_mb: u64,
     /// How long a snapshot lives before the janitor deletes it.
     pub snapshot_ttl: Duration,
     /// Test-restore every checkpoint before its snapshot is READY.
@@ -102,6 +104,7 @@ impl Default for Limits {
             file_bytes: 100 * 1024 * 1024,
             json_body_bytes: 1024 * 1024,
             pids_per_sandbox: 4096,
+            sandbox_disk_mb: 10 * 1024,
             snapshot_ttl: Duration::from_secs(7 * 24 * 3600),
             snapshot_verify: true,
             idempotency_ttl: Duration::from_secs(24 * 3600),
@@ -118,6 +121,9 @@ pub enum ConfigError {
     /// Without dev mode at least one key is needed.
     #[error("no signing keys configured; pass --signing-key (or SBX_SIGNING_KEYS) or use --dev on loopback")]
     NoKeys,
+    /// A sandbox disk too small to format.
+    #[error("--sandbox-disk-mb {0} is too small: use 0 (no limit) or at least {min}", min = crate::runtime::disk::MIN_DISK_MB)]
+    DiskTooSmall(u64),
 }
 
 impl Config {
@@ -128,6 +134,10 @@ impl Config {
         }
         if !self.dev && self.signing_keys.is_empty() {
             return Err(ConfigError::NoKeys);
+        }
+        let disk = self.limits.sandbox_disk_mb;
+        if disk != 0 && disk < crate::runtime::disk::MIN_DISK_MB {
+            return Err(ConfigError::DiskTooSmall(disk));
         }
         Ok(())
     }
@@ -140,6 +150,11 @@ impl Config {
     /// Per-sandbox state directories.
     pub fn sandboxes_dir(&self) -> PathBuf {
         self.data_dir.join("sandboxes")
+    }
+
+    /// Formatted sandbox disk images waiting for a sandbox.
+    pub fn spare_disks_dir(&self) -> PathBuf {
+        self.data_dir.join("spare-disks")
     }
 
     /// The secret store's key file.
@@ -230,6 +245,17 @@ mod tests {
         c.dev = false;
         assert!(matches!(c.validate(), Err(ConfigError::NoKeys)));
         c.signing_keys = vec!["signkey-prod-00".into()];
+        assert!(c.validate().is_ok());
+    }
+
+    #[test]
+    fn sandbox_disk_is_off_or_big_enough() {
+        let mut c = base();
+        c.limits.sandbox_disk_mb = 0;
+        assert!(c.validate().is_ok());
+        c.limits.sandbox_disk_mb = 8;
+        assert!(matches!(c.validate(), Err(ConfigError::DiskTooSmall(8))));
+        c.limits.sandbox_disk_mb = 64;
         assert!(c.validate().is_ok());
     }
 }

@@ -4,6 +4,7 @@ use anyhow::Context;
 use clap::Parser;
 use sbx_daemon::config::{Config, Limits};
 use sbx_daemon::runtime::gvisor::{GvisorConfig, GvisorRuntime};
+use sbx_daemon::runtime::RuntimeError;
 use sbx_daemon::service::{SecretBox, Service};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -80,6 +81,10 @@ struct Args {
     /// Least free disk in the data dir for a new sandbox, MiB.
     #[arg(long, env = "SBX_MIN_FREE_DISK_MB", default_value_t = 1024)]
     min_free_disk_mb: u64,
+    /// Disk of each sandbox's writable root, MiB: a sparse ext4 image
+    /// loop-mounted under the sandbox's dir (needs loop devices); 0: no limit.
+    #[arg(long, env = "SBX_SANDBOX_DISK_MB", default_value_t = 10 * 1024)]
+    sandbox_disk_mb: u64,
     #[command(flatten)]
     connect: ConnectArgs,
 }
@@ -237,6 +242,7 @@ async fn main() -> anyhow::Result<()> {
             snapshot_ttl: Duration::from_secs(args.snapshot_ttl_secs),
             snapshot_verify: args.snapshot_verify,
             idempotency_ttl: Duration::from_secs(args.idempotency_ttl_secs),
+            sandbox_disk_mb: args.sandbox_disk_mb,
             ..Limits::default()
         },
         runsc_extra_flags: args.runsc_flags,
@@ -263,15 +269,28 @@ async fn main() -> anyhow::Result<()> {
     let store = Arc::new(
         sbx_store::SqliteStore::open(&config.database_path()).context("opening the store")?,
     );
-    let runtime: Arc<GvisorRuntime> = Arc::new(GvisorRuntime::new(GvisorConfig {
-        runsc_binary: config.runsc_binary.clone(),
-        runsc_root: config.runsc_root(),
-        sandboxes_dir: config.sandboxes_dir(),
-        image_rootfs: config.image_rootfs.clone(),
-        agent_dir: config.agent_dir.clone(),
-        pids_limit: config.limits.pids_per_sandbox,
-        extra_flags: config.runsc_extra_flags.clone(),
-    })?);
+    let runtime: Arc<GvisorRuntime> = Arc::new(
+        GvisorRuntime::new(GvisorConfig {
+            runsc_binary: config.runsc_binary.clone(),
+            runsc_root: config.runsc_root(),
+            sandboxes_dir: config.sandboxes_dir(),
+            image_rootfs: config.image_rootfs.clone(),
+            agent_dir: config.agent_dir.clone(),
+            pids_limit: config.limits.pids_per_sandbox,
+            extra_flags: config.runsc_extra_flags.clone(),
+            sandbox_disk_mb: config.limits.sandbox_disk_mb,
+            spare_disks_dir: config.spare_disks_dir(),
+        })
+        .map_err(|e| match e {
+            RuntimeError::Disk(e) => anyhow::anyhow!(
+                "sandbox disk limit (--sandbox-disk-mb {}): {e}. It needs mkfs.ext4 \
+                 (e2fsprogs), /dev/loop-control, loop devices and ext4 (Linux 5.8 or later); \
+                 --sandbox-disk-mb 0 runs without a disk limit",
+                config.limits.sandbox_disk_mb
+            ),
+            other => anyhow::Error::new(other).context("setting up the runtime"),
+        })?,
+    );
     let secrets = SecretBox::load_or_create(&config.secret_key_path())?;
     sbx_daemon::reaper::start();
     let service = Service::new(config.clone(), store, runtime.clone(), secrets);

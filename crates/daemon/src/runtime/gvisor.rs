@@ -1,6 +1,7 @@
 //! The gVisor runtime: one runsc container per sandbox, the agent as PID 1,
 //! reached through a long-lived `runsc exec sbx-agent relay` process.
 
+use super::disk::{self, Disks};
 use super::{AgentConn, JobOptions, Runtime, RuntimeError, SandboxSpec};
 use futures::future::BoxFuture;
 use futures::FutureExt;
@@ -12,6 +13,7 @@ use sbx_runsc::{
 };
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use uuid::Uuid;
 
@@ -43,12 +45,18 @@ pub struct GvisorConfig {
     pub pids_limit: i64,
     /// Extra global runsc flags.
     pub extra_flags: Vec<String>,
+    /// Size of each sandbox's disk (its writable root layer), MiB; 0: no limit.
+    pub sandbox_disk_mb: u64,
+    /// Formatted disk images waiting for a sandbox (same filesystem as `sandboxes_dir`).
+    pub spare_disks_dir: PathBuf,
 }
 
 /// [`Runtime`] on gVisor.
 pub struct GvisorRuntime {
     config: GvisorConfig,
     runsc: Runsc,
+    /// Disk images for sandbox overlays; `None` when the limit is off.
+    disks: Option<Arc<Disks>>,
 }
 
 fn container_id(id: Uuid) -> String {
@@ -81,10 +89,18 @@ fn prefer_guest_oom_kills(cid: &str) {
 }
 
 impl GvisorRuntime {
-    /// Builds the runtime; creates its directories.
+    /// Builds the runtime; creates its directories and, with a disk limit,
+    /// readies the spare disk images (failing when loop devices do not work).
     pub fn new(config: GvisorConfig) -> Result<Self, RuntimeError> {
         std::fs::create_dir_all(&config.runsc_root)?;
         std::fs::create_dir_all(&config.sandboxes_dir)?;
+        let disks = match config.sandbox_disk_mb {
+            0 => {
+                Disks::remove_spares(&config.spare_disks_dir)?;
+                None
+            }
+            mb => Some(Disks::open(&config.spare_disks_dir, mb)?),
+        };
         let global = GlobalOptions {
             network: Network::None,
             extra: config.extra_flags.clone(),
@@ -93,15 +109,21 @@ impl GvisorRuntime {
         let runsc = Runsc::new(&config.runsc_binary, &config.runsc_root)
             .with_global(global)
             .with_timeout(Some(Duration::from_secs(60)));
-        Ok(GvisorRuntime { config, runsc })
+        Ok(GvisorRuntime {
+            config,
+            runsc,
+            disks,
+        })
     }
 
     fn dir(&self, id: Uuid) -> PathBuf {
         self.config.sandboxes_dir.join(id.to_string())
     }
 
-    /// Writes a fresh bundle and overlay dir; returns the container id and run options.
-    /// `job` adds a Connect job's mounts and, with a read-only root, turns the overlay off.
+    /// Writes a fresh bundle and overlay dir, with the sandbox's disk mounted
+    /// on the overlay dir; returns the container id and run options. `job`
+    /// adds a Connect job's mounts and, with a read-only root, turns the
+    /// overlay (and so the disk) off.
     async fn prepare(
         &self,
         spec: &SandboxSpec,
@@ -109,7 +131,7 @@ impl GvisorRuntime {
     ) -> Result<(String, RunOptions), RuntimeError> {
         let dir = self.dir(spec.id);
         if dir.exists() {
-            tokio::fs::remove_dir_all(&dir).await?;
+            remove_sandbox_dir(&dir).await?;
         }
         let bundle = dir.join("bundle");
         let overlay = dir.join("overlay");
@@ -138,6 +160,10 @@ impl GvisorRuntime {
             }
         }
         builder.write_bundle(&bundle)?;
+        let has_overlay = overlay2.as_deref() != Some("none");
+        if let (Some(disks), true) = (&self.disks, has_overlay) {
+            disks.attach(&dir.join("disk.img"), &overlay).await?;
+        }
         let opts = RunOptions {
             bundle: bundle.clone(),
             io: ProcessIo::console_log(dir.join("console.log")),
@@ -275,12 +301,7 @@ impl GvisorRuntime {
             CGROUP_PARENT,
             |name| name == cid,
         );
-        let dir = self.dir(id);
-        match tokio::fs::remove_dir_all(&dir).await {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(e.into()),
-        }
+        remove_sandbox_dir(&self.dir(id)).await
     }
 
     async fn list_inner(&self) -> Result<Vec<Uuid>, RuntimeError> {
@@ -301,6 +322,23 @@ impl GvisorRuntime {
         ids.sort();
         ids.dedup();
         Ok(ids)
+    }
+}
+
+/// Unmounts the sandbox's disk (and anything else mounted below its dir),
+/// then removes the dir. Unmounting first matters: removing a dir with a live
+/// mount below it deletes the files inside the mount and then fails (EBUSY),
+/// leaking the mount and its loop device. Always done, even with the limit
+/// off, so that a restart with `--sandbox-disk-mb 0` still cleans old mounts.
+async fn remove_sandbox_dir(dir: &Path) -> Result<(), RuntimeError> {
+    let target = dir.to_path_buf();
+    tokio::task::spawn_blocking(move || disk::unmount_under(&target))
+        .await
+        .map_err(|e| RuntimeError::Io(std::io::Error::other(e.to_string())))??;
+    match tokio::fs::remove_dir_all(dir).await {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e.into()),
     }
 }
 

@@ -4,6 +4,7 @@
 //! technology; [`gvisor::GvisorRuntime`] drives the runsc CLI.
 
 pub mod agent_conn;
+pub mod disk;
 pub mod gvisor;
 mod leftovers;
 mod oom;
@@ -45,6 +46,9 @@ pub enum RuntimeError {
     /// Host file system work failed.
     #[error("host i/o: {0}")]
     Io(#[from] std::io::Error),
+    /// The sandbox's disk could not be set up or removed.
+    #[error("sandbox disk: {0}")]
+    Disk(#[from] disk::DiskError),
     /// The agent did not answer in time.
     #[error("agent did not become ready: {0}")]
     AgentNotReady(String),
@@ -59,6 +63,7 @@ impl RuntimeError {
         match self {
             RuntimeError::Runsc(e) => e.is_disk_full(),
             RuntimeError::Io(e) => sbx_runsc::is_enospc(e),
+            RuntimeError::Disk(e) => e.is_disk_full(),
             RuntimeError::AgentNotReady(_) | RuntimeError::NotRunning => false,
         }
     }

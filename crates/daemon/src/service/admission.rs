@@ -9,6 +9,12 @@
 //! shapes of every sandbox that holds resources (not TERMINATED or FAILED),
 //! the warm pool's members (booted or booting), and creates admitted but not
 //! yet written to the store. Checks and reservations happen under one lock.
+//!
+//! A sandbox's disk (`--sandbox-disk-mb`) is not reserved against the free
+//! disk: its image is sparse and takes host space only as the sandbox writes,
+//! so reserving the full size (10 GiB each) would refuse most creates while
+//! the space stays unused. Host disk is overcommitted, like CPU; the free-disk
+//! minimum still stops creates on a node that is really running out.
 
 use super::{Result, Service, ServiceError};
 use crate::config::CapacityConfig;

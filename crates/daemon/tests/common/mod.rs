@@ -5,6 +5,8 @@
 //! `SBX_TEST_IMAGE_ROOTFS`.
 #![allow(dead_code)]
 
+pub mod disks;
+
 use serde_json::{json, Value};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -281,6 +283,9 @@ impl Drop for Daemon {
                 .args(["delete", "-force", &id])
                 .output();
         }
+        // Sandbox disks are mounted under the data dir: unmount them before
+        // the temp dir is removed, or their loop devices leak.
+        disks::unmount_under(self.dir.path());
     }
 }
 
@@ -527,6 +532,7 @@ impl Daemon {
                 problems.push(format!("sandbox dir {d} belongs to no sandbox"));
             }
         }
+        problems.extend(self.disk_mismatches(&sandboxes));
         problems
     }
 
@@ -588,6 +594,7 @@ impl Drop for KillLeftovers {
             kill9_pids(&pids);
             std::thread::sleep(Duration::from_millis(300));
         }
+        disks::unmount_under(&self.0);
         ids.sort();
         ids.dedup();
         for id in ids {
