@@ -283,17 +283,19 @@ impl GvisorRuntime {
 
     async fn destroy_inner(&self, id: Uuid) -> Result<(), RuntimeError> {
         let cid = container_id(id);
+        // Kill the sandbox's host processes first, then let runsc clean up.
+        // `runsc delete --force` alone asks the Sentry to stop, and a Sentry
+        // thrashing at its memory limit (a fork bomb whose stubs the OOM
+        // killer keeps taking) did not answer within 60 s, leaving the sandbox
+        // TERMINATING. It also covers a container runsc does not know (sbxd
+        // died inside `runsc run`) whose processes are still there.
+        let killed =
+            super::leftovers::kill_container_processes(&self.config.runsc_root, &cid).await;
+        tracing::debug!(sandbox = %id, killed, "sandbox processes killed");
         match self.runsc.delete(&cid, true).await {
             Ok(()) => {}
             Err(e) if e.is_not_found() => {}
             Err(e) => return Err(e.into()),
-        }
-        // runsc may not know the container (sbxd died inside `runsc run`) while
-        // its processes and state files are still there: remove them directly.
-        let killed =
-            super::leftovers::kill_container_processes(&self.config.runsc_root, &cid).await;
-        if killed > 0 {
-            tracing::warn!(sandbox = %id, killed, "killed sandbox processes runsc did not know about");
         }
         super::leftovers::remove_state_files(&self.config.runsc_root, &cid);
         sbx_runsc::cleanup::remove_cgroups(
