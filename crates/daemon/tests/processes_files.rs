@@ -394,8 +394,19 @@ async fn files_big_round_trip_concurrency_and_path_safety() {
         .await
         .unwrap();
     assert_eq!(resp.status(), 413);
+    // The rest of the body was never read: the connection is closed, and
+    // the client is told so (no broken pipe on its next request).
+    assert_eq!(resp.headers()["connection"], "close");
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["errors"][0]["code"], "sandbox_file_too_large");
+    for _ in 0..3 {
+        let again = d
+            .http
+            .get(d.url(&format!("/v2/sandboxes/{id}")))
+            .send()
+            .await;
+        assert_eq!(again.map(|r| r.status().as_u16()).ok(), Some(200));
+    }
     let (_, ls, _) = d.exec(&id, &["ls", "-a", "/tmp"]).await;
     assert!(!ls.contains("huge"), "partial upload left behind: {ls}");
 

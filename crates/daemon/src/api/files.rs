@@ -31,29 +31,41 @@ pub async fn upload(
     RawQuery(q): RawQuery,
     headers: axum::http::HeaderMap,
     body: Body,
-) -> Result<Response, ApiError> {
-    let id = parse_id(&id, "sandboxId")?;
-    let q: PathQuery = parse_query(q.as_deref())?;
-    let path = required_path(&q)?;
-    // No Content-Length and no chunked encoding: there is no body at all (an
-    // empty file is sent as `Content-Length: 0`).
-    if !headers.contains_key("content-length") && !headers.contains_key("transfer-encoding") {
-        return Err(ApiError::new(
-            ErrorCode::MissingField,
-            "the request has no body; send the file's bytes",
-        ));
+) -> Response {
+    let result: Result<Response, ApiError> = async move {
+        let id = parse_id(&id, "sandboxId")?;
+        let q: PathQuery = parse_query(q.as_deref())?;
+        let path = required_path(&q)?;
+        // No Content-Length and no chunked encoding: there is no body at all (an
+        // empty file is sent as `Content-Length: 0`).
+        if !headers.contains_key("content-length") && !headers.contains_key("transfer-encoding") {
+            return Err(ApiError::new(
+                ErrorCode::MissingField,
+                "the request has no body; send the file's bytes",
+            ));
+        }
+        let stream = body.into_data_stream();
+        let written = svc
+            .upload(&ws.0, id, &path, q.mode.as_deref(), stream)
+            .await?;
+        Ok(envelope::data(
+            StatusCode::OK,
+            UploadResult {
+                path,
+                bytes_written: written,
+            },
+        ))
     }
-    let stream = body.into_data_stream();
-    let written = svc
-        .upload(&ws.0, id, &path, q.mode.as_deref(), stream)
-        .await?;
-    Ok(envelope::data(
-        StatusCode::OK,
-        UploadResult {
-            path,
-            bytes_written: written,
-        },
-    ))
+    .await;
+    result.unwrap_or_else(|e| {
+        // Refused before the body was read to its end: the rest of it is
+        // still on the wire, so hyper closes the connection; say so, or a
+        // client may send its next request on it and get a broken pipe.
+        let mut resp = e.into_response();
+        resp.headers_mut()
+            .insert("connection", HeaderValue::from_static("close"));
+        resp
+    })
 }
 
 /// `GET /v2/sandboxes/{id}/files?path=`: streamed raw bytes.
