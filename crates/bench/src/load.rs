@@ -235,38 +235,13 @@ impl Bench {
         self.density_api.as_ref().unwrap_or(&self.api)
     }
 
-    /// Creates `n` sbx sandboxes, `parallel` at a time, on `api`. Stops
-    /// launching after the first failure. Returns the ids and the failures.
+    /// Creates `n` sbx sandboxes, `parallel` at a time.
     async fn fill_sbx(&self, api: &Api, what: &str, n: usize) -> (Vec<String>, Vec<anyhow::Error>) {
-        let stop = AtomicBool::new(false);
-        let done = AtomicUsize::new(0);
-        let results = each((0..n).collect(), self.load.parallel, |_, i| {
-            let (stop, done) = (&stop, &done);
-            async move {
-                if stop.load(Ordering::Relaxed) {
-                    return None;
-                }
-                let body = self.create_body(self.sbx_name(what, i));
-                let r = bounded(self.load.op_timeout, "create", api.create(body)).await;
-                if r.is_err() {
-                    stop.store(true, Ordering::Relaxed);
-                }
-                let k = done.fetch_add(1, Ordering::Relaxed) + 1;
-                if k % 10 == 0 || k == n {
-                    eprintln!("  [{what}] sbx {k}/{n} created");
-                }
-                Some(r)
-            }
+        self.fill(what, "sbx", n, |i| {
+            let body = self.create_body(self.sbx_name(what, i));
+            bounded(self.load.op_timeout, "create", api.create(body))
         })
-        .await;
-        let (mut ids, mut errs) = (Vec::new(), Vec::new());
-        for r in results.into_iter().flatten() {
-            match r {
-                Ok(id) => ids.push(id),
-                Err(e) => errs.push(e),
-            }
-        }
-        (ids, errs)
+        .await
     }
 
     /// Creates `n` raw containers with PID 1 `args`, `parallel` at a time.
@@ -276,26 +251,45 @@ impl Bench {
         n: usize,
         args: &[&str],
     ) -> (Vec<String>, Vec<anyhow::Error>) {
+        self.fill(what, "raw", n, |_| {
+            bounded(
+                self.load.op_timeout,
+                "runsc run",
+                self.raw.create_with(args),
+            )
+        })
+        .await
+    }
+
+    /// Runs `create(i)` for i in 0..n, `parallel` at a time, stopping new
+    /// creates after the first failure; returns the ids and the errors.
+    async fn fill<F, Fut>(
+        &self,
+        what: &str,
+        side: &str,
+        n: usize,
+        create: F,
+    ) -> (Vec<String>, Vec<anyhow::Error>)
+    where
+        F: Fn(usize) -> Fut,
+        Fut: Future<Output = Result<String>>,
+    {
         let stop = AtomicBool::new(false);
         let done = AtomicUsize::new(0);
-        let results = each((0..n).collect::<Vec<_>>(), self.load.parallel, |_, _| {
+        let results = each((0..n).collect(), self.load.parallel, |_, i| {
             let (stop, done) = (&stop, &done);
+            let create = &create;
             async move {
                 if stop.load(Ordering::Relaxed) {
                     return None;
                 }
-                let r = bounded(
-                    self.load.op_timeout,
-                    "runsc run",
-                    self.raw.create_with(args),
-                )
-                .await;
+                let r = create(i).await;
                 if r.is_err() {
                     stop.store(true, Ordering::Relaxed);
                 }
                 let k = done.fetch_add(1, Ordering::Relaxed) + 1;
                 if k % 10 == 0 || k == n {
-                    eprintln!("  [{what}] raw {k}/{n} created");
+                    eprintln!("  [{what}] {side} {k}/{n} created");
                 }
                 Some(r)
             }
