@@ -347,13 +347,17 @@ async fn files_big_round_trip_concurrency_and_path_safety() {
     assert_eq!(code, 0);
     assert!(out.starts_with(&sha(&data)), "{out}");
     assert!(out.trim_end().ends_with("600"), "{out}");
-    let resp = d
-        .http
-        .get(d.url(&format!("{files}?path=/tmp/big.bin")))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
+    let download_big = || async {
+        let resp = d
+            .http
+            .get(d.url(&format!("{files}?path=/tmp/big.bin")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        resp
+    };
+    let resp = download_big().await;
     assert_eq!(
         resp.headers()["content-length"],
         data.len().to_string().as_str()
@@ -366,13 +370,7 @@ async fn files_big_round_trip_concurrency_and_path_safety() {
     // never padded or passed off as complete: the body ends before its
     // Content-Length. The client reads nothing until the file is truncated,
     // so back-pressure holds the sender a few MiB into the 100 MiB.
-    let resp = d
-        .http
-        .get(d.url(&format!("{files}?path=/tmp/big.bin")))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
+    let resp = download_big().await;
     let (code, _, _) = d
         .exec(&id, &["sh", "-c", "truncate -s 0 /tmp/big.bin"])
         .await;
