@@ -86,6 +86,8 @@ pub struct Limits {
     pub pids_per_sandbox: i64,
     /// Disk of a sandbox's writable root layer, MiB (a loop-mounted ext4 image); 0: no limit.
     pub sandbox_disk_mb: u64,
+    /// Host disk a sandbox's console log may use, MiB; past it the oldest half is dropped. 0: no limit.
+    pub console_log_max_mb: u64,
     /// How long a snapshot lives before the janitor deletes it.
     pub snapshot_ttl: Duration,
     /// Test-restore every checkpoint before its snapshot is READY.
@@ -105,6 +107,7 @@ impl Default for Limits {
             json_body_bytes: 1024 * 1024,
             pids_per_sandbox: 4096,
             sandbox_disk_mb: 10 * 1024,
+            console_log_max_mb: 16,
             snapshot_ttl: Duration::from_secs(7 * 24 * 3600),
             snapshot_verify: true,
             idempotency_ttl: Duration::from_secs(24 * 3600),

@@ -85,6 +85,10 @@ struct Args {
     /// loop-mounted under the sandbox's dir (needs loop devices); 0: no limit.
     #[arg(long, env = "SBX_SANDBOX_DISK_MB", default_value_t = 10 * 1024)]
     sandbox_disk_mb: u64,
+    /// Host disk each sandbox's console log (its logs stream) may use, MiB; past it
+    /// the oldest half is dropped (checked twice a second). 0: no limit.
+    #[arg(long, env = "SBX_CONSOLE_LOG_MAX_MB", default_value_t = 16)]
+    console_log_max_mb: u64,
     #[command(flatten)]
     connect: ConnectArgs,
 }
@@ -243,6 +247,7 @@ async fn main() -> anyhow::Result<()> {
             snapshot_verify: args.snapshot_verify,
             idempotency_ttl: Duration::from_secs(args.idempotency_ttl_secs),
             sandbox_disk_mb: args.sandbox_disk_mb,
+            console_log_max_mb: args.console_log_max_mb,
             ..Limits::default()
         },
         runsc_extra_flags: args.runsc_flags,
@@ -331,6 +336,14 @@ async fn main() -> anyhow::Result<()> {
                     }
                 }
             }
+        }
+    });
+    let trimmer = service.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(CONSOLE_TRIM_EVERY);
+        loop {
+            tick.tick().await;
+            trimmer.trim_console_logs().await;
         }
     });
     let listener = tokio::net::TcpListener::bind(config.listen)
@@ -433,6 +446,10 @@ fn open_connect(
 }
 
 /// The registry builds use when neither the flag nor the host's npm names one.
+/// How often console logs are trimmed: a sandbox floods its console at ~215 MB/s
+/// (measured), so this bounds the overshoot past `--console-log-max-mb` to ~110 MB.
+const CONSOLE_TRIM_EVERY: Duration = Duration::from_millis(500);
+
 const PUBLIC_NPM_REGISTRY: &str = "https://registry.npmjs.org/";
 
 /// `npm config get KEY` of the host, when npm is there and the value is set.

@@ -1,12 +1,14 @@
 //! The per-sandbox disk limit (`--sandbox-disk-mb`) on real gVisor: a full
 //! disk is ENOSPC inside that sandbox only, the daemon and the other
 //! sandboxes do not notice, and no mount, loop device or image outlives its
-//! sandbox, also across a `kill -9` of sbxd.
+//! sandbox, also across a `kill -9` of sbxd. And the console log, which is
+//! outside that disk, stays within `--console-log-max-mb` on the host.
 
 mod common;
 
 use common::disks::{loop_files_under, mounts_under};
 use common::{Daemon, KillLeftovers};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -329,4 +331,76 @@ async fn start_fails_clearly_when_disks_cannot_be_made() {
     assert!(stderr.contains("mkfs.ext4"), "{stderr}");
     assert!(stderr.contains("--sandbox-disk-mb 0"), "{stderr}");
     assert!(mounts_under(dir.path()).is_empty());
+}
+
+/// The sandbox's logs, decoded (the non-follow stream ends at the current end).
+async fn sandbox_logs(d: &Daemon, id: &str) -> Vec<u8> {
+    let resp = d
+        .http
+        .get(d.url(&format!("/v2/sandboxes/{id}/logs")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let body = resp.text().await.unwrap();
+    let mut out = Vec::new();
+    for line in body.lines() {
+        let frame: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(frame["type"], "log", "{frame}");
+        out.extend(common::b64(&frame["data"]).into_bytes());
+    }
+    out
+}
+
+#[tokio::test]
+#[ignore = "needs root, runsc and the image; run ./scripts/test"]
+async fn console_log_flood_is_trimmed_and_logs_keep_the_newest_bytes() {
+    let _serial = SERIAL.lock().await;
+    let _leftovers: KillLeftovers;
+    let d = Daemon::start(&["--console-log-max-mb", "4"]).await;
+    _leftovers = KillLeftovers::of(&d);
+    let id = d.create_running("console-flood").await;
+    let log = d.data_dir().join("sandboxes").join(&id).join("console.log");
+    // Anything in the sandbox can write to PID 1's stdout: 150 MB of it, between two markers.
+    let script = "echo first-marker > /proc/1/fd/1; \
+                  head -c 150000000 /dev/zero | tr '\\0' y > /proc/1/fd/1; \
+                  echo last-marker > /proc/1/fd/1";
+    let (code, _, err) = d.exec(&id, &["sh", "-c", script]).await;
+    assert_eq!(code, 0, "{err}");
+    let meta = std::fs::metadata(&log).unwrap();
+    assert!(meta.len() > 150_000_000, "{} bytes", meta.len());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let on_disk = std::fs::metadata(&log).unwrap().blocks() * 512;
+        if on_disk <= 4 * 1024 * 1024 {
+            println!("console.log: {} bytes long, {on_disk} on disk", meta.len());
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "console.log still uses {on_disk} bytes of disk"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let logs = sandbox_logs(&d, &id).await;
+    assert!(!logs.contains(&0), "the trimmed part was served as zeros");
+    let text = String::from_utf8_lossy(&logs);
+    // The agent's own lines (this exec's exit) may follow the marker.
+    let tail = &text[text.len().saturating_sub(4096)..];
+    assert!(tail.contains("last-marker"), "{tail}");
+    assert!(!text.contains("first-marker"));
+    assert!(
+        logs.len() <= 4 * 1024 * 1024,
+        "{} bytes of logs",
+        logs.len()
+    );
+    assert!(
+        logs.len() >= 1024 * 1024,
+        "only {} bytes of logs",
+        logs.len()
+    );
+    let (code, out, _) = d.exec(&id, &["echo", "alive"]).await;
+    assert_eq!((code, out.as_str()), (0, "alive\n"));
+    d.destroy_all(SETTLE).await;
+    d.assert_host_matches_store(SETTLE).await;
 }

@@ -1,6 +1,7 @@
 //! The gVisor runtime: one runsc container per sandbox, the agent as PID 1,
 //! reached through a long-lived `runsc exec sbx-agent relay` process.
 
+use super::console_log::Trimmed;
 use super::disk::{self, Disks};
 use super::{AgentConn, JobOptions, Runtime, RuntimeError, SandboxSpec};
 use futures::future::BoxFuture;
@@ -475,6 +476,25 @@ impl Runtime for GvisorRuntime {
 
     fn console_log(&self, id: Uuid) -> PathBuf {
         self.dir(id).join("console.log")
+    }
+
+    fn trim_console_logs(&self, max_bytes: u64) {
+        let Ok(entries) = std::fs::read_dir(&self.config.sandboxes_dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path().join("console.log");
+            match super::console_log::trim(&path, max_bytes) {
+                Ok(Trimmed::Within) => {}
+                Ok(Trimmed::HoleUpTo(end)) => {
+                    tracing::debug!(path = %path.display(), dropped_bytes = end, "console log trimmed")
+                }
+                Ok(Trimmed::Emptied) => {
+                    tracing::info!(path = %path.display(), "console log emptied (no hole punching here)")
+                }
+                Err(e) => tracing::warn!(error = %e, "console log not trimmed"),
+            }
+        }
     }
 }
 

@@ -4,6 +4,7 @@
 //! technology; [`gvisor::GvisorRuntime`] drives the runsc CLI.
 
 pub mod agent_conn;
+pub mod console_log;
 pub mod disk;
 pub mod gvisor;
 mod leftovers;
@@ -115,4 +116,7 @@ pub trait Runtime: Send + Sync {
     fn compatibility_id(&self) -> String;
     /// Host path of the sandbox's console log (PID 1's stdout and stderr).
     fn console_log(&self, id: Uuid) -> PathBuf;
+    /// Trims every sandbox's console log to at most `max_bytes` on disk
+    /// (blocking file system calls; see [`console_log::trim`]).
+    fn trim_console_logs(&self, max_bytes: u64);
 }

@@ -1,6 +1,7 @@
 //! The sandbox console log (what PID 1 writes), read from the host file.
 
 use super::{Result, Service, ServiceError};
+use crate::runtime::console_log;
 use bytes::Bytes;
 use futures::Stream;
 use sbx_api_types::SandboxStatus;
@@ -43,6 +44,8 @@ impl Service {
             let (mut file, mut pos, this, id, follow) = state?;
             let mut buf = vec![0u8; 64 * 1024];
             loop {
+                // The oldest part may have been trimmed away (a hole) since the last read.
+                pos = console_log::next_data(&file, pos);
                 if file.seek(std::io::SeekFrom::Start(pos)).await.is_err() {
                     return None;
                 }
@@ -66,5 +69,19 @@ impl Service {
                 }
             }
         }))
+    }
+
+    /// Keeps every sandbox's console log within `--console-log-max-mb`.
+    pub async fn trim_console_logs(self: &Arc<Self>) {
+        let max_bytes = self.config.limits.console_log_max_mb * 1024 * 1024;
+        if max_bytes == 0 {
+            return;
+        }
+        let runtime = self.runtime.clone();
+        if let Err(e) =
+            tokio::task::spawn_blocking(move || runtime.trim_console_logs(max_bytes)).await
+        {
+            tracing::warn!(error = %e, "console log trimming stopped");
+        }
     }
 }
