@@ -90,6 +90,8 @@ pub struct Limits {
     pub console_log_max_mb: u64,
     /// How long a snapshot lives before the janitor deletes it.
     pub snapshot_ttl: Duration,
+    /// Live (CREATING or unexpired READY) snapshots per workspace; 0: no limit.
+    pub snapshots_per_workspace: u32,
     /// Test-restore every checkpoint before its snapshot is READY.
     pub snapshot_verify: bool,
     /// How long an `Idempotency-Key` and its stored response are kept.
@@ -109,6 +111,7 @@ impl Default for Limits {
             sandbox_disk_mb: 10 * 1024,
             console_log_max_mb: 16,
             snapshot_ttl: Duration::from_secs(7 * 24 * 3600),
+            snapshots_per_workspace: 50,
             snapshot_verify: true,
             idempotency_ttl: Duration::from_secs(24 * 3600),
         }

@@ -42,6 +42,10 @@ struct Args {
     /// Snapshot lifetime before the janitor deletes it, seconds (default 7 days).
     #[arg(long, env = "SBX_SNAPSHOT_TTL_SECS", default_value_t = 7 * 24 * 3600)]
     snapshot_ttl_secs: u64,
+    /// Live (CREATING or unexpired READY) snapshots a workspace may keep; more get
+    /// 403 sandbox_snapshot_limit_exceeded. 0: no limit.
+    #[arg(long, env = "SBX_SNAPSHOT_LIMIT", default_value_t = 50)]
+    snapshot_limit: u32,
     /// Test-restore every checkpoint before its snapshot is READY (a
     /// checkpoint that does not restore is taken again); `false` saves about
     /// one restore per snapshot.
@@ -244,6 +248,7 @@ async fn main() -> anyhow::Result<()> {
         limits: Limits {
             active_runtime: Duration::from_secs(args.active_runtime_secs),
             snapshot_ttl: Duration::from_secs(args.snapshot_ttl_secs),
+            snapshots_per_workspace: args.snapshot_limit,
             snapshot_verify: args.snapshot_verify,
             idempotency_ttl: Duration::from_secs(args.idempotency_ttl_secs),
             sandbox_disk_mb: args.sandbox_disk_mb,

@@ -136,7 +136,8 @@ async fn pause_resume_keeps_everything_and_stops_the_clock() {
 async fn snapshots_clones_and_their_errors() {
     // Eleven 2 GiB sandboxes at once: more than this host's memory without
     // overcommit (admission is tested in admission.rs, not here).
-    let d = Daemon::start(&["--memory-overcommit", "4"]).await;
+    // One live snapshot per workspace, to reach the quota.
+    let d = Daemon::start(&["--memory-overcommit", "4", "--snapshot-limit", "1"]).await;
     let (status, created) = d
         .call(
             "POST",
@@ -197,6 +198,15 @@ async fn snapshots_clones_and_their_errors() {
     );
     let (_, by_name) = d.call("GET", "/v2/snapshots?name=base", None).await;
     assert_eq!(by_name["data"].as_array().unwrap().len(), 1);
+    // The quota: a second live snapshot is refused, and nothing is stored for it.
+    assert_error(
+        &d.call("POST", &format!("/v2/sandboxes/{id}/snapshots"), None)
+            .await,
+        403,
+        "sandbox_snapshot_limit_exceeded",
+    );
+    let (_, all) = d.call("GET", "/v2/snapshots", None).await;
+    assert_eq!(all["data"].as_array().unwrap().len(), 1, "{all}");
     assert_eq!(d.exec(&id, &["echo", "still"]).await.1, "still\n");
 
     // Ten clones at once, each with the file, the environment and the resources.
@@ -284,6 +294,9 @@ async fn snapshots_clones_and_their_errors() {
         404,
         "sandbox_snapshot_not_found",
     );
+    // The deleted snapshot freed its place in the quota.
+    let next = snapshot(&d, &id, None).await;
+    assert_eq!(next["status"], "READY");
 }
 
 #[tokio::test]

@@ -53,6 +53,17 @@ pub enum CreateOutcome {
     NameHeld(Box<SandboxRecord>),
 }
 
+/// Result of [`Store::create_snapshot`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum SnapshotCreateOutcome {
+    /// The new row was inserted.
+    Created,
+    /// A CREATING or unexpired READY snapshot already holds the name; here it is.
+    NameHeld(Box<SnapshotRecord>),
+    /// The workspace already has this many live (CREATING or unexpired READY) snapshots.
+    LimitReached(u32),
+}
+
 /// Cursor position for sandbox listing (newest first).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SandboxCursor {
@@ -89,12 +100,14 @@ pub trait Store: Send + Sync {
         statuses: &[sbx_api_types::SandboxStatus],
     ) -> Result<Vec<SandboxRecord>, StoreError>;
 
-    /// Inserts a snapshot unless its name is held by a CREATING/READY unexpired one (returned instead).
+    /// Inserts a snapshot unless its name is held by a CREATING/READY unexpired one, or its
+    /// workspace already has `max_live` of those (0: no limit). Checked and inserted atomically.
     fn create_snapshot(
         &self,
         record: &SnapshotRecord,
         now: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Option<SnapshotRecord>, StoreError>;
+        max_live: u32,
+    ) -> Result<SnapshotCreateOutcome, StoreError>;
     /// One snapshot.
     fn get_snapshot(&self, id: Uuid) -> Result<Option<SnapshotRecord>, StoreError>;
     /// Writes status, size, times and error of a snapshot.

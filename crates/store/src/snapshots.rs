@@ -1,7 +1,7 @@
 //! Snapshot and secret rows in SQLite.
 
 use crate::sqlite::{corrupt, from_ms, json, ms, SqliteStore};
-use crate::{SecretRecord, SnapshotRecord, SnapshotStatus, StoreError};
+use crate::{SecretRecord, SnapshotCreateOutcome, SnapshotRecord, SnapshotStatus, StoreError};
 use chrono::{DateTime, Utc};
 use rusqlite::{params, OptionalExtension, Row};
 use uuid::Uuid;
@@ -44,7 +44,8 @@ impl SqliteStore {
         &self,
         r: &SnapshotRecord,
         now: DateTime<Utc>,
-    ) -> Result<Option<SnapshotRecord>, StoreError> {
+        max_live: u32,
+    ) -> Result<SnapshotCreateOutcome, StoreError> {
         let mut conn = self.lock();
         let tx = conn.transaction()?;
         if let Some(name) = &r.name {
@@ -58,8 +59,19 @@ impl SqliteStore {
                     snapshot_from_row,
                 )
                 .optional()?;
-            if holder.is_some() {
-                return Ok(holder);
+            if let Some(holder) = holder {
+                return Ok(SnapshotCreateOutcome::NameHeld(Box::new(holder)));
+            }
+        }
+        if max_live > 0 {
+            let live: u32 = tx.query_row(
+                "SELECT COUNT(*) FROM snapshots WHERE workspace = ?1 \
+                 AND status IN ('CREATING','READY') AND expires_at_ms > ?2",
+                params![r.workspace, ms(now)],
+                |row| row.get(0),
+            )?;
+            if live >= max_live {
+                return Ok(SnapshotCreateOutcome::LimitReached(live));
             }
         }
         tx.execute(
@@ -86,7 +98,7 @@ impl SqliteStore {
             ],
         )?;
         tx.commit()?;
-        Ok(None)
+        Ok(SnapshotCreateOutcome::Created)
     }
 
     pub(crate) fn get_snapshot_row(&self, id: Uuid) -> Result<Option<SnapshotRecord>, StoreError> {

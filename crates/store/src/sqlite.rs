@@ -2,7 +2,7 @@
 
 use crate::{
     ApiKeyRecord, CreateOutcome, IdempotencyBegin, IdempotencyRecord, SandboxCursor, SandboxRecord,
-    SecretRecord, SnapshotRecord, SnapshotStatus, Store, StoreError,
+    SecretRecord, SnapshotCreateOutcome, SnapshotRecord, SnapshotStatus, Store, StoreError,
 };
 use chrono::{DateTime, Utc};
 use rusqlite::{params, Connection, OptionalExtension, Row};
@@ -353,8 +353,9 @@ impl Store for SqliteStore {
         &self,
         r: &SnapshotRecord,
         now: DateTime<Utc>,
-    ) -> Result<Option<SnapshotRecord>, StoreError> {
-        self.insert_snapshot(r, now)
+        max_live: u32,
+    ) -> Result<SnapshotCreateOutcome, StoreError> {
+        self.insert_snapshot(r, now, max_live)
     }
 
     fn get_snapshot(&self, id: Uuid) -> Result<Option<SnapshotRecord>, StoreError> {
@@ -495,6 +496,89 @@ mod tests {
         assert_eq!(
             store.get_sandbox(a.id).unwrap().unwrap().status,
             SandboxStatus::Terminated
+        );
+    }
+
+    fn snapshot(workspace: &str, name: Option<&str>, now: DateTime<Utc>) -> SnapshotRecord {
+        SnapshotRecord {
+            id: Uuid::new_v4(),
+            workspace: workspace.into(),
+            name: name.map(str::to_string),
+            source_sandbox: Uuid::new_v4(),
+            status: SnapshotStatus::Creating,
+            vcpu: 1,
+            memory_mb: 1024,
+            environment: BTreeMap::new(),
+            secrets: vec![],
+            image_ref: "default".into(),
+            source_image_id: "0".repeat(64),
+            compatibility_id: "test".into(),
+            stored_bytes: 0,
+            created_at: now,
+            updated_at: now,
+            expires_at: now + chrono::Duration::hours(1),
+            error: None,
+            network: sbx_api_types::NetworkPolicy::default(),
+        }
+    }
+
+    #[test]
+    fn snapshot_limit_counts_live_snapshots_of_the_workspace_only() {
+        let store = SqliteStore::in_memory().unwrap();
+        let now = DateTime::from_timestamp_millis(1_000_000).unwrap();
+        let a = snapshot("ws", Some("a"), now);
+        let b = snapshot("ws", None, now);
+        assert_eq!(
+            store.create_snapshot(&a, now, 2).unwrap(),
+            SnapshotCreateOutcome::Created
+        );
+        assert_eq!(
+            store.create_snapshot(&b, now, 2).unwrap(),
+            SnapshotCreateOutcome::Created
+        );
+        let c = snapshot("ws", None, now);
+        assert_eq!(
+            store.create_snapshot(&c, now, 2).unwrap(),
+            SnapshotCreateOutcome::LimitReached(2)
+        );
+        // A held name is reported before the limit.
+        let again = snapshot("ws", Some("a"), now);
+        assert_eq!(
+            store.create_snapshot(&again, now, 2).unwrap(),
+            SnapshotCreateOutcome::NameHeld(Box::new(a.clone()))
+        );
+        // Other workspaces and "no limit" are not affected; nothing was inserted by refusals.
+        let other = snapshot("other", None, now);
+        assert_eq!(
+            store.create_snapshot(&other, now, 2).unwrap(),
+            SnapshotCreateOutcome::Created
+        );
+        assert_eq!(
+            store.create_snapshot(&c, now, 0).unwrap(),
+            SnapshotCreateOutcome::Created
+        );
+        assert_eq!(store.list_snapshots("ws", None, 10, None).unwrap().len(), 3);
+        // Deleted, failed and expired snapshots free their place.
+        for (mut r, status) in [(a, SnapshotStatus::Deleted), (b, SnapshotStatus::Failed)] {
+            r.status = status;
+            store.update_snapshot(&r).unwrap();
+        }
+        let e = snapshot("ws", None, now);
+        assert_eq!(
+            store.create_snapshot(&e, now, 2).unwrap(),
+            SnapshotCreateOutcome::Created
+        );
+        assert_eq!(
+            store
+                .create_snapshot(&snapshot("ws", None, now), now, 2)
+                .unwrap(),
+            SnapshotCreateOutcome::LimitReached(2)
+        );
+        let later = now + chrono::Duration::hours(2);
+        let d = snapshot("ws", None, later);
+        assert_eq!(
+            store.create_snapshot(&d, later, 1).unwrap(),
+            SnapshotCreateOutcome::Created
         );
     }
 

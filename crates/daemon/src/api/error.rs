@@ -69,6 +69,7 @@ impl From<ServiceError> for ApiError {
             S::SnapshotNotFound => ErrorCode::SnapshotNotFound,
             S::SnapshotNotReady(_) => ErrorCode::SnapshotNotReady,
             S::SnapshotNameTaken(_) => ErrorCode::SnapshotNameTaken,
+            S::SnapshotLimit(_) => ErrorCode::SnapshotLimitExceeded,
             S::WrongState(_) => ErrorCode::InvalidState,
             S::ExecTimedOut(_) => ErrorCode::ExecTimedOut,
             S::ExecOutputTooLarge(_) => ErrorCode::ExecOutputTooLarge,

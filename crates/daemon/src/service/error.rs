@@ -41,6 +41,11 @@ pub enum ServiceError {
     /// A CREATING or READY snapshot holds the name.
     #[error("snapshot name {0:?} is already in use")]
     SnapshotNameTaken(String),
+    /// The workspace has as many live snapshots as it may keep.
+    #[error(
+        "the workspace already has {0} snapshots (CREATING or READY), its limit; delete one first"
+    )]
+    SnapshotLimit(u32),
     /// The name is held by an active sandbox with another configuration.
     #[error(
         "sandbox name {0:?} is already in use by an active sandbox with a different configuration"

@@ -7,7 +7,7 @@ use chrono::{Duration as ChronoDuration, Utc};
 use sbx_agent_proto::Request;
 use sbx_api_types::validate;
 use sbx_api_types::SandboxStatus;
-use sbx_store::{SandboxCursor, SnapshotRecord, SnapshotStatus};
+use sbx_store::{SandboxCursor, SnapshotCreateOutcome, SnapshotRecord, SnapshotStatus};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use uuid::Uuid;
@@ -70,8 +70,13 @@ impl Service {
             error: None,
             network: source.network.clone(),
         };
-        if self.store.create_snapshot(&record, now)?.is_some() {
-            return Err(ServiceError::SnapshotNameTaken(name.unwrap_or_default()));
+        let max_live = self.config.limits.snapshots_per_workspace;
+        match self.store.create_snapshot(&record, now, max_live)? {
+            SnapshotCreateOutcome::Created => {}
+            SnapshotCreateOutcome::NameHeld(_) => {
+                return Err(ServiceError::SnapshotNameTaken(name.unwrap_or_default()))
+            }
+            SnapshotCreateOutcome::LimitReached(n) => return Err(ServiceError::SnapshotLimit(n)),
         }
         let (tx, mut rx) = tokio::sync::watch::channel(false);
         let this = self.clone();
