@@ -7,161 +7,58 @@
 
 mod common;
 
+use common::netns::{make_certs, Names, Veth};
 use common::Daemon;
 use serde_json::{json, Value};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 const IGNORE: &str = "needs root, runsc and the image; run ./scripts/test";
 
-fn run(cmd: &str, args: &[&str]) {
-    let out = Command::new(cmd).args(args).output().expect(cmd);
-    assert!(
-        out.status.success(),
-        "{cmd} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-static NEXT: AtomicU32 = AtomicU32::new(0);
+/// Test hosts of this file: 10.213.x, apart from `connect_host` (10.214.x).
+const NAMES: Names = Names {
+    net: "10.213",
+    ns: "sbxt-",
+    host_if: "sbxh",
+    ns_if: "sbxn",
+};
 
 /// A host in its own network namespace, reachable from the host through a veth pair.
 struct TestHost {
-    pub ns: String,
-    host_if: String,
-    pub host_ip: String,
-    pub ip: String,
-    pub cidr: String,
-    servers: Vec<Child>,
+    // Dropped first: stops the servers and removes the namespace before the certs go.
+    pub veth: Veth,
     pub certs: Option<tempfile::TempDir>,
 }
 
 impl TestHost {
     fn create() -> TestHost {
-        let n = NEXT.fetch_add(1, Ordering::SeqCst);
-        let seed = (std::process::id().wrapping_mul(7919) + n * 131) % 16000;
-        let tag = format!("{:08x}", rand_u32() ^ n);
-        let (b, c) = (seed / 64 % 250 + 1, (seed % 64) * 4);
-        let ns = format!("sbxt-{tag}");
-        let host_if = format!("sbxh{tag}");
-        let ns_if = format!("sbxn{tag}");
-        let host_ip = format!("10.213.{b}.{}", c + 1);
-        let ip = format!("10.213.{b}.{}", c + 2);
-        let h = TestHost {
-            ns: ns.clone(),
-            host_if: host_if.clone(),
-            host_ip: host_ip.clone(),
-            ip: ip.clone(),
-            cidr: format!("10.213.{b}.{c}/30"),
-            servers: Vec::new(),
+        TestHost {
+            veth: Veth::create(&NAMES),
             certs: None,
-        };
-        run("ip", &["netns", "add", &ns]);
-        run(
-            "ip",
-            &[
-                "link", "add", &host_if, "type", "veth", "peer", "name", &ns_if,
-            ],
-        );
-        run("ip", &["link", "set", &ns_if, "netns", &ns]);
-        run(
-            "ip",
-            &["addr", "add", &format!("{host_ip}/30"), "dev", &host_if],
-        );
-        run("ip", &["link", "set", &host_if, "up"]);
-        let in_ns = |args: &[&str]| {
-            let mut all = vec!["netns", "exec", &ns];
-            all.extend_from_slice(args);
-            run("ip", &all);
-        };
-        in_ns(&["ip", "addr", "add", &format!("{ip}/30"), "dev", &ns_if]);
-        in_ns(&["ip", "link", "set", &ns_if, "up"]);
-        in_ns(&["ip", "link", "set", "lo", "up"]);
-        h
+        }
     }
 
     /// Starts the plain HTTP server on :80 and the TLS server on :443 (test CA).
     pub fn serve_http_and_tls(&mut self, names: &[&str]) {
         let dir = tempfile::tempdir().unwrap();
-        let d = dir.path();
-        let p = |f: &str| d.join(f).to_string_lossy().into_owned();
-        let ec = [
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-        ];
-        let mut ca = vec!["req", "-x509"];
-        ca.extend_from_slice(&ec);
-        let (ca_key, ca_pem) = (p("ca.key"), p("ca.pem"));
-        ca.extend_from_slice(&[
-            "-keyout",
-            &ca_key,
-            "-out",
-            &ca_pem,
-            "-days",
-            "1",
-            "-subj",
-            "/CN=sbx-test-ca",
-        ]);
-        run("openssl", &ca);
-        let (srv_key, srv_csr, srv_pem, ext) = (p("srv.key"), p("srv.csr"), p("srv.pem"), p("ext"));
-        let mut req = vec!["req"];
-        req.extend_from_slice(&ec);
-        req.extend_from_slice(&["-keyout", &srv_key, "-out", &srv_csr, "-subj", "/CN=sbxt"]);
-        run("openssl", &req);
-        let mut san = format!("IP:{}", self.ip);
-        for n in names {
-            san.push_str(&format!(",DNS:{n}"));
-        }
-        std::fs::write(
-            &ext,
-            format!("subjectAltName={san}\nbasicConstraints=CA:FALSE\n"),
-        )
-        .unwrap();
-        run(
-            "openssl",
-            &[
-                "x509",
-                "-req",
-                "-in",
-                &srv_csr,
-                "-CA",
-                &ca_pem,
-                "-CAkey",
-                &ca_key,
-                "-CAcreateserial",
-                "-out",
-                &srv_pem,
-                "-days",
-                "1",
-                "-extfile",
-                &ext,
-            ],
-        );
-        let script = p("server.py");
+        let certs = make_certs(dir.path(), &self.veth.ip, names);
+        let script = dir.path().join("server.py");
         std::fs::write(&script, SERVER_PY).unwrap();
+        // Both servers get the same script; the TLS one also gets the key pair.
+        let script = script.to_string_lossy();
+        let (pem, key) = (certs.pem.to_string_lossy(), certs.key.to_string_lossy());
+        let ip = self.veth.ip.clone();
         for args in [
-            vec![script.clone(), self.ip.clone(), "80".into()],
-            vec![
-                script.clone(),
-                self.ip.clone(),
-                "443".into(),
-                srv_pem,
-                srv_key,
-            ],
+            vec![&*script, &ip, "80"],
+            vec![&*script, &ip, "443", &pem, &key],
         ] {
-            let child = Command::new("ip")
-                .args(["netns", "exec", &self.ns, "python3"])
-                .args(&args)
+            let mut server = self.veth.command("python3");
+            server
+                .args(args)
                 .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap();
-            self.servers.push(child);
+                .stderr(Stdio::null());
+            self.veth.spawn(&mut server);
         }
         self.certs = Some(dir);
         for port in [80, 443] {
@@ -171,7 +68,7 @@ impl TestHost {
 
     fn wait_port(&self, port: u16) {
         let deadline = Instant::now() + Duration::from_secs(10);
-        let addr = format!("{}:{port}", self.ip).parse().unwrap();
+        let addr = format!("{}:{port}", self.veth.ip).parse().unwrap();
         while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
             assert!(
                 Instant::now() < deadline,
@@ -184,27 +81,6 @@ impl TestHost {
     pub fn ca_pem(&self) -> Vec<u8> {
         std::fs::read(self.certs.as_ref().unwrap().path().join("ca.pem")).unwrap()
     }
-}
-
-impl Drop for TestHost {
-    fn drop(&mut self) {
-        for c in &mut self.servers {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        let _ = Command::new("ip").args(["netns", "del", &self.ns]).output();
-        let _ = Command::new("ip")
-            .args(["link", "del", &self.host_if])
-            .output();
-    }
-}
-
-fn rand_u32() -> u32 {
-    let mut b = [0u8; 4];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
-        .unwrap();
-    u32::from_ne_bytes(b)
 }
 
 const SERVER_PY: &str = r#"
@@ -338,7 +214,7 @@ async fn public_allows_test_host_and_refuses_everything_internal() {
     let mut public = TestHost::create();
     public.serve_http_and_tls(&[]);
     let private = TestHost::create();
-    let d = Daemon::start(&["--network-test-public-cidr", &public.cidr]).await;
+    let d = Daemon::start(&["--network-test-public-cidr", &public.veth.cidr]).await;
     let id = create_v1(&d, "net-public", json!({"mode": "public"})).await;
     upload(&d, &id, "/tmp/ca.pem", public.ca_pem()).await;
 
@@ -357,7 +233,7 @@ async fn public_allows_test_host_and_refuses_everything_internal() {
         &id,
         &format!(
             "curl -sS --max-time 20 --cacert /tmp/ca.pem https://{}/",
-            public.ip
+            public.veth.ip
         ),
     )
     .await;
@@ -366,7 +242,7 @@ async fn public_allows_test_host_and_refuses_everything_internal() {
     let (code, out, err) = sh(
         &d,
         &id,
-        &format!("curl -sS --max-time 20 http://{}/", public.ip),
+        &format!("curl -sS --max-time 20 http://{}/", public.veth.ip),
     )
     .await;
     assert_eq!((code, out.as_str()), (0, "hello-plain\n"), "{err}");
@@ -375,7 +251,7 @@ async fn public_allows_test_host_and_refuses_everything_internal() {
         &id,
         &format!(
             "curl -sS --max-time 20 -x socks5h://127.0.0.1:1080 --cacert /tmp/ca.pem https://{}/",
-            public.ip
+            public.veth.ip
         ),
     )
     .await;
@@ -386,7 +262,7 @@ async fn public_allows_test_host_and_refuses_everything_internal() {
         &id,
         &format!(
             "curl -sS --max-time 60 http://{}/bulk/20000000 | wc -c",
-            public.ip
+            public.veth.ip
         ),
     )
     .await;
@@ -394,9 +270,9 @@ async fn public_allows_test_host_and_refuses_everything_internal() {
 
     // Refused by policy (403 from the proxy), never dialled.
     let sbxd = format!("http://127.0.0.1:{}/healthz", d.port);
-    let host_addr = format!("http://{}:{}/healthz", public.host_ip, d.port);
+    let host_addr = format!("http://{}:{}/healthz", public.veth.host_ip, d.port);
     for (url, reason) in [
-        (format!("http://{}/", private.ip), "private"),
+        (format!("http://{}/", private.veth.ip), "private"),
         (sbxd.clone(), "loopback"),
         (format!("http://[::1]:{}/healthz", d.port), "loopback"),
         (host_addr, "host-address"),
@@ -439,7 +315,7 @@ async fn public_allows_test_host_and_refuses_everything_internal() {
 async fn https_only_refuses_port_80_and_plain_http_on_443() {
     let mut host = TestHost::create();
     host.serve_http_and_tls(&[]);
-    let d = Daemon::start(&["--network-test-public-cidr", &host.cidr]).await;
+    let d = Daemon::start(&["--network-test-public-cidr", &host.veth.cidr]).await;
     let id = create_v1(&d, "net-https", json!({"mode": "https-only"})).await;
     upload(&d, &id, "/tmp/ca.pem", host.ca_pem()).await;
     let (code, out, err) = sh(
@@ -447,12 +323,17 @@ async fn https_only_refuses_port_80_and_plain_http_on_443() {
         &id,
         &format!(
             "curl -sS --max-time 20 --cacert /tmp/ca.pem https://{}/",
-            host.ip
+            host.veth.ip
         ),
     )
     .await;
     assert_eq!((code, out.as_str()), (0, "hello-tls\n"), "{err}");
-    let (_, status, _) = sh(&d, &id, &curl_proxied(&format!("http://{}/", host.ip), "")).await;
+    let (_, status, _) = sh(
+        &d,
+        &id,
+        &curl_proxied(&format!("http://{}/", host.veth.ip), ""),
+    )
+    .await;
     assert_eq!(status, "403");
     let net = network_of(&d, &id).await;
     assert_eq!(denial_reasons(&net).pop().unwrap().1, "port", "{net}");
@@ -462,7 +343,7 @@ async fn https_only_refuses_port_80_and_plain_http_on_443() {
         &id,
         &format!(
             "curl -s --max-time 20 -p -x http://127.0.0.1:3128 http://{}:443/",
-            host.ip
+            host.veth.ip
         ),
     )
     .await;
@@ -475,10 +356,10 @@ async fn https_only_refuses_port_80_and_plain_http_on_443() {
 #[ignore = "needs root, runsc and the image; run ./scripts/test"]
 async fn allowlisted_name_rebound_to_loopback_is_refused() {
     let mut host = TestHost::create();
-    let name = format!("{}.sbx-test.invalid", host.ns);
+    let name = format!("{}.sbx-test.invalid", host.veth.ns);
     host.serve_http_and_tls(&[&name]);
-    let d = Daemon::start(&["--network-test-public-cidr", &host.cidr]).await;
-    let hosts = HostsEntry::set(&name, &host.ip);
+    let d = Daemon::start(&["--network-test-public-cidr", &host.veth.cidr]).await;
+    let hosts = HostsEntry::set(&name, &host.veth.ip);
     let id = create_v1(
         &d,
         "net-allow",
@@ -494,7 +375,12 @@ async fn allowlisted_name_rebound_to_loopback_is_refused() {
     .await;
     assert_eq!((code, out.as_str()), (0, "hello-tls\n"), "{err}");
     // Not listed: the address itself, another port.
-    let (_, status, _) = sh(&d, &id, &curl_proxied(&format!("http://{}/", host.ip), "")).await;
+    let (_, status, _) = sh(
+        &d,
+        &id,
+        &curl_proxied(&format!("http://{}/", host.veth.ip), ""),
+    )
+    .await;
     assert_eq!(status, "403");
     let (_, status, _) = sh(&d, &id, &curl_proxied(&format!("http://{name}/"), "")).await;
     assert_eq!(status, "403");
@@ -553,14 +439,14 @@ async fn none_has_only_loopback_and_no_proxy() {
 async fn v2_default_is_public_and_node_fetch_uses_the_proxy() {
     let mut host = TestHost::create();
     host.serve_http_and_tls(&[]);
-    let d = Daemon::start(&["--network-test-public-cidr", &host.cidr]).await;
+    let d = Daemon::start(&["--network-test-public-cidr", &host.veth.cidr]).await;
     let id = d.create_running("net-sdk").await;
     upload(&d, &id, "/tmp/ca.pem", host.ca_pem()).await;
     let net = network_of(&d, &id).await;
     assert_eq!(net["policy"]["mode"], "public");
     let script = format!(
         "NODE_EXTRA_CA_CERTS=/tmp/ca.pem node -e \"fetch('https://{}/').then(r => r.text()).then(t => process.stdout.write(t))\"",
-        host.ip
+        host.veth.ip
     );
     let (code, out, err) = sh(&d, &id, &script).await;
     assert_eq!((code, out.as_str()), (0, "hello-tls\n"), "{err}");
@@ -588,12 +474,12 @@ async fn v2_default_is_public_and_node_fetch_uses_the_proxy() {
 async fn policy_survives_snapshot_clone_and_daemon_restart() {
     let mut host = TestHost::create();
     host.serve_http_and_tls(&[]);
-    let mut d = Daemon::start(&["--network-test-public-cidr", &host.cidr]).await;
+    let mut d = Daemon::start(&["--network-test-public-cidr", &host.veth.cidr]).await;
     let id = create_v1(&d, "net-snap", json!({"mode": "https-only"})).await;
     upload(&d, &id, "/tmp/ca.pem", host.ca_pem()).await;
     let fetch = format!(
         "curl -sS --max-time 20 --cacert /tmp/ca.pem https://{}/",
-        host.ip
+        host.veth.ip
     );
     // Name idempotency compares the policy.
     let (status, _) = d
@@ -649,7 +535,7 @@ async fn policy_survives_snapshot_clone_and_daemon_restart() {
     let (_, status, _) = sh(
         &d,
         &clone,
-        &curl_proxied(&format!("http://{}/", host.ip), ""),
+        &curl_proxied(&format!("http://{}/", host.veth.ip), ""),
     )
     .await;
     assert_eq!(status, "403");
@@ -665,10 +551,10 @@ async fn policy_survives_snapshot_clone_and_daemon_restart() {
 #[ignore = "needs root, runsc and the image; run ./scripts/test"]
 async fn dns_in_the_sandbox_answers_through_the_policy() {
     let host = TestHost::create();
-    let good = format!("dns-{}.sbx-test.invalid", host.ns);
-    let bad = format!("dns-lo-{}.sbx-test.invalid", host.ns);
-    let d = Daemon::start(&["--network-test-public-cidr", &host.cidr]).await;
-    let good_entry = HostsEntry::set(&good, &host.ip);
+    let good = format!("dns-{}.sbx-test.invalid", host.veth.ns);
+    let bad = format!("dns-lo-{}.sbx-test.invalid", host.veth.ns);
+    let d = Daemon::start(&["--network-test-public-cidr", &host.veth.cidr]).await;
+    let good_entry = HostsEntry::set(&good, &host.veth.ip);
     let bad_entry = HostsEntry::set(&bad, "127.0.0.1");
     let id = create_v1(&d, "net-dns", json!({"mode": "public"})).await;
     let (code, conf, _) = sh(&d, &id, "cat /etc/resolv.conf").await;
@@ -680,7 +566,7 @@ async fn dns_in_the_sandbox_answers_through_the_policy() {
         )
     };
     let (code, out, err) = sh(&d, &id, &lookup(&good)).await;
-    assert_eq!((code, out.trim()), (0, host.ip.as_str()), "{err}");
+    assert_eq!((code, out.trim()), (0, host.veth.ip.as_str()), "{err}");
     // Resolves on the host, but only to an address the policy refuses: nothing.
     let (code, out, err) = sh(&d, &id, &lookup(&bad)).await;
     assert_eq!(code, 0, "{err}");

@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod disks;
+pub mod netns;
 
 use serde_json::{json, Value};
 use std::net::TcpListener;
