@@ -58,7 +58,10 @@ impl Veth {
         let n = NEXT.fetch_add(1, Ordering::SeqCst);
         // The pid and the counter spread the hosts of concurrent runs over the
         // range; the random tag keeps their names apart.
-        let seed = (std::process::id().wrapping_mul(7919) + n * 131) % 16000;
+        let seed = std::process::id()
+            .wrapping_mul(7919)
+            .wrapping_add(n.wrapping_mul(131))
+            % 16000;
         let tag = format!("{:08x}", rand_u32() ^ n);
         let (b, c) = (seed / 64 % 250 + 1, (seed % 64) * 4);
         let net = names.net;
