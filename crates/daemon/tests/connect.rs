@@ -374,6 +374,22 @@ async fn builds_install_from_the_npm_registry_without_install_scripts() {
 
 #[tokio::test]
 #[ignore = "needs root, runsc and the image; run ./scripts/test"]
+async fn a_build_over_its_memory_budget_fails_and_says_so() {
+    // npm ci (Node) does not fit in this budget. Without the memory watchdog the sandbox
+    // stalled at its limit and the build waited for its 10-minute deadline (measured).
+    let d = Daemon::start(&["--connect-memory-mib", "40"]).await;
+    let (status, body) = upload(&d, "connector-deps").await;
+    assert_eq!(status, 201, "upload: {body}");
+    let begun = Instant::now();
+    let b = build(&d, "connector-deps", "1.0.0").await;
+    eprintln!("build over budget: {} ms: {b}", begun.elapsed().as_millis());
+    assert_eq!(b["status"], "failed", "{b}");
+    assert!(b.to_string().contains("memory limit of 40 MiB"), "{b}");
+    assert!(d.runsc_containers().is_empty());
+}
+
+#[tokio::test]
+#[ignore = "needs root, runsc and the image; run ./scripts/test"]
 async fn a_restart_removes_job_sandboxes_a_crash_left_behind() {
     let mut d = Daemon::start(&["--connect-sync-time-secs", "60"]).await;
     items_built(&d).await;

@@ -1,7 +1,7 @@
 //! Build sandboxes: `npm ci --ignore-scripts` in the package directory (mounted read-write
 //! at `/src`) with the npm registry as the only reachable host.
 
-use super::jobs::{remove, tmp_bytes, GvisorJobs};
+use super::jobs::{remove, tmp_bytes, watch_memory, GvisorJobs};
 use super::JobsError;
 use crate::runtime::JobOptions;
 use sbx_agent_proto::{AgentErrorCode, CommandSpec, Reply, Request};
@@ -9,6 +9,8 @@ use sbx_api_types::{AllowRule, NetworkMode, NetworkPolicy};
 use sbx_connect::sandbox::{BuildOutput, BuildRequest};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use uuid::Uuid;
 
@@ -91,6 +93,10 @@ pub(super) async fn run(jobs: &GvisorJobs, req: BuildRequest) -> Result<BuildOut
         binds,
     };
     let conn = jobs.boot(id, memory_mb, options).await?;
+    // npm at the memory limit can stall the sandbox instead of failing: stop it at the first
+    // OOM kill, as for jobs, so the build fails at once and says why.
+    let memory_hit = Arc::new(AtomicBool::new(false));
+    let watchdog = tokio::spawn(watch_memory(jobs.runtime.clone(), id, memory_hit.clone()));
     let policy = NetworkPolicy {
         mode: NetworkMode::Allowlist,
         allow: vec![AllowRule {
@@ -106,6 +112,14 @@ pub(super) async fn run(jobs: &GvisorJobs, req: BuildRequest) -> Result<BuildOut
             Ok(npm_ci(&conn, env, req.time_budget).await)
         }
         Err(e) => Err(JobsError::Agent(e)),
+    };
+    watchdog.abort();
+    let result = match result {
+        Ok(out) if memory_hit.load(Ordering::SeqCst) => Ok(failed(
+            out.log,
+            &format!("sbx: the build sandbox reached its memory limit of {memory_mb} MiB and was stopped"),
+        )),
+        other => other,
     };
     conn.shutdown().await;
     remove(&jobs.runtime, &jobs.network, id).await;

@@ -114,8 +114,8 @@ pub(super) fn tmp_bytes(memory_mb: u32) -> u64 {
 }
 
 /// Stops the sandbox as soon as its cgroup records an OOM kill: a gVisor sandbox at its
-/// memory limit can stall instead of dying, and a job must not wait for its deadline.
-async fn watch_memory(runtime: Arc<dyn Runtime>, id: Uuid, hit: Arc<AtomicBool>) {
+/// memory limit can stall instead of dying, and a job or build must not wait for its deadline.
+pub(super) async fn watch_memory(runtime: Arc<dyn Runtime>, id: Uuid, hit: Arc<AtomicBool>) {
     loop {
         tokio::time::sleep(MEMORY_WATCH_INTERVAL).await;
         if runtime.death_reason(id).is_some() {
