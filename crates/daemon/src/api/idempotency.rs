@@ -52,10 +52,11 @@ fn fingerprint(method: &str, query: &str, body: &[u8]) -> String {
 }
 
 /// Whether a response means the request did nothing (so a retry should run it):
-/// validation, unknown resources, wrong state, capacity.
+/// validation, quota, unknown resources, wrong state, capacity.
 fn did_nothing(status: StatusCode, body: &[u8]) -> bool {
     match status.as_u16() {
-        400 | 404 | 429 | 503 => true,
+        // 403 is the snapshot quota: nothing was stored, and a retry after a delete may pass.
+        400 | 403 | 404 | 429 | 503 => true,
         409 => serde_json::from_slice::<sbx_api_types::ErrorBody>(body)
             .ok()
             .and_then(|b| b.errors.into_iter().next())
@@ -200,6 +201,10 @@ mod tests {
             &body("compute_unavailable")
         ));
         assert!(did_nothing(StatusCode::CONFLICT, &body("invalid_request")));
+        assert!(did_nothing(
+            StatusCode::FORBIDDEN,
+            &body("sandbox_snapshot_limit_exceeded")
+        ));
         assert!(!did_nothing(
             StatusCode::CONFLICT,
             &body("operation_ambiguous")
