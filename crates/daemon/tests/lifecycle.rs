@@ -12,7 +12,10 @@ async fn snapshot(d: &Daemon, id: &str, name: Option<&str>) -> Value {
         .call("POST", &format!("/v2/sandboxes/{id}/snapshots"), body)
         .await;
     assert!(status == 201 || status == 202, "{status} {snap}");
-    let sid = snap["data"]["id"].as_str().unwrap().to_string();
+    wait_ready(d, snap["data"]["id"].as_str().unwrap()).await
+}
+
+async fn wait_ready(d: &Daemon, sid: &str) -> Value {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let (_, got) = d.call("GET", &format!("/v2/snapshots/{sid}"), None).await;
@@ -199,9 +202,10 @@ async fn snapshots_clones_and_their_errors() {
     let (_, by_name) = d.call("GET", "/v2/snapshots?name=base", None).await;
     assert_eq!(by_name["data"].as_array().unwrap().len(), 1);
     // The quota: a second live snapshot is refused, and nothing is stored for it.
+    let keyed = [("idempotency-key", "second-snapshot")];
+    let snapshots_path = format!("/v2/sandboxes/{id}/snapshots");
     assert_error(
-        &d.call("POST", &format!("/v2/sandboxes/{id}/snapshots"), None)
-            .await,
+        &d.call_with("POST", &snapshots_path, None, &keyed).await,
         403,
         "sandbox_snapshot_limit_exceeded",
     );
@@ -294,9 +298,11 @@ async fn snapshots_clones_and_their_errors() {
         404,
         "sandbox_snapshot_not_found",
     );
-    // The deleted snapshot freed its place in the quota.
-    let next = snapshot(&d, &id, None).await;
-    assert_eq!(next["status"], "READY");
+    // The deleted snapshot freed its place in the quota, and the refusal did not keep the
+    // key: the same keyed request now runs.
+    let (status, next) = d.call_with("POST", &snapshots_path, None, &keyed).await;
+    assert!(status == 201 || status == 202, "{status} {next}");
+    wait_ready(&d, next["data"]["id"].as_str().unwrap()).await;
 }
 
 #[tokio::test]
