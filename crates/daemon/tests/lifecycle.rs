@@ -43,10 +43,43 @@ async fn pause_resume_keeps_everything_and_stops_the_clock() {
     let d = Daemon::start(&[]).await;
     let id = d.create_running("pausable").await;
     d.exec(&id, &["sh", "-c", "echo kept > /tmp/f"]).await;
-    let (status, paused) = d
-        .call("POST", &format!("/v2/sandboxes/{id}/pause"), None)
+    // A wait in flight when the sandbox freezes still answers at its timeout (the SDK sets
+    // no client timeout; it hung until the resume before).
+    let (status, started) = d
+        .call(
+            "POST",
+            &format!("/v2/sandboxes/{id}/processes"),
+            Some(json!({"command": ["sleep", "600"]})),
+        )
         .await;
-    assert_eq!(status, 200);
+    assert_eq!(status, 201, "{started}");
+    let pid = started["data"]["id"].as_str().unwrap().to_string();
+    let wait_path = format!("/v2/sandboxes/{id}/processes/{pid}/wait?timeout=2000ms");
+    let pause_path = format!("/v2/sandboxes/{id}/pause");
+    let mut attempts = 0;
+    let paused = loop {
+        attempts += 1;
+        let waited = async {
+            let t = Instant::now();
+            (d.call("POST", &wait_path, None).await, t.elapsed())
+        };
+        let pause = d.call("POST", &pause_path, None);
+        let ((wait_answer, wait_took), (status, paused)) = tokio::join!(waited, pause);
+        assert_eq!(status, 200, "{paused}");
+        if wait_answer.0 == 409 && attempts < 3 {
+            // The pause won the race: the wait was refused at once (sandbox not RUNNING).
+            assert_error(&wait_answer, 409, "invalid_request");
+            let (status, _) = d
+                .call("POST", &format!("/v2/sandboxes/{id}/resume"), None)
+                .await;
+            assert_eq!(status, 200);
+            continue;
+        }
+        println!("wait across a pause answered after {wait_took:?} (attempt {attempts})");
+        assert_error(&wait_answer, 504, "sandbox_process_wait_timed_out");
+        assert!(wait_took < Duration::from_secs(5), "{wait_took:?}");
+        break paused;
+    };
     assert_eq!(paused["data"]["status"], "PAUSED");
     // Idempotent; commands, files and snapshots need RUNNING.
     let (status, again) = d

@@ -14,6 +14,11 @@ use uuid::Uuid;
 /// Default exec and wait timeout (ms).
 pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
 
+/// How long past its timeout sbxd waits for the agent's answer to a process wait. A paused
+/// (frozen) sandbox never answers, and the SDK sets no client timeout of its own, so sbxd
+/// answers the timeout itself; waiting changes nothing, so that answer is always safe.
+const WAIT_ANSWER_MARGIN: Duration = Duration::from_millis(500);
+
 /// The result of a finished exec.
 #[derive(Debug)]
 pub struct ExecOutcome {
@@ -237,13 +242,15 @@ impl Service {
             None => DEFAULT_TIMEOUT_MS,
         };
         let conn = self.agent(workspace, id).await?;
-        match conn
-            .call(Request::ProcessWait {
-                process,
-                timeout_ms,
-            })
-            .await
-        {
+        let call = conn.call(Request::ProcessWait {
+            process,
+            timeout_ms,
+        });
+        let deadline = Duration::from_millis(timeout_ms) + WAIT_ANSWER_MARGIN;
+        let Ok(answer) = tokio::time::timeout(deadline, call).await else {
+            return Err(ServiceError::WaitTimedOut(timeout_ms));
+        };
+        match answer {
             Ok((Reply::Process { process }, _)) => Ok(process),
             Ok((other, _)) => Err(ServiceError::Internal(format!(
                 "unexpected agent reply {other:?}"
