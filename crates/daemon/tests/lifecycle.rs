@@ -441,8 +441,10 @@ async fn secrets_are_encrypted_injected_and_never_shown() {
         400,
         "missing_field",
     );
+    let with_secret =
+        json!({"name": "with-secret", "vcpu": 1, "memoryMb": 1024, "secrets": ["API_TOKEN"]});
     let (status, created) = d
-        .call("POST", "/v2/sandboxes", Some(json!({"name": "with-secret", "vcpu": 1, "memoryMb": 1024, "secrets": ["API_TOKEN"]})))
+        .call("POST", "/v2/sandboxes", Some(with_secret.clone()))
         .await;
     assert_eq!(status, 201, "{created}");
     let id = created["data"]["id"].as_str().unwrap().to_string();
@@ -535,6 +537,13 @@ async fn secrets_are_encrypted_injected_and_never_shown() {
         .await;
     assert_eq!(code, 200, "the clone answers: {body}");
     assert_eq!(common::b64(&body["data"]["stdout"]), value);
+    // A retry of the create that selected it still gets its sandbox (names were resolved at
+    // the first create; a 400 here would fail the SDK's durable step for good).
+    let (status, again) = d
+        .call("POST", "/v2/sandboxes", Some(with_secret.clone()))
+        .await;
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(again["data"]["id"].as_str(), Some(id.as_str()));
     // A deleted secret can no longer be selected.
     assert_error(
         &d.call(

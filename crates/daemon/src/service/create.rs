@@ -105,10 +105,14 @@ impl Service {
             }
             .into());
         }
-        self.check_secrets_exist(workspace, &secrets)?;
         let mut record =
             self.new_record(workspace, name, vcpu, memory_mb, environment, secrets, None);
         record.network = network;
+        // A retry of a create that succeeded keeps its sandbox even if one of its secrets was
+        // deleted since (names were resolved when it was created): look for it first.
+        if let Err(missing) = self.check_secrets_exist(workspace, &record.secrets) {
+            return self.existing_or(&record, missing);
+        }
         // A warm pool member replaces the runtime start (fresh sandboxes only).
         let warm = self.take_member((vcpu, memory_mb)).await;
         let admitted = match &warm {
