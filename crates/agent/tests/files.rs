@@ -105,6 +105,21 @@ async fn upload_limits_and_bad_destinations() {
     let id = begin(&mut c, &agent.path("adir"), 0o644, 1000).await;
     let e = c.outcome_with_events(id).await.0.unwrap_err();
     assert_eq!(e.code, AgentErrorCode::NotRegularFile);
+    // Onto a symlink (to a regular file, to nothing): refused, the link and its target kept.
+    std::fs::write(agent.dir.path().join("target.txt"), "kept").unwrap();
+    for (link, to) in [("file.link", "target.txt"), ("dangling.link", "missing")] {
+        std::os::unix::fs::symlink(to, agent.dir.path().join(link)).unwrap();
+        let id = begin(&mut c, &agent.path(link), 0o644, 1000).await;
+        let e = c.outcome_with_events(id).await.0.unwrap_err();
+        assert_eq!(e.code, AgentErrorCode::NotRegularFile, "{link}");
+        let meta = std::fs::symlink_metadata(agent.dir.path().join(link)).unwrap();
+        assert!(meta.file_type().is_symlink(), "{link} was replaced");
+    }
+    assert_eq!(
+        std::fs::read_to_string(agent.dir.path().join("target.txt")).unwrap(),
+        "kept"
+    );
+    assert!(temp_files_in(agent.dir.path()).is_empty());
     // Relative path.
     let id = begin(&mut c, "relative/x", 0o644, 1000).await;
     let e = c.outcome_with_events(id).await.0.unwrap_err();
