@@ -258,8 +258,16 @@ fn framework_error(status: axum::http::StatusCode) -> ApiError {
 
 /// Parses an optional JSON body: empty means "no body" (the SDK sends a JSON content type on bodiless requests).
 pub fn parse_body<T: DeserializeOwned + Default>(bytes: &Bytes) -> Result<T, ApiError> {
-    if bytes.iter().all(|b| b.is_ascii_whitespace()) {
+    let Some(first) = bytes.iter().find(|b| !b.is_ascii_whitespace()) else {
         return Ok(T::default());
+    };
+    // serde reads a JSON array into a struct field by field (`["n",1,1024]` would create a
+    // sandbox): only objects are request bodies.
+    if *first != b'{' {
+        return Err(ApiError::new(
+            ErrorCode::InvalidRequest,
+            "invalid JSON body: expected a JSON object",
+        ));
     }
     serde_json::from_slice(bytes).map_err(|e| {
         let msg = e.to_string();
@@ -301,3 +309,27 @@ pub fn parse_query<T: DeserializeOwned>(query: Option<&str>) -> Result<T, ApiErr
 
 /// Handler helper: the state and the caller's workspace.
 pub type Ctx = (State<AppState>, axum::Extension<Workspace>);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sbx_api_types::CreateSandboxRequest;
+
+    fn parse(body: &'static str) -> Result<CreateSandboxRequest, ApiError> {
+        parse_body(&Bytes::from_static(body.as_bytes()))
+    }
+
+    #[test]
+    fn request_bodies_are_json_objects() {
+        let ok = parse(r#" {"name": "n", "vcpu": 1, "memoryMb": 1024}"#).expect("object");
+        assert_eq!(ok.name.as_deref(), Some("n"));
+        assert_eq!(
+            parse(" \n").expect("empty"),
+            CreateSandboxRequest::default()
+        );
+        for bad in [r#"["n", 1, 1024]"#, "null", "1", r#""n""#, "{"] {
+            let e = parse(bad).expect_err(bad);
+            assert_eq!(e.code, ErrorCode::InvalidRequest, "{bad}");
+        }
+    }
+}
