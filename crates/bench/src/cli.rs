@@ -1,0 +1,195 @@
+//! The command line: its flags, the scenario names, and `--scenarios` expanded to them.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Result};
+use clap::Parser;
+
+/// Scenarios in table order.
+pub const SCENARIOS: &[&str] = &[
+    "create",
+    "exec",
+    "destroy",
+    "process-start",
+    "upload-1MiB",
+    "upload-100MiB",
+    "download-1MiB",
+    "download-100MiB",
+    "pause",
+    "resume",
+    "snapshot-idle",
+    "snapshot-50MB",
+    "clone",
+    "create-public",
+    "create-none",
+    "net-connect",
+    "net-throughput",
+    "exec-load",
+    "density-mem",
+    "density-exec",
+    "sbxd-cpu",
+    "connect-job",
+];
+
+/// Scenarios that run on the long-lived ("warm") sandbox pair.
+pub const WARM_SCENARIOS: &[&str] = &[
+    "exec",
+    "process-start",
+    "upload-1MiB",
+    "upload-100MiB",
+    "download-1MiB",
+    "download-100MiB",
+    "pause",
+    "resume",
+    "snapshot-idle",
+    "snapshot-50MB",
+    "clone",
+];
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "sbx-bench",
+    about = "Benchmarks a running sbxd against raw runsc and prints a markdown table"
+)]
+/// The command line; each flag's doc is its `--help` line.
+pub struct Args {
+    /// Base URL of the running sbxd (dev mode: no key needed).
+    #[arg(long, env = "SBX_URL", default_value = "http://127.0.0.1:8731")]
+    pub url: String,
+    /// Timed iterations per scenario (per side).
+    #[arg(long, default_value_t = 20)]
+    pub iterations: usize,
+    /// Timed iterations of the 100 MiB transfers.
+    #[arg(long, default_value_t = 3)]
+    pub big_iterations: usize,
+    /// Untimed iterations before the timed ones (not for 100 MiB transfers).
+    #[arg(long, default_value_t = 1)]
+    pub warmup: usize,
+    /// Comma-separated scenarios (default: all). `snapshot` means both
+    /// snapshot rows.
+    #[arg(long, value_delimiter = ',')]
+    pub scenarios: Vec<String>,
+    /// Parent directory of this run's raw runsc state (a fresh
+    /// `sbx-bench-*` directory is made inside and removed at the end).
+    #[arg(long, default_value = "/var/tmp")]
+    pub data_dir: PathBuf,
+    /// Keep the raw state directory (bundles, console logs) for inspection.
+    #[arg(long)]
+    pub keep_data_dir: bool,
+    /// Root filesystem of the image sbxd uses.
+    #[arg(long)]
+    pub image_rootfs: PathBuf,
+    /// Directory holding `sbx-agent` (bind-mounted at /.sbx/bin).
+    #[arg(long)]
+    pub agent_dir: PathBuf,
+    /// runsc binary.
+    #[arg(long, default_value = sbx_runsc::DEFAULT_BINARY)]
+    pub runsc: PathBuf,
+    /// pid of sbxd for the RSS samples (default: the process listening on
+    /// the URL's port).
+    #[arg(long)]
+    pub sbxd_pid: Option<u32>,
+    /// Interval of client-side status polling, in ms.
+    #[arg(long, default_value_t = 10)]
+    pub poll_ms: u64,
+    /// Do not act as child subreaper for the raw sandboxes (sbxd is one; without
+    /// it raw `delete` waits for the host's init to reap, ~1.5 s on some hosts).
+    #[arg(long)]
+    pub no_subreaper: bool,
+    /// `--compression=` of the raw `runsc checkpoint` (sbxd uses `none`;
+    /// empty = runsc's default, flate-best-speed).
+    #[arg(long, default_value = "none")]
+    pub raw_compression: String,
+    /// Uploads are streamed (chunked transfer encoding) in pieces of this
+    /// many KiB; 0 sends one body with a Content-Length.
+    #[arg(long, default_value_t = 256)]
+    pub upload_chunk_kib: usize,
+    /// exec-load: sandboxes per side.
+    #[arg(long, default_value_t = 10)]
+    pub load_sandboxes: usize,
+    /// exec-load: concurrent `true` execs per sandbox in each round.
+    #[arg(long, default_value_t = 10)]
+    pub load_concurrency: usize,
+    /// exec-load: timed rounds (each gives sandboxes × concurrency samples).
+    #[arg(long, default_value_t = 10)]
+    pub load_rounds: usize,
+    /// density: idle 1 vCPU / 1024 MiB sandboxes held at once per side.
+    #[arg(long, default_value_t = 100)]
+    pub density_count: usize,
+    /// Creates / destroys in flight at once while filling and emptying
+    /// (exec-load, density).
+    #[arg(long, default_value_t = 4)]
+    pub fill_parallel: usize,
+    /// density: seconds the sandboxes sit idle before their memory is read.
+    #[arg(long, default_value_t = 5)]
+    pub density_settle_secs: u64,
+    /// density: run the sbx side on this sbxd instead of --url (one started
+    /// with `--memory-overcommit`, so 100 × 1 GiB pass admission).
+    #[arg(long)]
+    pub density_url: Option<String>,
+    /// pid of the --density-url sbxd (default: the process listening on its port).
+    #[arg(long)]
+    pub density_sbxd_pid: Option<u32>,
+    /// sbxd-cpu: execs in the exec window.
+    #[arg(long, default_value_t = 200)]
+    pub cpu_execs: usize,
+    /// sbxd-cpu: creates in the create window (and destroys in the destroy one).
+    #[arg(long, default_value_t = 10)]
+    pub cpu_creates: usize,
+    /// Upper bound on one exec / create / destroy in exec-load and density, seconds.
+    #[arg(long, default_value_t = 120)]
+    pub op_timeout_secs: u64,
+}
+
+/// Expands and checks `--scenarios`.
+pub fn select(names: &[String]) -> Result<Vec<&'static str>> {
+    if names.is_empty() || names.iter().any(|n| n.eq_ignore_ascii_case("all")) {
+        return Ok(SCENARIOS.to_vec());
+    }
+    let mut out = Vec::new();
+    for n in names {
+        let n = n.trim();
+        if n.is_empty() {
+            continue;
+        }
+        if n.eq_ignore_ascii_case("snapshot") {
+            out.extend(["snapshot-idle", "snapshot-50MB"]);
+            continue;
+        }
+        if n.eq_ignore_ascii_case("density") {
+            out.extend(["density-mem", "density-exec"]);
+            continue;
+        }
+        match SCENARIOS.iter().find(|s| s.eq_ignore_ascii_case(n)) {
+            Some(s) => out.push(*s),
+            None => bail!(
+                "unknown scenario {n:?}; known: {} (or snapshot, density, all)",
+                SCENARIOS.join(", ")
+            ),
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::network;
+
+    #[test]
+    fn scenario_selection() {
+        assert_eq!(select(&[]).unwrap(), SCENARIOS);
+        assert_eq!(
+            select(&["Exec".into(), "snapshot".into()]).unwrap(),
+            ["exec", "snapshot-idle", "snapshot-50MB"]
+        );
+        assert!(select(&["nope".into()]).is_err());
+        assert_eq!(
+            select(&["exec-load".into(), "density".into(), "sbxd-cpu".into()]).unwrap(),
+            ["exec-load", "density-mem", "density-exec", "sbxd-cpu"]
+        );
+        for s in WARM_SCENARIOS.iter().chain(network::SCENARIOS) {
+            assert!(SCENARIOS.contains(s));
+        }
+    }
+}

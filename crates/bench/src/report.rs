@@ -1,0 +1,58 @@
+//! The markdown the run prints: the header lines, the table in scenario order, and the notes.
+
+use crate::cli::SCENARIOS;
+use crate::stats::{Failure, TABLE_HEADER};
+use crate::warm::EXEC_BLOCK;
+use crate::Bench;
+
+/// The report: header, table, notes.
+pub fn report(b: &Bench, machine: &str, url: &str, started: &str, interrupted: bool) -> String {
+    let mut out = String::new();
+    out.push_str(&format!("Machine: {machine}. Date: {started}.\n\n"));
+    out.push_str(&format!(
+        "sbxd at {url}; {} timed iterations per scenario ({} for 100 MiB transfers) after {} untimed warm-up; sbx and raw iterations alternate.{}\n\n",
+        b.n,
+        b.big,
+        b.warm,
+        if interrupted { " **Interrupted: partial results.**" } else { "" }
+    ));
+    out.push_str(TABLE_HEADER);
+    out.push('\n');
+    for name in SCENARIOS {
+        if let Some(row) = b.rows.get(name) {
+            out.push_str(&row.markdown());
+            out.push('\n');
+        }
+    }
+    out.push('\n');
+    let mut notes: Vec<String> = vec![
+        "create: sbx = POST /v2/sandboxes {vcpu 1, memoryMb 1024} until RUNNING (201, or 202 then \
+         GET every poll interval); it includes sbxd's agent handshake. raw = write the same OCI \
+         bundle (SpecBuilder, agent dir bound at /.sbx/bin, PID 1 `sbx-agent init`) + `runsc run \
+         --detach` + `runsc state` until running. destroy: DELETE until TERMINATED vs `runsc \
+         delete --force`."
+            .into(),
+        format!(
+            "exec: POST .../exec `[\"true\"]` on a warm sandbox vs `runsc exec <cid> /bin/true`; \
+             the sides alternate in blocks of {EXEC_BLOCK} timed execs, each block led by one \
+             untimed exec (what a raw exec leaves running slowed the next sbx exec)."
+        ),
+        "Transfers: MB = 10^6 bytes; each throughput cell is the rate at that latency percentile \
+         (so p95 is the slower tail); the ratio is sbx MB/s ÷ raw MB/s. Raw = `runsc exec sh -c \
+         'cat > /tmp/x'` fed from memory / `runsc exec cat /tmp/x`."
+            .into(),
+    ];
+    notes.extend(b.notes.iter().cloned());
+    for row in b.rows.values() {
+        for (side, s) in [("sbx", &row.sbx), ("raw", &row.raw)] {
+            if let Some(Failure::Error(e)) = &s.failure {
+                let e: String = e.replace('\n', " ").chars().take(400).collect();
+                notes.push(format!("**{} ({side}) error**: {e}", row.name));
+            }
+        }
+    }
+    for n in notes {
+        out.push_str(&format!("- {n}\n"));
+    }
+    out
+}
