@@ -42,7 +42,7 @@ impl NetworkMode {
 }
 
 /// One allowlist entry: a hostname or a CIDR, optionally restricted to ports.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, Default)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AllowRule {
     /// Hostname as the client names it (`example.com`, or `*.example.com` for subdomains).
@@ -79,7 +79,9 @@ impl NetworkPolicy {
         }
     }
 
-    /// Checks the policy and normalises hostnames (lowercase, no trailing dot).
+    /// Checks the policy and normalises it: hostnames lowercase without a trailing dot,
+    /// CIDRs masked, and ports and entries sorted without repeats (an allowlist is a set, so
+    /// two creates that list the same entries in another order have the same configuration).
     pub fn validate(mut self) -> Result<Self, String> {
         if self.mode != NetworkMode::Allowlist && !self.allow.is_empty() {
             return Err("allow is only valid with mode \"allowlist\"".into());
@@ -116,12 +118,16 @@ impl NetworkPolicy {
                 let (ip, prefix) = parse_cidr(c).ok_or(format!("allow[{i}].cidr: not a CIDR"))?;
                 rule.cidr = Some(format!("{ip}/{prefix}"));
             }
-            if let Some(p) = &rule.ports {
+            if let Some(p) = &mut rule.ports {
                 if p.is_empty() || p.contains(&0) {
                     return Err(format!("allow[{i}].ports: 1-65535, at least one"));
                 }
+                p.sort_unstable();
+                p.dedup();
             }
         }
+        self.allow.sort();
+        self.allow.dedup();
         Ok(self)
     }
 }
@@ -207,8 +213,14 @@ mod tests {
         )
         .unwrap();
         let p = p.validate().unwrap();
-        assert_eq!(p.allow[0].host.as_deref(), Some("example.com"));
-        assert_eq!(p.allow[1].cidr.as_deref(), Some("1.2.3.0/24"));
+        assert!(p
+            .allow
+            .iter()
+            .any(|r| r.host.as_deref() == Some("example.com")));
+        assert!(p
+            .allow
+            .iter()
+            .any(|r| r.cidr.as_deref() == Some("1.2.3.0/24")));
         let hs: NetworkPolicy = serde_json::from_str(r#"{"mode":"https-only"}"#).unwrap();
         assert_eq!(hs.mode, NetworkMode::HttpsOnly);
         assert!(NetworkPolicy::mode(NetworkMode::Allowlist)
@@ -219,5 +231,23 @@ mod tests {
                 .unwrap();
         assert!(bad.validate().is_err());
         assert!(serde_json::from_str::<NetworkPolicy>(r#"{"mode":"open"}"#).is_err());
+    }
+
+    #[test]
+    fn allowlists_are_sets() {
+        let parse = |json: &str| {
+            serde_json::from_str::<NetworkPolicy>(json)
+                .unwrap()
+                .validate()
+                .unwrap()
+        };
+        let a = parse(
+            r#"{"mode":"allowlist","allow":[{"host":"a.com","ports":[443,80]},{"cidr":"10.0.0.0/8"}]}"#,
+        );
+        let b = parse(
+            r#"{"mode":"allowlist","allow":[{"cidr":"10.0.0.0/8"},{"host":"A.com.","ports":[80,443,80]},{"cidr":"10.1.2.3/8"}]}"#,
+        );
+        assert_eq!(a, b);
+        assert_eq!(a.allow.len(), 2);
     }
 }
