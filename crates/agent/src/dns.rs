@@ -4,15 +4,21 @@
 //! and AAAA) by asking the daemon over `net_serve` ([`Event::NetResolve`]);
 //! the daemon resolves with the host resolver and applies the sandbox's
 //! policy, so a name the proxies would refuse does not resolve here either.
-//! Other types get an empty NOERROR answer, other opcodes NOTIMP. Packets are
-//! parsed by hand; malformed ones get FORMERR (or are dropped when even the
+//! `localhost` and names under `.localhost` (RFC 6761) are answered here with
+//! the sandbox's own loopback (127.0.0.1, ::1), without the daemon: its
+//! policy refuses loopback, which for the daemon is the host's. Other types
+//! get an empty NOERROR answer, other opcodes NOTIMP. Packets are parsed by
+//! hand; malformed ones get FORMERR (or are dropped when even the
 //! header is missing), never a panic.
 //!
 //! [`Event::NetResolve`]: sbx_agent_proto::Event::NetResolve
 
 use crate::console;
 use crate::proxy::Net;
-use std::net::IpAddr;
+use std::io::Write;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -23,6 +29,12 @@ use tokio::task::JoinHandle;
 pub const DNS_ADDR: &str = "127.0.0.1:53";
 /// The resolver configuration written when the responder starts.
 pub const RESOLV_CONF: &str = "/etc/resolv.conf";
+/// The hosts file written at init when the image has none.
+pub const HOSTS: &str = "/etc/hosts";
+/// What [`write_hosts_if_missing`] writes.
+pub const HOSTS_CONTENT: &str = "# Written by sbx-agent: the image had no /etc/hosts.\n\
+                                 127.0.0.1 localhost\n\
+                                 ::1 localhost ip6-localhost ip6-loopback\n";
 /// TTL of every answer, seconds.
 pub const TTL: u32 = 30;
 /// Record type A.
@@ -179,6 +191,22 @@ pub fn reply(q: &Query, rcode: u8, addrs: &[IpAddr]) -> Vec<u8> {
     out
 }
 
+/// `localhost` or a name under `.localhost` (RFC 6761), any case, with or
+/// without the trailing dot.
+pub fn is_localhost(name: &str) -> bool {
+    const LOCALHOST: &[u8] = b"localhost";
+    let name = name.strip_suffix('.').unwrap_or(name).as_bytes();
+    name.len() >= LOCALHOST.len()
+        && name[name.len() - LOCALHOST.len()..].eq_ignore_ascii_case(LOCALHOST)
+        && (name.len() == LOCALHOST.len() || name[name.len() - LOCALHOST.len() - 1] == b'.')
+}
+
+/// The addresses of every [`is_localhost`] name: the sandbox's own loopback.
+const LOOPBACK: [IpAddr; 2] = [
+    IpAddr::V4(Ipv4Addr::LOCALHOST),
+    IpAddr::V6(Ipv6Addr::LOCALHOST),
+];
+
 /// The full answer to one packet, `None` to drop it.
 pub async fn answer(net: &Arc<Net>, pkt: &[u8]) -> Option<Vec<u8>> {
     let q = match parse(pkt) {
@@ -197,6 +225,10 @@ pub async fn answer(net: &Arc<Net>, pkt: &[u8]) -> Option<Vec<u8>> {
         TYPE_AAAA => true,
         _ => return Some(reply(&q, NOERROR, &[])),
     };
+    if is_localhost(&q.name) {
+        // The sandbox's loopback, not the host's: no policy, no denial.
+        return Some(reply(&q, NOERROR, &LOOPBACK));
+    }
     Some(match net.resolve(q.name.clone(), ipv6).await {
         Ok(Some(addrs)) => reply(&q, NOERROR, &addrs),
         Ok(None) => reply(&q, NXDOMAIN, &[]),
@@ -302,17 +334,40 @@ fn write_resolv_conf() -> std::io::Result<()> {
     )
 }
 
+/// Creates `path` with [`HOSTS_CONTENT`] unless something (a file, a
+/// symlink, even a dangling one) is already there; `Ok(true)` when written.
+/// The agent calls it once at init with [`HOSTS`]: images without an
+/// `/etc/hosts` would otherwise send `localhost` to DNS.
+pub fn write_hosts_if_missing(path: &Path) -> std::io::Result<bool> {
+    let created = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .open(path);
+    let mut f = match created {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    if let Err(e) = f.write_all(HOSTS_CONTENT.as_bytes()) {
+        // No half-written file: the next start tries again.
+        let _ = std::fs::remove_file(path);
+        return Err(e);
+    }
+    Ok(true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::{Ipv4Addr, Ipv6Addr};
 
     fn query(id: u16, name: &str, qtype: u16) -> Vec<u8> {
         let mut p = Vec::new();
         for v in [id, 0x0100, 1, 0, 0, 0] {
             p.extend_from_slice(&v.to_be_bytes());
         }
-        for label in name.split('.') {
+        // A trailing dot is the root label, which the terminating 0 encodes.
+        for label in name.strip_suffix('.').unwrap_or(name).split('.') {
             p.push(label.len() as u8);
             p.extend_from_slice(label.as_bytes());
         }
@@ -424,5 +479,123 @@ mod tests {
         let e = error_reply(9, FORMERR);
         assert_eq!(e.len(), 12);
         assert_eq!(e[3] & 0xf, FORMERR);
+    }
+
+    #[test]
+    fn localhost_names() {
+        for name in [
+            "localhost",
+            "localhost.",
+            "LOCALHOST.",
+            "LocalHost",
+            "foo.localhost",
+            "a.b.FOO.localhost.",
+        ] {
+            assert!(is_localhost(name), "{name}");
+        }
+        for name in [
+            "",
+            ".",
+            "localhos",
+            "notlocalhost",
+            "foo-localhost",
+            "localhost.example.com",
+            "localhost.localdomain",
+            "example.com",
+        ] {
+            assert!(!is_localhost(name), "{name}");
+        }
+    }
+
+    /// The rcode and the answer records' data of a reply to a [`query`] packet.
+    fn answers(pkt: &[u8], out: &[u8]) -> (u8, Vec<Vec<u8>>) {
+        assert_eq!(&out[..2], &pkt[..2], "id");
+        assert_eq!(&out[12..pkt.len()], &pkt[12..], "question echoed");
+        let an = u16::from_be_bytes([out[6], out[7]]);
+        let mut at = pkt.len();
+        let mut rdata = Vec::new();
+        for _ in 0..an {
+            let len = u16::from_be_bytes([out[at + 10], out[at + 11]]) as usize;
+            assert_eq!(
+                &out[at + 2..at + 4],
+                &pkt[pkt.len() - 4..pkt.len() - 2],
+                "type"
+            );
+            rdata.push(out[at + 12..at + 12 + len].to_vec());
+            at += 12 + len;
+        }
+        assert_eq!(at, out.len());
+        (out[3] & 0xf, rdata)
+    }
+
+    #[tokio::test]
+    async fn localhost_is_answered_with_loopback_without_the_daemon() {
+        // No `net_serve`: any question that needs the daemon gets SERVFAIL.
+        let net = Arc::new(Net::default());
+        for name in [
+            "localhost",
+            "LOCALHOST.",
+            "foo.localhost",
+            "Dev.App.Localhost",
+        ] {
+            let pkt = query(3, name, TYPE_A);
+            let out = answer(&net, &pkt).await.expect("answered");
+            assert_eq!(
+                answers(&pkt, &out),
+                (NOERROR, vec![vec![127, 0, 0, 1]]),
+                "{name} A"
+            );
+            let pkt = query(4, name, TYPE_AAAA);
+            let out = answer(&net, &pkt).await.expect("answered");
+            assert_eq!(
+                answers(&pkt, &out),
+                (NOERROR, vec![Ipv6Addr::LOCALHOST.octets().to_vec()]),
+                "{name} AAAA"
+            );
+            // Other types: NOERROR without answers, as for every name.
+            let pkt = query(5, name, 15);
+            let out = answer(&net, &pkt).await.expect("answered");
+            assert_eq!(answers(&pkt, &out), (NOERROR, vec![]), "{name} MX");
+        }
+    }
+
+    #[tokio::test]
+    async fn other_names_still_go_to_the_daemon() {
+        let net = Arc::new(Net::default());
+        for name in ["example.com", "localhost.example.com", "notlocalhost"] {
+            for qtype in [TYPE_A, TYPE_AAAA] {
+                let pkt = query(6, name, qtype);
+                let out = answer(&net, &pkt).await.expect("answered");
+                assert_eq!(answers(&pkt, &out), (SERVFAIL, vec![]), "{name} {qtype}");
+            }
+        }
+    }
+
+    #[test]
+    fn hosts_file_written_only_when_missing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let hosts = dir.path().join("hosts");
+        assert!(write_hosts_if_missing(&hosts).expect("written"));
+        let text = std::fs::read_to_string(&hosts).expect("read");
+        assert_eq!(text, HOSTS_CONTENT);
+        let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(
+            lines,
+            [
+                "127.0.0.1 localhost",
+                "::1 localhost ip6-localhost ip6-loopback"
+            ]
+        );
+        // The image's own file (or symlink, even a dangling one) is kept.
+        std::fs::write(&hosts, "10.0.0.1 mine\n").expect("write");
+        assert!(!write_hosts_if_missing(&hosts).expect("kept"));
+        assert_eq!(
+            std::fs::read_to_string(&hosts).expect("read"),
+            "10.0.0.1 mine\n"
+        );
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(dir.path().join("absent"), &link).expect("symlink");
+        assert!(!write_hosts_if_missing(&link).expect("kept"));
+        assert!(!dir.path().join("absent").exists());
     }
 }

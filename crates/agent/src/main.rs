@@ -128,6 +128,9 @@ fn run_server(path: PathBuf, mode: Mode) -> Result<(), String> {
             agent.boot_id,
             std::process::id()
         );
+        if mode == Mode::Init {
+            write_hosts();
+        }
         if mode == Mode::Serve {
             let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
             let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
@@ -140,6 +143,18 @@ fn run_server(path: PathBuf, mode: Mode) -> Result<(), String> {
             server::serve(agent, &path).await.map_err(|e| e.to_string())
         }
     })
+}
+
+/// Init: gives an image without `/etc/hosts` the standard one, so that
+/// `localhost` resolves through `files` even without the DNS responder
+/// (network mode `none`). A read-only root (job sandboxes) is left alone.
+fn write_hosts() {
+    let path = std::path::Path::new(sbx_agent::dns::HOSTS);
+    match sbx_agent::dns::write_hosts_if_missing(path) {
+        Ok(_) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EROFS) => {}
+        Err(e) => console!("cannot write {}: {e}", path.display()),
+    }
 }
 
 /// `serve` mode shutdown: kill every process group the agent started.

@@ -579,3 +579,69 @@ async fn dns_in_the_sandbox_answers_through_the_policy() {
     drop(good_entry);
     drop(bad_entry);
 }
+
+/// Fetches `http://localhost:8123/` with the sandbox's proxy environment (its
+/// `NO_PROXY` sends `localhost` direct), retrying while the server starts.
+const FETCH_LOCALHOST: &str = r#"
+import time, urllib.request
+for _ in range(100):
+    try:
+        print(urllib.request.urlopen("http://localhost:8123/", timeout=5).status)
+        break
+    except OSError as e:
+        err = e
+        time.sleep(0.1)
+else:
+    print("failed", err)
+"#;
+
+#[tokio::test]
+#[ignore = "needs root, runsc and the image; run ./scripts/test"]
+async fn localhost_resolves_to_the_sandbox_loopback() {
+    // Only the sandboxes' own loopback is used: no test host, no other address.
+    let d = Daemon::start(&[]).await;
+    let lookup = |name: &str, family: &str| {
+        format!(
+            "python3 -c 'import socket; print(socket.getaddrinfo(\"{name}\", 80, socket.{family})[0][4][0])'"
+        )
+    };
+    // `public`: the DNS responder runs; `none`: no responder, `/etc/hosts` alone.
+    for mode in ["public", "none"] {
+        let id = create_v1(&d, &format!("net-lo-{mode}"), json!({"mode": mode})).await;
+        let (code, hosts, err) = sh(&d, &id, "cat /etc/hosts").await;
+        assert_eq!(code, 0, "{mode}: {err}");
+        for line in [
+            "127.0.0.1 localhost",
+            "::1 localhost ip6-localhost ip6-loopback",
+        ] {
+            assert!(hosts.lines().any(|l| l == line), "{mode}: {hosts}");
+        }
+        let (code, out, err) = sh(&d, &id, &lookup("localhost", "AF_UNSPEC")).await;
+        assert_eq!(code, 0, "{mode}: {err}");
+        assert!(["127.0.0.1", "::1"].contains(&out.trim()), "{mode}: {out}");
+        // A server on the sandbox's 127.0.0.1 is reachable as `localhost`.
+        let (status, body) = d
+            .call(
+                "POST",
+                &format!("/v2/sandboxes/{id}/processes"),
+                Some(json!({"command": ["python3", "-m", "http.server", "8123", "--bind", "127.0.0.1"], "cwd": "/tmp"})),
+            )
+            .await;
+        assert!(status < 300, "{mode}: start server: {status} {body}");
+        let (code, out, err) = d.exec(&id, &["python3", "-c", FETCH_LOCALHOST]).await;
+        assert_eq!((code, out.trim()), (0, "200"), "{mode}: {err}");
+        if mode == "public" {
+            // Names `/etc/hosts` does not list come from the responder, any case.
+            for name in ["foo.localhost", "Dev.App.LOCALHOST."] {
+                let (code, out, err) = sh(&d, &id, &lookup(name, "AF_INET")).await;
+                assert_eq!((code, out.trim()), (0, "127.0.0.1"), "{name}: {err}");
+                let (code, out, err) = sh(&d, &id, &lookup(name, "AF_INET6")).await;
+                assert_eq!((code, out.trim()), (0, "::1"), "{name}: {err}");
+            }
+            // Answered in the sandbox: not a lookup the policy refused.
+            let net = network_of(&d, &id).await;
+            assert_eq!(net["denied"], 0, "{net}");
+            assert_eq!(net["recentDenials"], json!([]), "{net}");
+        }
+    }
+}
