@@ -376,17 +376,14 @@ fn open_connect(
         .try_into()
         .map_err(|_| anyhow::anyhow!("the secret key file must hold exactly 32 bytes"))?;
     // The broker reaches public addresses only (plus the ranges tests mark public),
-    // never loopback or the host's own addresses.
+    // never loopback, the host's own addresses or its directly connected networks.
     let test_public: Vec<sbx_daemon::network::policy::Cidr> = config
         .network_test_public
         .iter()
         .filter_map(|c| sbx_daemon::network::policy::Cidr::parse(c))
         .collect();
     let public = Arc::new(move |ip: std::net::IpAddr| {
-        let facts = sbx_daemon::network::policy::Facts {
-            test_public: test_public.clone(),
-            own: sbx_daemon::network::policy::own_addresses(),
-        };
+        let facts = sbx_daemon::network::policy::Facts::current(&test_public);
         sbx_daemon::network::policy::check_addr(&facts, ip).is_ok()
     });
     let mut broker = sbx_connect::egress::BrokerConfig::new(public);

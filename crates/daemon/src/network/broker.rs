@@ -237,10 +237,7 @@ pub async fn decide(
     if addrs.is_empty() {
         return Err(Err(NetError::Resolve));
     }
-    let facts = Facts {
-        test_public: test_public.to_vec(),
-        own: policy::own_addresses(),
-    };
+    let facts = Facts::current(test_public);
     // Every answer must pass: a name that resolves to any forbidden address is refused.
     for ip in &addrs {
         policy::check_resolved(policy, &facts, &host, *ip, port).map_err(Ok)?;
@@ -288,10 +285,7 @@ pub async fn resolve(
     if found.is_empty() {
         return Err(Err(NetError::Resolve));
     }
-    let facts = Facts {
-        test_public: test_public.to_vec(),
-        own: policy::own_addresses(),
-    };
+    let facts = Facts::current(test_public);
     let mut reason = "";
     let allowed: Vec<IpAddr> = found
         .into_iter()

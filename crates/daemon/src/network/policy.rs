@@ -5,10 +5,16 @@
 //! host's own addresses; and, unless an operator marks the range public with
 //! `--network-test-public-cidr` (tests only), private (10/8, 172.16/12,
 //! 192.168/16), CGNAT (100.64/10), other reserved IPv4 space, IPv6 ULA
-//! (fc00::/7) and site-local. IPv4-mapped, NAT64 and 6to4 IPv6 addresses are
-//! judged by the IPv4 address they carry. Documentation ranges (192.0.2/24,
-//! 198.51.100/24, 203.0.113/24, 2001:db8::/32) count as public: this
-//! machine's package registries resolve to one (DESIGN.md).
+//! (fc00::/7) and site-local, and the networks the host's interfaces are
+//! directly connected to (its LAN neighbours and gateway, whatever their
+//! class). IPv4-mapped, NAT64 and 6to4 IPv6 addresses are judged by the IPv4
+//! address they carry. Documentation ranges (192.0.2/24, 198.51.100/24,
+//! 203.0.113/24, 2001:db8::/32) count as public: this machine's package
+//! registries resolve to one (DESIGN.md).
+//!
+//! A Connect build sandbox's registry addresses are marked like test ranges
+//! (`Network::serve_build`), so a registry on the host's own network stays
+//! reachable for builds.
 
 use sbx_api_types::network::{mask, parse_cidr};
 use sbx_api_types::{NetworkMode, NetworkPolicy};
@@ -84,18 +90,12 @@ pub fn classify_v6(ip: Ipv6Addr) -> Option<Class> {
     if ip.is_unspecified() {
         return never("unspecified");
     }
-    if let Some(v4) = ip.to_ipv4_mapped() {
+    if let Some(v4) = carried_v4(ip) {
         return classify_v4(v4);
     }
     if in6(0, 96) {
         // IPv4-compatible (deprecated) addresses.
         return never("reserved");
-    }
-    if in6(0x0064_ff9b_u128 << 96, 96) {
-        return classify_v4(Ipv4Addr::from(bits as u32));
-    }
-    if in6(0x2002_u128 << 112, 16) {
-        return classify_v4(Ipv4Addr::from((bits >> 80) as u32));
     }
     if in6(0x2001_0000_u128 << 96, 32) {
         return never("teredo");
@@ -116,6 +116,22 @@ pub fn classify_v6(ip: Ipv6Addr) -> Option<Class> {
         return unless_marked("reserved");
     }
     None
+}
+
+/// The IPv4 address an IPv4-mapped, NAT64 (64:ff9b::/96) or 6to4 (2002::/16)
+/// address reaches: these are judged as that address, or a guest could dress
+/// a forbidden IPv4 destination up as IPv6.
+fn carried_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
+    let bits = u128::from(ip);
+    if let Some(v4) = ip.to_ipv4_mapped() {
+        Some(v4)
+    } else if bits >> 32 == 0x0064_ff9b_u128 << 64 {
+        Some(Ipv4Addr::from(bits as u32))
+    } else if bits >> 112 == 0x2002 {
+        Some(Ipv4Addr::from((bits >> 80) as u32))
+    } else {
+        None
+    }
 }
 
 /// The class of a non-public address, `None` when public.
@@ -158,26 +174,49 @@ pub struct Facts {
     pub test_public: Vec<Cidr>,
     /// The host's own addresses.
     pub own: HashSet<IpAddr>,
+    /// The networks the host's interfaces are directly connected to.
+    pub networks: Vec<Cidr>,
+}
+
+impl Facts {
+    /// The facts as the host's interfaces are right now. Read at every
+    /// decision, not once at start: addresses come and go while sbxd runs
+    /// (DHCP, a new interface, the tests' veth pairs).
+    pub fn current(test_public: &[Cidr]) -> Facts {
+        let (own, networks) = host_interfaces();
+        Facts {
+            test_public: test_public.to_vec(),
+            own,
+            networks,
+        }
+    }
 }
 
 /// Whether the address may be dialled at all (any policy but `none`).
 pub fn check_addr(facts: &Facts, ip: IpAddr) -> Result<(), &'static str> {
-    let canonical = match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
-        v4 => v4,
+    let carried = match ip {
+        IpAddr::V6(v6) => carried_v4(v6).map(IpAddr::V4),
+        IpAddr::V4(_) => None,
     };
+    let forms = || std::iter::once(ip).chain(carried);
     let class = classify(ip);
     if let Some(c) = class.filter(|c| !c.overridable) {
         return Err(c.reason);
     }
-    if facts.own.contains(&ip) || facts.own.contains(&canonical) {
+    if forms().any(|a| facts.own.contains(&a)) {
         return Err("host-address");
     }
+    let marked = facts.test_public.iter().any(|n| n.contains(ip));
     match class {
-        None => Ok(()),
-        Some(c) if c.overridable && facts.test_public.iter().any(|n| n.contains(ip)) => Ok(()),
-        Some(c) => Err(c.reason),
+        Some(c) if !marked => return Err(c.reason),
+        _ => {}
     }
+    // After the class: a private neighbour keeps its more telling reason. The
+    // test ranges are on-link by construction (veth pairs), so marking wins.
+    if !marked && forms().any(|a| facts.networks.iter().any(|n| n.contains(a))) {
+        return Err("host-network");
+    }
+    Ok(())
 }
 
 fn host_matches(rule: &str, host: &str) -> bool {
@@ -306,37 +345,85 @@ pub fn check_resolved(
     }
 }
 
-/// The host's own addresses (every interface, every family).
-pub fn own_addresses() -> HashSet<IpAddr> {
-    let mut out = HashSet::new();
+fn prefix_len(mask: u128, bits: u32) -> u8 {
+    // Netmasks are contiguous on Linux; counting leading ones never widens one.
+    (mask.leading_ones().min(bits)) as u8
+}
+
+/// The host's own addresses and the networks its interfaces are directly
+/// connected to (every interface, every family; a point-to-point link's peer
+/// as a single address).
+pub fn host_interfaces() -> (HashSet<IpAddr>, Vec<Cidr>) {
+    let mut own = HashSet::new();
+    let mut networks: Vec<Cidr> = Vec::new();
+    let mut add_network = |ip: IpAddr, prefix: u8| {
+        let net = Cidr {
+            net: mask(ip, prefix),
+            prefix,
+        };
+        if !networks.contains(&net) {
+            networks.push(net);
+        }
+    };
     let mut ifap: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs fills a linked list that we walk read-only and free once.
+    // SAFETY: getifaddrs fills a linked list that we walk read-only and free once;
+    // each sockaddr is read as the type its family says it is.
     unsafe {
         if libc::getifaddrs(&mut ifap) != 0 {
-            return out;
+            return (own, networks);
         }
         let mut p = ifap;
         while !p.is_null() {
-            let addr = (*p).ifa_addr;
-            if !addr.is_null() {
-                match i32::from((*addr).sa_family) {
-                    libc::AF_INET => {
-                        let sin = addr as *const libc::sockaddr_in;
-                        let v4 = Ipv4Addr::from(u32::from_be((*sin).sin_addr.s_addr));
-                        out.insert(IpAddr::V4(v4));
-                    }
-                    libc::AF_INET6 => {
-                        let sin6 = addr as *const libc::sockaddr_in6;
-                        out.insert(IpAddr::V6(Ipv6Addr::from((*sin6).sin6_addr.s6_addr)));
-                    }
-                    _ => {}
-                }
+            let ifa = &*p;
+            p = ifa.ifa_next;
+            let (addr, netmask) = (ifa.ifa_addr, ifa.ifa_netmask);
+            if addr.is_null() {
+                continue;
             }
-            p = (*p).ifa_next;
+            let peer = if ifa.ifa_flags & libc::IFF_POINTOPOINT as libc::c_uint != 0 {
+                ifa.ifa_ifu
+            } else {
+                std::ptr::null_mut()
+            };
+            // The netmask is read in the address's family (its own family field
+            // is not always set); the peer only when it is an address at all.
+            let same_family =
+                |s: *const libc::sockaddr| !s.is_null() && (*s).sa_family == (*addr).sa_family;
+            match i32::from((*addr).sa_family) {
+                libc::AF_INET => {
+                    let v4 = |s: *const libc::sockaddr| {
+                        let sin = s as *const libc::sockaddr_in;
+                        u32::from_be((*sin).sin_addr.s_addr)
+                    };
+                    let ip = IpAddr::V4(Ipv4Addr::from(v4(addr)));
+                    own.insert(ip);
+                    if !netmask.is_null() {
+                        add_network(ip, prefix_len(u128::from(v4(netmask)) << 96, 32));
+                    }
+                    if same_family(peer) {
+                        add_network(IpAddr::V4(Ipv4Addr::from(v4(peer))), 32);
+                    }
+                }
+                libc::AF_INET6 => {
+                    let v6 = |s: *const libc::sockaddr| {
+                        let sin6 = s as *const libc::sockaddr_in6;
+                        u128::from_be_bytes((*sin6).sin6_addr.s6_addr)
+                    };
+                    let ip = IpAddr::V6(Ipv6Addr::from(v6(addr)));
+                    own.insert(ip);
+                    if !netmask.is_null() {
+                        add_network(ip, prefix_len(v6(netmask), 128));
+                    }
+                    if same_family(peer) {
+                        add_network(IpAddr::V6(Ipv6Addr::from(v6(peer))), 128);
+                    }
+                }
+                _ => {}
+            }
         }
         libc::freeifaddrs(ifap);
     }
-    out
+    (own, networks)
 }
 
 #[cfg(test)]
@@ -348,6 +435,7 @@ mod tests {
         Facts {
             test_public: vec![Cidr::parse("10.213.0.0/16").unwrap()],
             own: ["10.213.1.1".parse().unwrap()].into_iter().collect(),
+            networks: vec![Cidr::parse("10.213.1.0/30").unwrap()],
         }
     }
 
@@ -381,21 +469,86 @@ mod tests {
             ("64:ff9b::a9fe:a9fe", "link-local"),
             ("2002:7f00:1::", "loopback"),
             ("::127.0.0.1", "reserved"),
+            ("198.18.0.1", "reserved"),
+            ("240.0.0.1", "reserved"),
         ] {
             assert_eq!(denied(ip), Some(why), "{ip}");
         }
         for ip in [
             "1.1.1.1",
+            "172.32.0.1",
+            "192.0.3.1",
+            "198.51.99.255",
+            "203.0.114.0",
+            "2606:4700::1",
+            "2606:4700::1111",
+            "2001:db9::1",
+            "::ffff:8.8.8.8",
+            // Documentation ranges: this machine's registries resolve there (DESIGN.md).
             "203.0.113.7",
             "198.51.100.1",
             "192.0.2.1",
-            "172.32.0.1",
-            "2606:4700::1111",
             "2001:db8::1",
-            "::ffff:8.8.8.8",
+            "::ffff:203.0.113.80",
         ] {
             assert_eq!(denied(ip), None, "{ip}");
         }
+    }
+
+    #[test]
+    fn directly_connected_networks_are_refused() {
+        // A host with public addresses: its LAN neighbours and gateway are not "the internet".
+        let f = Facts {
+            test_public: vec![Cidr::parse("10.213.7.0/30").unwrap()],
+            own: ["93.184.0.10", "2606:2800:1::10", "10.213.7.1"]
+                .iter()
+                .map(|a| a.parse().unwrap())
+                .collect(),
+            networks: [
+                "93.184.0.0/24",
+                "2606:2800:1::/64",
+                "10.213.7.0/30",
+                "10.214.0.0/30",
+            ]
+            .iter()
+            .map(|c| Cidr::parse(c).unwrap())
+            .collect(),
+        };
+        let check = |ip: &str| check_addr(&f, ip.parse().unwrap());
+        for ip in [
+            "93.184.0.1",
+            "93.184.0.255",
+            "::ffff:93.184.0.1",
+            "64:ff9b::5db8:1",
+            "2002:5db8:1::1",
+            "2606:2800:1::1",
+            "2606:2800:1:0:ffff::1",
+        ] {
+            assert_eq!(check(ip), Err("host-network"), "{ip}");
+        }
+        assert_eq!(check("93.184.0.10"), Err("host-address"));
+        assert_eq!(check("64:ff9b::5db8:a"), Err("host-address"));
+        assert_eq!(check("2606:2800:1::10"), Err("host-address"));
+        // A private neighbour keeps its class as the reason.
+        assert_eq!(check("10.214.0.2"), Err("private"));
+        // The test range is on-link (a veth pair) and marked: it stays reachable,
+        // the host's own end of it does not.
+        assert_eq!(check("10.213.7.2"), Ok(()));
+        assert_eq!(check("::ffff:10.213.7.2"), Ok(()));
+        assert_eq!(check("10.213.7.1"), Err("host-address"));
+        // Public addresses outside the host's networks.
+        for ip in ["1.1.1.1", "93.184.1.1", "2606:4700::1", "2606:2800:2::1"] {
+            assert_eq!(check(ip), Ok(()), "{ip}");
+        }
+        let public = NetworkPolicy::mode(NetworkMode::Public);
+        assert_eq!(
+            check_resolved(&public, &f, "gw.test", "93.184.0.1".parse().unwrap(), 443),
+            Err("host-network")
+        );
+        assert_eq!(
+            check_resolved_name(&public, &f, "gw.test", "2606:2800:1::1".parse().unwrap()),
+            Err("host-network")
+        );
     }
 
     #[test]
@@ -519,7 +672,28 @@ mod tests {
     }
 
     #[test]
-    fn own_addresses_include_loopback() {
-        assert!(own_addresses().contains(&IpAddr::V4(Ipv4Addr::LOCALHOST)));
+    fn host_interfaces_include_loopback_and_its_network() {
+        let (own, networks) = host_interfaces();
+        assert!(own.contains(&IpAddr::V4(Ipv4Addr::LOCALHOST)));
+        assert!(
+            networks.contains(&Cidr::parse("127.0.0.0/8").unwrap()),
+            "{networks:?}"
+        );
+        // Every interface address lies in one of the networks found.
+        for ip in own {
+            assert!(
+                networks.iter().any(|n| n.contains(ip)),
+                "{ip}: {networks:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn prefix_lengths_from_netmasks() {
+        assert_eq!(prefix_len(u128::from(0xffff_ff00_u32) << 96, 32), 24);
+        assert_eq!(prefix_len(u128::from(0xffff_fffc_u32) << 96, 32), 30);
+        assert_eq!(prefix_len(u128::MAX, 32), 32);
+        assert_eq!(prefix_len(0, 32), 0);
+        assert_eq!(prefix_len(u128::MAX << 64, 128), 64);
     }
 }
