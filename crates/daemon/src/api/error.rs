@@ -70,7 +70,7 @@ impl From<ServiceError> for ApiError {
             S::SnapshotNotReady(_) => ErrorCode::SnapshotNotReady,
             S::SnapshotNameTaken(_) => ErrorCode::SnapshotNameTaken,
             S::SnapshotLimit(_) => ErrorCode::SnapshotLimitExceeded,
-            S::WrongState(_) => ErrorCode::InvalidState,
+            S::WrongState { .. } => ErrorCode::InvalidState,
             S::ExecTimedOut(_) => ErrorCode::ExecTimedOut,
             S::ExecOutputTooLarge(_) => ErrorCode::ExecOutputTooLarge,
             S::WaitTimedOut(_) => ErrorCode::ProcessWaitTimedOut,
@@ -191,6 +191,29 @@ mod tests {
     fn code(op: ConnectOp, e: ConnectError) -> (&'static str, u16, String) {
         let a = ApiError::connect(op, e);
         (a.code.as_str(), a.code.http_status(), a.message)
+    }
+
+    #[test]
+    fn wrong_state_names_the_state_the_operation_needs() {
+        let resume = ApiError::from(ServiceError::WrongState {
+            is: "TERMINATED",
+            needs: "PAUSED",
+        });
+        assert_eq!(
+            (resume.code.as_str(), resume.code.http_status()),
+            ("invalid_request", 409)
+        );
+        assert_eq!(
+            resume.message,
+            "sandbox is TERMINATED; this operation needs PAUSED"
+        );
+        let exec = ApiError::from(ServiceError::not_running(
+            sbx_api_types::SandboxStatus::Paused,
+        ));
+        assert_eq!(
+            exec.message,
+            "sandbox is PAUSED; this operation needs RUNNING"
+        );
     }
 
     #[test]

@@ -52,8 +52,13 @@ pub enum ServiceError {
     )]
     NameTaken(String),
     /// The sandbox is not in a state that allows the operation.
-    #[error("sandbox is {0}; this operation needs RUNNING")]
-    WrongState(&'static str),
+    #[error("sandbox is {is}; this operation needs {needs}")]
+    WrongState {
+        /// The sandbox's status.
+        is: &'static str,
+        /// The status the operation needs.
+        needs: &'static str,
+    },
     /// Exec ran out of time (the command was killed).
     #[error("command did not finish within {0} ms and was stopped")]
     ExecTimedOut(u64),
@@ -81,6 +86,16 @@ pub enum ServiceError {
     /// A bug or an unexpected host failure.
     #[error("{0}")]
     Internal(String),
+}
+
+impl ServiceError {
+    /// The operation needs a RUNNING sandbox and this one is `status`.
+    pub fn not_running(status: sbx_api_types::SandboxStatus) -> Self {
+        ServiceError::WrongState {
+            is: status.as_str(),
+            needs: "RUNNING",
+        }
+    }
 }
 
 /// The message of every store write refused for a full disk.

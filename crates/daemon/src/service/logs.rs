@@ -32,7 +32,7 @@ impl Service {
     ) -> Result<impl Stream<Item = LogChunk> + Send + 'static> {
         let record = self.load(workspace, id)?;
         if record.status != SandboxStatus::Running {
-            return Err(ServiceError::WrongState(record.status.as_str()));
+            return Err(ServiceError::not_running(record.status));
         }
         let path = self.runtime.console_log(id);
         let file = tokio::fs::File::open(&path)

@@ -169,7 +169,7 @@ impl Service {
     async fn agent(self: &Arc<Self>, workspace: &str, id: Uuid) -> Result<AgentConn> {
         let record = self.load(workspace, id)?;
         if record.status != SandboxStatus::Running {
-            return Err(ServiceError::WrongState(record.status.as_str()));
+            return Err(ServiceError::not_running(record.status));
         }
         if let Some(conn) = self.cached_agent(id) {
             return Ok(conn);

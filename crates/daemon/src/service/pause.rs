@@ -19,7 +19,7 @@ impl Service {
         match r.status {
             SandboxStatus::Paused => return Ok(r),
             SandboxStatus::Running => {}
-            other => return Err(ServiceError::WrongState(other.as_str())),
+            other => return Err(ServiceError::not_running(other)),
         }
         stop_clock(&mut r);
         r.status = SandboxStatus::Pausing;
@@ -50,7 +50,12 @@ impl Service {
         match r.status {
             SandboxStatus::Running => return Ok(r),
             SandboxStatus::Paused => {}
-            other => return Err(ServiceError::WrongState(other.as_str())),
+            other => {
+                return Err(ServiceError::WrongState {
+                    is: other.as_str(),
+                    needs: "PAUSED",
+                })
+            }
         }
         r.status = SandboxStatus::Resuming;
         self.store.update_sandbox(&r)?;

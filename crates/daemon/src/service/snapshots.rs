@@ -45,7 +45,7 @@ impl Service {
         }
         let source = self.load(workspace, id)?;
         if source.status != SandboxStatus::Running {
-            return Err(ServiceError::WrongState(source.status.as_str()));
+            return Err(ServiceError::not_running(source.status));
         }
         let now = Utc::now();
         let record = SnapshotRecord {
@@ -163,7 +163,7 @@ impl Service {
             .get_sandbox(sandbox)?
             .ok_or(ServiceError::SandboxNotFound)?;
         if current.status != SandboxStatus::Running {
-            return Err(ServiceError::WrongState(current.status.as_str()));
+            return Err(ServiceError::not_running(current.status));
         }
         // Crash consistency: flush what the guest holds in its page cache first.
         // Then close the agent connection: a checkpoint taken while the relay
