@@ -208,7 +208,15 @@ pub fn remove(path: &str, recursive: bool) -> Result<Reply, FileError> {
 pub fn rename(from: &str, to: &str) -> Result<Reply, FileError> {
     let f = absolute(from)?;
     let t = absolute(to)?;
-    std::fs::rename(f, t).map_err(|e| io_err(from, e))?;
+    std::fs::rename(f, t).map_err(|e| {
+        // ENOENT with the source in place means the destination's directory is missing.
+        let blamed = if e.kind() == std::io::ErrorKind::NotFound && f.symlink_metadata().is_ok() {
+            to
+        } else {
+            from
+        };
+        io_err(blamed, e)
+    })?;
     Ok(Reply::Ok)
 }
 

@@ -260,6 +260,27 @@ async fn stat_list_mkdir_remove_rename() {
         std::fs::read_to_string(format!("{d}/renamed.txt")).unwrap(),
         "bb"
     );
+    // A missing destination directory is reported as the destination, a missing source as
+    // the source.
+    let to = format!("{d}/no-such-dir/x.txt");
+    let e = c
+        .call(Request::Rename {
+            from: format!("{d}/renamed.txt"),
+            to: to.clone(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, AgentErrorCode::NotFound);
+    assert!(e.message.contains(&to), "{}", e.message);
+    let from = format!("{d}/missing.txt");
+    let e = c
+        .call(Request::Rename {
+            from: from.clone(),
+            to: format!("{d}/other.txt"),
+        })
+        .await
+        .unwrap_err();
+    assert!(e.message.contains(&from), "{}", e.message);
     let top = agent.path("x");
     let e = c
         .call(Request::Remove {
