@@ -492,6 +492,23 @@ async fn files_big_round_trip_concurrency_and_path_safety() {
         404,
         "sandbox_file_not_found",
     );
+    // A file whose size reads as 0 is sent to its end (it was cut to 0 bytes); an empty
+    // file is still an empty body.
+    for (path, want) in [("/proc/meminfo", "MemTotal"), ("/tmp/empty", "")] {
+        if path == "/tmp/empty" {
+            d.exec(&id, &["touch", path]).await;
+        }
+        let resp = d
+            .http
+            .get(d.url(&format!("{files}?path={path}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200, "{path}");
+        let body = resp.text().await.unwrap();
+        assert!(body.contains(want), "{path}: {body:?}");
+        assert_eq!(body.is_empty(), want.is_empty(), "{path}: {body:?}");
+    }
     assert_error(&d.call("GET", &files, None).await, 400, "missing_field");
     assert_error(
         &d.call(

@@ -86,7 +86,11 @@ pub async fn download(
         "content-type",
         HeaderValue::from_static("application/octet-stream"),
     );
-    h.insert("content-length", HeaderValue::from(stat.size));
+    // A file that reports size 0 may still have content (procfs, sysfs): it is streamed to
+    // its end without a length rather than cut to the 0 bytes its stat promises.
+    if stat.size > 0 {
+        h.insert("content-length", HeaderValue::from(stat.size));
+    }
     if let Ok(v) = HeaderValue::from_str(&format!("{:04o}", stat.mode & 0o7777)) {
         h.insert("x-sandbox-file-mode", v);
     }
