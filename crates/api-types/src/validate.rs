@@ -208,9 +208,14 @@ pub fn duration_ms(field: &'static str, value: &str) -> Result<u64, ValidationEr
         total += number * factor;
         rest = &rest[unit_len..];
     }
-    let ms = total.round();
-    if !(1.0..=1e15).contains(&ms) {
+    // Rounded up, so any positive duration is at least 1 ms (a sub-millisecond one
+    // used to be refused or accepted depending on which side of 0.5 ms it fell).
+    let ms = total.ceil();
+    if ms < 1.0 {
         return Err(bad(field, "must be a positive duration"));
+    }
+    if ms > 1e15 {
+        return Err(bad(field, "is too long"));
     }
     Ok(ms as u64)
 }
@@ -286,7 +291,19 @@ mod tests {
         assert_eq!(duration_ms("t", "30000ms").unwrap(), 30000);
         assert_eq!(duration_ms("t", "4m30s").unwrap(), 270000);
         assert_eq!(duration_ms("t", "1.5s").unwrap(), 1500);
-        for bad_value in ["", "ms", "10", "-5ms", "0ms", "5 ms", "5xs", "abc"] {
+        // Sub-millisecond parts round up: any positive duration is at least 1 ms.
+        for (v, ms) in [
+            ("1us", 1),
+            ("0.4ms", 1),
+            ("0.5ms", 1),
+            ("1500us", 2),
+            ("1ns", 1),
+        ] {
+            assert_eq!(duration_ms("t", v).unwrap(), ms, "{v}");
+        }
+        let long = duration_ms("t", "99999999999999999999999ms").unwrap_err();
+        assert!(long.to_string().contains("too long"), "{long}");
+        for bad_value in ["", "ms", "10", "-5ms", "0ms", "0.0s", "5 ms", "5xs", "abc"] {
             assert!(duration_ms("t", bad_value).is_err(), "{bad_value}");
         }
         assert!(timeout_ms("t", "300001ms").is_err());
