@@ -509,12 +509,7 @@ async fn secrets_are_encrypted_injected_and_never_shown() {
     d.call("DELETE", "/v1/secrets/API_TOKEN", None).await;
     let (status, _) = d.call("DELETE", "/v1/secrets/API_TOKEN", None).await;
     assert_eq!(status, 204, "delete is repeatable");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while d.call("GET", &format!("/v2/snapshots/{sid}"), None).await.1["data"]["status"] != "READY"
-    {
-        assert!(Instant::now() < deadline);
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_ready(&d, &sid).await;
     let (status, c) = d
         .call(
             "POST",
