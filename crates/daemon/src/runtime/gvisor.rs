@@ -28,6 +28,10 @@ const RESTORE_READY_TIMEOUT: Duration = Duration::from_secs(10);
 const RELAY_EXIT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long `start` waits for the agent to answer after runsc reports running.
 const AGENT_READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long destroy keeps killing a sandbox's host processes before it gives up (and retries later).
+const KILL_PATIENCE: Duration = Duration::from_secs(30);
+/// How long `runsc delete` gets once the sandbox's processes are dead.
+const DELETE_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Host-side settings of the gVisor runtime.
 #[derive(Debug, Clone)]
@@ -290,13 +294,32 @@ impl GvisorRuntime {
         // killer keeps taking) did not answer within 60 s, leaving the sandbox
         // TERMINATING. It also covers a container runsc does not know (sbxd
         // died inside `runsc run`) whose processes are still there.
-        let killed =
-            super::leftovers::kill_container_processes(&self.config.runsc_root, &cid).await;
-        tracing::debug!(sandbox = %id, killed, "sandbox processes killed");
-        match self.runsc.delete(&cid, true).await {
+        let cgroup = super::leftovers::CgroupOf::new(
+            Path::new(sbx_runsc::cleanup::DEFAULT_CGROUP_MOUNT),
+            CGROUP_PARENT,
+            &cid,
+        );
+        let killed = super::leftovers::kill_container_processes(
+            &self.config.runsc_root,
+            &cid,
+            &cgroup,
+            KILL_PATIENCE,
+        )
+        .await;
+        tracing::debug!(sandbox = %id, ?killed, "sandbox processes killed");
+        if killed.remaining > 0 {
+            return Err(RuntimeError::Unkillable(killed.remaining));
+        }
+        // With every process gone, runsc only removes files; its own state
+        // files, cgroups and the sandbox dir are removed below anyway, so a
+        // runsc that fails or hangs here must not keep the sandbox alive.
+        let delete = self.runsc.clone().with_timeout(Some(DELETE_TIMEOUT));
+        match delete.delete(&cid, true).await {
             Ok(()) => {}
             Err(e) if e.is_not_found() => {}
-            Err(e) => return Err(e.into()),
+            Err(e) => {
+                tracing::warn!(sandbox = %id, error = %e, "runsc delete failed after every process was gone; removing its state directly");
+            }
         }
         super::leftovers::remove_state_files(&self.config.runsc_root, &cid);
         sbx_runsc::cleanup::remove_cgroups(

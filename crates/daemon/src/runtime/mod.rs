@@ -56,6 +56,9 @@ pub enum RuntimeError {
     /// The sandbox is not running.
     #[error("sandbox is not running")]
     NotRunning,
+    /// Host processes of the sandbox survived SIGKILL for the whole wait.
+    #[error("{0} host processes of the sandbox were still alive after SIGKILL")]
+    Unkillable(usize),
 }
 
 impl RuntimeError {
@@ -65,7 +68,9 @@ impl RuntimeError {
             RuntimeError::Runsc(e) => e.is_disk_full(),
             RuntimeError::Io(e) => sbx_runsc::is_enospc(e),
             RuntimeError::Disk(e) => e.is_disk_full(),
-            RuntimeError::AgentNotReady(_) | RuntimeError::NotRunning => false,
+            RuntimeError::AgentNotReady(_)
+            | RuntimeError::NotRunning
+            | RuntimeError::Unkillable(_) => false,
         }
     }
 }

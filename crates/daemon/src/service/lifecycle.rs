@@ -10,6 +10,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use uuid::Uuid;
 
+/// Wait before the first retry of a failed teardown; doubled per retry.
+const TEARDOWN_RETRY_FIRST: std::time::Duration = std::time::Duration::from_secs(2);
+/// Longest wait between teardown retries.
+const TEARDOWN_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// How often a state change refused for a full disk is written again.
 pub(super) const RECORD_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -314,41 +319,58 @@ impl Service {
         });
     }
 
-    /// Tears a TERMINATING sandbox down in the background; `reason` is recorded as `error`.
+    /// Tears a TERMINATING sandbox down in the background, retrying until it
+    /// succeeds; `reason` is recorded as `error`. A teardown already running
+    /// for `id` is joined rather than started twice.
     pub(super) fn spawn_teardown(
         self: &Arc<Self>,
         id: Uuid,
         reason: Option<String>,
     ) -> tokio::sync::watch::Receiver<bool> {
+        let mut teardowns = self.teardowns.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(running) = teardowns.get(&id) {
+            return running.clone();
+        }
         let (tx, rx) = tokio::sync::watch::channel(false);
+        teardowns.insert(id, rx.clone());
+        drop(teardowns);
         let this = self.clone();
         tokio::spawn(async move {
-            this.teardown(id, reason).await;
+            this.forget_agent(id);
+            let mut delay = TEARDOWN_RETRY_FIRST;
+            while !this.teardown_once(id, &reason).await {
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(TEARDOWN_RETRY_MAX);
+            }
+            this.teardowns
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&id);
             let _ = tx.send(true);
         });
         rx
     }
 
-    async fn teardown(self: &Arc<Self>, id: Uuid, reason: Option<String>) {
-        self.forget_agent(id);
+    /// One teardown attempt; false when the runtime failed and it should be retried.
+    async fn teardown_once(self: &Arc<Self>, id: Uuid, reason: &Option<String>) -> bool {
         let lock = self.lock_for(id);
         let _guard = lock.lock().await;
         let Ok(Some(mut record)) = self.store.get_sandbox(id) else {
-            return;
+            return true;
         };
         if record.status != SandboxStatus::Terminating {
-            return;
+            return true;
         }
         if let Err(e) = self.runtime.destroy(id).await {
-            // Stay TERMINATING: reconciliation retries at the next start.
-            tracing::error!(sandbox = %id, error = %e, "teardown failed");
-            return;
+            // Stay TERMINATING (the truth: resources may be left) and retry.
+            tracing::error!(sandbox = %id, error = %e, "teardown failed; retrying");
+            return false;
         }
         self.network.forget(id);
         record.status = SandboxStatus::Terminated;
         record.ended_at = Some(Utc::now());
         if reason.is_some() {
-            record.error = reason;
+            record.error = reason.clone();
         }
         match self.store.update_sandbox(&record) {
             Ok(()) => {}
@@ -370,6 +392,7 @@ impl Service {
             .unwrap_or_else(|p| p.into_inner())
             .remove(&id);
         tracing::info!(sandbox = %id, "sandbox terminated");
+        true
     }
 
     /// Watches an agent connection; when it drops, reconnects or fails the sandbox.

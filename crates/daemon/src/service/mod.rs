@@ -48,6 +48,8 @@ pub struct Service {
     locks: Mutex<HashMap<Uuid, Arc<tokio::sync::Mutex<()>>>>,
     /// Boots in progress: create waits on these.
     boots: Mutex<HashMap<Uuid, tokio::sync::watch::Receiver<bool>>>,
+    /// Teardowns in progress (retried until they succeed): a repeated destroy joins these.
+    teardowns: Mutex<HashMap<Uuid, tokio::sync::watch::Receiver<bool>>>,
     /// The fixed network id shown as `vpcId`.
     vpc_id: Uuid,
     /// Key of the secret store.
@@ -102,6 +104,7 @@ impl Service {
             agents: Mutex::new(HashMap::new()),
             locks: Mutex::new(HashMap::new()),
             boots: Mutex::new(HashMap::new()),
+            teardowns: Mutex::new(HashMap::new()),
             vpc_id: Uuid::from_u128(0x5bd0_0000_0000_4000_8000_0000_0000_0001),
         })
     }
