@@ -99,7 +99,7 @@ const main = async () => {
   });
 
   await step("process wait timeout, then wait again", async () => {
-    const p = await s.processes.start({ command: ["sh", "-c", "sleep 1; echo done"] });
+    const p = await s.processes.start({ command: ["sh", "-c", "sleep 3; echo done"] });
     await expectError(p.wait({ timeout: "100ms" }), "sandbox_process_wait_timed_out", { retryable: false });
     const done = await p.wait({ timeout: "30s" });
     check(done.state === "EXITED" && done.exitCode === 0, `${done.state} ${done.exitCode}`);

@@ -16,6 +16,20 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 
+/// RLIMIT_NPROC given to every child; unset: children inherit the agent's (unlimited).
+static TASK_LIMIT: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+
+/// Sets the RLIMIT_NPROC of every child started from now on (first call wins).
+///
+/// gVisor enforces RLIMIT_NPROC for root too, counting the user's tasks
+/// across the sandbox, so a fork bomb gets EAGAIN at the limit instead of
+/// filling the sandbox's memory with processes. The agent keeps its own
+/// limit unlimited so that it can still start commands (and threads) when
+/// the guest processes are at theirs.
+pub fn set_task_limit(limit: u64) {
+    let _ = TASK_LIMIT.set(limit);
+}
+
 /// A started child: its pid and the read ends of its stdout and stderr pipes.
 #[derive(Debug)]
 pub struct Spawned {
@@ -175,11 +189,33 @@ pub fn spawn(p: &Prepared) -> io::Result<Spawned> {
     }
     // The child has its copies; ours must close so the readers see EOF.
     drop((out_w, err_w));
+    if let Some(limit) = TASK_LIMIT.get() {
+        limit_tasks(pid, *limit);
+    }
     Ok(Spawned {
         pid,
         stdout: out_r,
         stderr: err_r,
     })
+}
+
+/// Applies RLIMIT_NPROC to a child that posix_spawn has just exec'd. The
+/// child is still loading its program (milliseconds under gVisor) when this
+/// runs microseconds later, so it cannot fork before its limit is set in
+/// practice; a child that has already exited (ESRCH) needs no limit.
+fn limit_tasks(pid: libc::pid_t, limit: u64) {
+    let rlimit = libc::rlimit {
+        rlim_cur: limit,
+        rlim_max: limit,
+    };
+    // SAFETY: prlimit with a valid pointer to a local struct and no old-value pointer.
+    let rc = unsafe { libc::prlimit(pid, libc::RLIMIT_NPROC, &rlimit, std::ptr::null_mut()) };
+    if rc != 0 {
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::ESRCH) {
+            crate::console!("cannot limit the tasks of pid {pid}: {err}");
+        }
+    }
 }
 
 #[cfg(test)]
@@ -258,5 +294,39 @@ mod tests {
         let mut p = prepared(&["sh"], "/definitely/not/a/dir");
         p.program = PathBuf::from("/bin/sh");
         assert!(spawn(&p).is_err());
+    }
+
+    /// The limit is in place when spawn returns (read from outside the child,
+    /// so no race with the child's own start). The agent's own limit is untouched.
+    #[test]
+    fn children_get_the_task_limit_and_the_agent_keeps_its_own() {
+        // SAFETY: getrlimit into a local struct.
+        let own_before = unsafe {
+            let mut r: libc::rlimit = std::mem::zeroed();
+            assert_eq!(libc::getrlimit(libc::RLIMIT_NPROC, &mut r), 0);
+            r.rlim_cur
+        };
+        set_task_limit(777);
+        let s = spawn(&prepared(&["sh", "-c", "exec sleep 30"], "/")).unwrap();
+        let limits = std::fs::read_to_string(format!("/proc/{}/limits", s.pid)).unwrap();
+        // SAFETY: killing and reaping our own child.
+        unsafe { libc::kill(s.pid, libc::SIGKILL) };
+        wait(s.pid);
+        let line = limits
+            .lines()
+            .find(|l| l.starts_with("Max processes"))
+            .unwrap();
+        assert_eq!(
+            line.split_whitespace().collect::<Vec<_>>()[2..4],
+            ["777", "777"],
+            "{line}"
+        );
+        // SAFETY: getrlimit into a local struct.
+        let own_after = unsafe {
+            let mut r: libc::rlimit = std::mem::zeroed();
+            assert_eq!(libc::getrlimit(libc::RLIMIT_NPROC, &mut r), 0);
+            r.rlim_cur
+        };
+        assert_eq!(own_before, own_after);
     }
 }

@@ -6,12 +6,26 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-const USAGE: &str = "usage: sbx-agent init | serve --socket PATH | relay [--socket PATH] | write-file PATH MODE MAX_BYTES | read-file PATH MAX_BYTES | version";
+const USAGE: &str = "usage: sbx-agent init [--task-limit N] | serve --socket PATH | relay [--socket PATH] | write-file PATH MODE MAX_BYTES | read-file PATH MAX_BYTES | version";
 
 #[derive(PartialEq)]
 enum Mode {
     Init,
     Serve,
+}
+
+/// `init`'s optional `--task-limit N` (the guest processes' RLIMIT_NPROC).
+fn task_limit_arg(args: &[String]) -> Result<Option<u64>, String> {
+    match args {
+        [] => Ok(None),
+        [flag, n] if flag == "--task-limit" => n
+            .parse::<u64>()
+            .ok()
+            .filter(|n| *n > 0)
+            .map(Some)
+            .ok_or_else(|| format!("--task-limit needs a positive number, not {n:?}")),
+        _ => Err(USAGE.to_string()),
+    }
 }
 
 fn socket_arg(args: &[String]) -> Result<Option<PathBuf>, String> {
@@ -65,7 +79,12 @@ fn main() -> ExitCode {
         None => ("", &[][..]),
     };
     let result = match cmd {
-        "init" if rest.is_empty() => run_server(PathBuf::from(AGENT_SOCKET_PATH), Mode::Init),
+        "init" => task_limit_arg(rest).and_then(|limit| {
+            if let Some(n) = limit {
+                sbx_agent::launch::set_task_limit(n);
+            }
+            run_server(PathBuf::from(AGENT_SOCKET_PATH), Mode::Init)
+        }),
         "serve" => match socket_arg(rest) {
             Ok(Some(path)) => run_server(path, Mode::Serve),
             Ok(None) => Err(USAGE.to_string()),

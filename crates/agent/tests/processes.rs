@@ -165,7 +165,7 @@ async fn output_tail_keeps_stream_order() {
         .start(&[
             "sh",
             "-c",
-            "printf out1; sleep 0.3; printf err1 >&2; sleep 0.3; printf out2",
+            "printf out1; sleep 1; printf err1 >&2; sleep 1; printf out2",
         ])
         .await;
     let done = c.wait(p.id).await;

@@ -84,6 +84,8 @@ pub struct Limits {
     pub json_body_bytes: usize,
     /// Processes per sandbox (pids cgroup limit).
     pub pids_per_sandbox: i64,
+    /// RLIMIT_NPROC of guest commands (tasks per user in the sandbox); 0: no limit.
+    pub guest_tasks: u64,
     /// Disk of a sandbox's writable root layer, MiB (a loop-mounted ext4 image); 0: no limit.
     pub sandbox_disk_mb: u64,
     /// Host disk a sandbox's console log may use, MiB; past it the oldest half is dropped. 0: no limit.
@@ -108,6 +110,7 @@ impl Default for Limits {
             file_bytes: 100 * 1024 * 1024,
             json_body_bytes: 1024 * 1024,
             pids_per_sandbox: 4096,
+            guest_tasks: 1024,
             sandbox_disk_mb: 10 * 1024,
             console_log_max_mb: 16,
             snapshot_ttl: Duration::from_secs(7 * 24 * 3600),

@@ -93,6 +93,11 @@ struct Args {
     /// the oldest half is dropped (checked twice a second). 0: no limit.
     #[arg(long, env = "SBX_CONSOLE_LOG_MAX_MB", default_value_t = 16)]
     console_log_max_mb: u64,
+    /// RLIMIT_NPROC of the commands run in a sandbox (tasks per user across
+    /// the sandbox): a fork bomb gets EAGAIN here instead of filling the
+    /// sandbox's memory. 0: no limit.
+    #[arg(long, env = "SBX_GUEST_TASK_LIMIT", default_value_t = 1024)]
+    guest_task_limit: u64,
     #[command(flatten)]
     connect: ConnectArgs,
 }
@@ -253,6 +258,7 @@ async fn main() -> anyhow::Result<()> {
             idempotency_ttl: Duration::from_secs(args.idempotency_ttl_secs),
             sandbox_disk_mb: args.sandbox_disk_mb,
             console_log_max_mb: args.console_log_max_mb,
+            guest_tasks: args.guest_task_limit,
             ..Limits::default()
         },
         runsc_extra_flags: args.runsc_flags,
@@ -287,6 +293,7 @@ async fn main() -> anyhow::Result<()> {
             image_rootfs: config.image_rootfs.clone(),
             agent_dir: config.agent_dir.clone(),
             pids_limit: config.limits.pids_per_sandbox,
+            guest_task_limit: config.limits.guest_tasks,
             extra_flags: config.runsc_extra_flags.clone(),
             sandbox_disk_mb: config.limits.sandbox_disk_mb,
             spare_disks_dir: config.spare_disks_dir(),

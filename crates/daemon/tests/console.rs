@@ -11,7 +11,7 @@ use common::{Daemon, KillLeftovers};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const KEY: &str = "signkey-test-0123456789abcdef0123456789abcdef";
 
@@ -308,15 +308,11 @@ async fn console_end_to_end_in_chromium() {
         );
     }
     // Connect's build and job sandboxes go away when their job ends.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !d.runsc_containers().is_empty() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    assert!(
-        d.runsc_containers().is_empty(),
-        "the e2e test destroys everything it made: {:?}",
-        d.runsc_containers()
-    );
+    d.assert_no_containers(
+        Duration::from_secs(60),
+        "the e2e test destroys everything it made",
+    )
+    .await;
 }
 
 fn examples() -> PathBuf {

@@ -100,7 +100,7 @@ async fn a_full_disk_is_enospc_in_that_sandbox_only() {
         stderr.contains("No space left on device"),
         "dd did not get ENOSPC: {stderr:?}"
     );
-    assert!(worst_health < Duration::from_secs(2), "{worst_health:?}");
+    assert!(worst_health < Duration::from_secs(5), "{worst_health:?}");
     let (_, size, _) = d.exec(&a, &["stat", "-c", "%s", "/root/big"]).await;
     let size: u64 = size.trim().parse().unwrap();
     assert!(

@@ -64,6 +64,23 @@ async fn exec_raw(d: &Daemon, id: &str, argv: &[&str], timeout_ms: u64) -> (u16,
     .await
 }
 
+/// Retries `argv` (a 10 s exec) until it exits 0, and returns its stdout;
+/// panics after `timeout`.
+async fn exec_until_answered(d: &Daemon, id: &str, argv: &[&str], timeout: Duration) -> String {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let (status, body) = exec_raw(d, id, argv, 10_000).await;
+        if status == 200 && body["data"]["exitCode"] == 0 {
+            return common::b64(&body["data"]["stdout"]);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{argv:?} did not answer within {timeout:?}: {status} {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Retries a trivial exec until it answers 200/0 or `timeout` passes.
 async fn answers_within(d: &Daemon, id: &str, timeout: Duration) -> bool {
     let deadline = Instant::now() + timeout;
@@ -209,13 +226,22 @@ async fn kill9_during_exec_keeps_the_sandbox_and_its_processes() {
         http.post(url)
             .header("content-type", "application/json")
             .body(
-                json!({"command": ["sh", "-c", "echo started > /tmp/exec; sleep 3; echo done >> /tmp/exec"], "timeout": "30000ms"})
+                json!({"command": ["sh", "-c", "echo started > /tmp/exec; sleep 30; echo done >> /tmp/exec"], "timeout": "60000ms"})
                     .to_string(),
             )
             .send()
             .await
     });
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // Kill sbxd once the exec is known to be running inside the sandbox.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, out, _) = d.exec(&id, &["cat", "/tmp/exec"]).await;
+        if out.starts_with("started") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the exec never started");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     d.kill9();
     assert!(
         req.await.unwrap().is_err(),
@@ -239,18 +265,24 @@ async fn kill9_during_exec_keeps_the_sandbox_and_its_processes() {
         .trim()
         .parse()
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let after: u64 = d
-        .exec(&id, &["cat", "/tmp/count"])
-        .await
-        .1
-        .trim()
-        .parse()
-        .unwrap();
-    assert!(
-        after > before,
-        "background loop stopped: {before} → {after}"
-    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let after: u64 = d
+            .exec(&id, &["cat", "/tmp/count"])
+            .await
+            .1
+            .trim()
+            .parse()
+            .unwrap();
+        if after > before {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "background loop stopped: {before} → {after}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     d.assert_host_matches_store(SETTLE).await;
     d.destroy_all(SETTLE).await;
     d.assert_host_matches_store(SETTLE).await;
@@ -685,11 +717,11 @@ async fn output_flood_keeps_the_daemon_responsive_and_output_bounded() {
     );
     assert!(probes >= 1, "the flood ended before any probe ran");
     assert!(
-        worst.0 < Duration::from_secs(2),
+        worst.0 < Duration::from_secs(5),
         "healthz took {:?}",
         worst.0
     );
-    assert!(worst.1 < Duration::from_secs(2), "exec took {:?}", worst.1);
+    assert!(worst.1 < Duration::from_secs(5), "exec took {:?}", worst.1);
     assert!(
         rss_after < rss_before + 256 * 1024,
         "sbxd grew by {} MiB",
@@ -769,36 +801,75 @@ async fn fork_bomb_is_contained() {
         worst.1
     );
     assert!(
-        worst.0 < Duration::from_secs(2),
+        worst.0 < Duration::from_secs(5),
         "healthz took {:?}",
         worst.0
     );
-    assert!(worst.1 < Duration::from_secs(2), "exec took {:?}", worst.1);
-    let s = d.wait_settled(&bomb, SETTLE).await;
-    match s["status"].as_str().unwrap() {
-        "RUNNING" => {
-            let (status, body) = exec_raw(
-                &d,
-                &bomb,
-                &["sh", "-c", "ls /proc | grep -c '^[0-9]'"],
-                10_000,
-            )
-            .await;
-            println!("bombing sandbox still RUNNING; process count exec → {status} {body}");
-            tokio::time::sleep(Duration::from_secs(5)).await;
-            let (_, later) = d.call("GET", &format!("/v2/sandboxes/{bomb}"), None).await;
-            println!(
-                "5 s later the bombing sandbox is {} {}",
-                later["data"]["status"], later["data"]["error"]
-            );
+    assert!(worst.1 < Duration::from_secs(5), "exec took {:?}", worst.1);
+    // The guest task limit (RLIMIT_NPROC 1024, set by the agent) stops the
+    // bomb long before the sandbox's memory or host pids limit: the sandbox
+    // stays RUNNING and keeps answering, and the bomb's forks get EAGAIN.
+    assert_eq!(bomb_status, "RUNNING");
+    let host_tasks: u64 = cg("pids.current").parse().unwrap_or(0);
+    assert!(
+        host_tasks < 4096,
+        "host pids cgroup at {host_tasks}: the bomb reached the host limit"
+    );
+    let count = exec_until_answered(
+        &d,
+        &bomb,
+        &["sh", "-c", "ls /proc | grep -c '^[0-9]'"],
+        Duration::from_secs(120),
+    )
+    .await;
+    let guests: u64 = count.trim().parse().unwrap_or(u64::MAX);
+    println!("fork bomb: {guests} guest processes while bombing, {host_tasks} host tasks");
+    assert!(
+        guests <= 1024 + 16,
+        "{guests} guest processes: the limit did not hold"
+    );
+    let limit = exec_until_answered(
+        &d,
+        &bomb,
+        &[
+            "python3",
+            "-c",
+            "import resource; print(resource.getrlimit(resource.RLIMIT_NPROC))",
+        ],
+        Duration::from_secs(120),
+    )
+    .await;
+    assert_eq!(limit.trim(), "(1024, 1024)");
+    // Killing the bomb's process group gives the sandbox back.
+    let pgid = p["data"]["pid"].as_i64().unwrap();
+    let t = Instant::now();
+    exec_until_answered(
+        &d,
+        &bomb,
+        &["sh", "-c", &format!("kill -9 -- -{pgid}; true")],
+        Duration::from_secs(120),
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let left = exec_until_answered(
+            &d,
+            &bomb,
+            &["sh", "-c", "ls /proc | grep -c '^[0-9]'"],
+            Duration::from_secs(60),
+        )
+        .await;
+        if left.trim().parse::<u64>().unwrap_or(u64::MAX) < 20 {
+            break;
         }
-        "FAILED" => {
-            let reason = s["error"].as_str().unwrap_or_default();
-            println!("bombing sandbox FAILED: {reason}");
-            assert!(!reason.is_empty());
-        }
-        other => panic!("bombing sandbox ended {other}: {s}"),
+        assert!(
+            Instant::now() < deadline,
+            "{left} processes left after the kill"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    println!("fork bomb: killed and quiet again after {:?}", t.elapsed());
+    assert_eq!(d.assert_truthful(&bomb, SETTLE).await, "RUNNING");
     assert_eq!(d.assert_truthful(&probe, SETTLE).await, "RUNNING");
     let t = Instant::now();
     d.destroy_all(Duration::from_secs(120)).await;

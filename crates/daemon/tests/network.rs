@@ -114,6 +114,10 @@ if len(sys.argv) > 3:
 s.serve_forever()
 "#;
 
+/// Serialises this binary's edits of /etc/hosts: tests run in parallel, and
+/// two read-modify-write cycles at once lose one of the entries.
+static HOSTS_FILE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// A unique /etc/hosts entry, removed again on drop.
 struct HostsEntry {
     name: String,
@@ -129,6 +133,7 @@ impl HostsEntry {
     }
 
     fn point_to(&self, ip: &str) {
+        let _edit = HOSTS_FILE.lock().unwrap_or_else(|p| p.into_inner());
         let hosts = std::fs::read_to_string("/etc/hosts").unwrap();
         let mut out: String = hosts
             .lines()
@@ -143,6 +148,7 @@ impl HostsEntry {
 
 impl Drop for HostsEntry {
     fn drop(&mut self) {
+        let _edit = HOSTS_FILE.lock().unwrap_or_else(|p| p.into_inner());
         if let Ok(hosts) = std::fs::read_to_string("/etc/hosts") {
             let out: String = hosts
                 .lines()

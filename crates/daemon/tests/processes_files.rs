@@ -232,7 +232,8 @@ async fn processes_signals_output_and_bad_input() {
 async fn dropped_stream_resumes_without_loss_or_replay() {
     let d = Daemon::start(&[]).await;
     let id = d.create_running("stream").await;
-    let script = "for i in $(seq 1 60); do echo line-$i; sleep 0.02; done";
+    // Long enough (~6 s) that the stream is opened while it still writes.
+    let script = "for i in $(seq 1 60); do echo line-$i; sleep 0.1; done";
     let p = start(&d, &id, &["sh", "-c", script]).await;
     let url = d.url(&format!(
         "/v2/sandboxes/{id}/processes/{p}/output/stream?tailBytes=0"

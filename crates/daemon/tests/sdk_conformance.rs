@@ -5,6 +5,7 @@ mod common;
 use common::Daemon;
 use std::path::PathBuf;
 use std::process::Command;
+use std::time::Duration;
 
 fn sdk_dir() -> PathBuf {
     let dir = PathBuf::from(
@@ -52,10 +53,11 @@ async fn sdk_smoke_every_group() {
             "group {group} did not run"
         );
     }
-    assert!(
-        d.runsc_containers().is_empty(),
-        "the smoke test destroys everything it made"
-    );
+    d.assert_no_containers(
+        Duration::from_secs(60),
+        "the smoke test destroys everything it made",
+    )
+    .await;
 }
 
 #[tokio::test]

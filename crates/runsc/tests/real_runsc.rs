@@ -1,6 +1,7 @@
 //! Against the real runsc (root, gVisor, the default image). Ignored and
 //! gated: `SBX_RUNSC_IT=1 cargo test -p sbx-runsc -- --ignored`.
-//! `SBX_RUNSC_ROOTFS` overrides the image rootfs.
+//! The image rootfs is `SBX_RUNSC_ROOTFS`, else `SBX_TEST_IMAGE_ROOTFS` (set
+//! by `scripts/test` to the image `scripts/up` built).
 
 use std::path::PathBuf;
 
@@ -11,7 +12,6 @@ use sbx_runsc::{
     Runsc, Status, DEFAULT_BINARY,
 };
 
-const DEFAULT_ROOTFS: &str = "/var/lib/sbx/images/default-2cd07eebf87c1d0d/rootfs";
 const CGROUP_PARENT: &str = "/runsc-probe";
 
 /// Deletes the test's containers even when an assertion panics.
@@ -69,7 +69,14 @@ async fn real_runsc_lifecycle() {
         return;
     }
     let rootfs = PathBuf::from(
-        std::env::var("SBX_RUNSC_ROOTFS").unwrap_or_else(|_| DEFAULT_ROOTFS.to_string()),
+        std::env::var("SBX_RUNSC_ROOTFS")
+            .or_else(|_| std::env::var("SBX_TEST_IMAGE_ROOTFS"))
+            .expect("SBX_RUNSC_ROOTFS or SBX_TEST_IMAGE_ROOTFS names the image rootfs"),
+    );
+    assert!(
+        rootfs.join("bin/sh").exists(),
+        "no image at {}",
+        rootfs.display()
     );
     let work = tempfile::tempdir().expect("tempdir");
     let w = work.path();

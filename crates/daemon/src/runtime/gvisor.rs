@@ -22,8 +22,9 @@ use uuid::Uuid;
 pub const CONTAINER_PREFIX: &str = "sbx-";
 /// Parent cgroup of every sandbox.
 pub const CGROUP_PARENT: &str = "sbx";
-/// How long the first connection to a restored sandbox is retried.
-const RESTORE_READY_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the first connection to a restored sandbox is retried (as long
+/// as a boot's agent gets: ten concurrent restores on 2 vCPUs can take > 10 s).
+const RESTORE_READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a closed relay gets to exit before it is killed.
 const RELAY_EXIT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long `start` waits for the agent to answer after runsc reports running.
@@ -48,6 +49,8 @@ pub struct GvisorConfig {
     pub agent_dir: PathBuf,
     /// pids cgroup limit.
     pub pids_limit: i64,
+    /// RLIMIT_NPROC the agent gives guest commands; 0: none.
+    pub guest_task_limit: u64,
     /// Extra global runsc flags.
     pub extra_flags: Vec<String>,
     /// Size of each sandbox's disk (its writable root layer), MiB; 0: no limit.
@@ -62,6 +65,18 @@ pub struct GvisorRuntime {
     runsc: Runsc,
     /// Disk images for sandbox overlays; `None` when the limit is off.
     disks: Option<Arc<Disks>>,
+}
+
+impl GvisorRuntime {
+    /// PID 1's command line: `sbx-agent init`, with the guest task limit when set.
+    fn agent_init_args(&self) -> Vec<String> {
+        let mut args = vec![AGENT_BINARY_PATH.to_string(), "init".to_string()];
+        if self.config.guest_task_limit > 0 {
+            args.push("--task-limit".into());
+            args.push(self.config.guest_task_limit.to_string());
+        }
+        args
+    }
 }
 
 fn container_id(id: Uuid) -> String {
@@ -144,7 +159,7 @@ impl GvisorRuntime {
         tokio::fs::create_dir_all(&overlay).await?;
         let cid = container_id(spec.id);
         let mut builder = SpecBuilder::new(&self.config.image_rootfs)
-            .args([AGENT_BINARY_PATH, "init"])
+            .args(self.agent_init_args())
             .hostname("sandbox")
             .bind_mount(&self.config.agent_dir, "/.sbx/bin", true)
             .memory_limit(u64::from(spec.memory_mb) * 1024 * 1024)

@@ -14,8 +14,9 @@ use uuid::Uuid;
 
 /// Checkpoints taken before a snapshot gives up (each one is verified).
 const CHECKPOINT_ATTEMPTS: u32 = 3;
-/// How long a verification restore gets to answer.
-const VERIFY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long a verification restore gets to answer (as long as a boot's
+/// agent gets: on a loaded node a restore can take well over 10 s).
+const VERIFY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// One page of snapshots.
 #[derive(Debug)]
