@@ -296,16 +296,21 @@ mod tests {
         assert!(spawn(&p).is_err());
     }
 
+    /// This process's soft RLIMIT_NPROC.
+    fn own_task_limit() -> libc::rlim_t {
+        // SAFETY: getrlimit into a local struct.
+        unsafe {
+            let mut r: libc::rlimit = std::mem::zeroed();
+            assert_eq!(libc::getrlimit(libc::RLIMIT_NPROC, &mut r), 0);
+            r.rlim_cur
+        }
+    }
+
     /// The limit is in place when spawn returns (read from outside the child,
     /// so no race with the child's own start). The agent's own limit is untouched.
     #[test]
     fn children_get_the_task_limit_and_the_agent_keeps_its_own() {
-        // SAFETY: getrlimit into a local struct.
-        let own_before = unsafe {
-            let mut r: libc::rlimit = std::mem::zeroed();
-            assert_eq!(libc::getrlimit(libc::RLIMIT_NPROC, &mut r), 0);
-            r.rlim_cur
-        };
+        let own_before = own_task_limit();
         set_task_limit(777);
         let s = spawn(&prepared(&["sh", "-c", "exec sleep 30"], "/")).unwrap();
         let limits = std::fs::read_to_string(format!("/proc/{}/limits", s.pid)).unwrap();
@@ -321,12 +326,6 @@ mod tests {
             ["777", "777"],
             "{line}"
         );
-        // SAFETY: getrlimit into a local struct.
-        let own_after = unsafe {
-            let mut r: libc::rlimit = std::mem::zeroed();
-            assert_eq!(libc::getrlimit(libc::RLIMIT_NPROC, &mut r), 0);
-            r.rlim_cur
-        };
-        assert_eq!(own_before, own_after);
+        assert_eq!(own_before, own_task_limit());
     }
 }

@@ -67,18 +67,6 @@ pub struct GvisorRuntime {
     disks: Option<Arc<Disks>>,
 }
 
-impl GvisorRuntime {
-    /// PID 1's command line: `sbx-agent init`, with the guest task limit when set.
-    fn agent_init_args(&self) -> Vec<String> {
-        let mut args = vec![AGENT_BINARY_PATH.to_string(), "init".to_string()];
-        if self.config.guest_task_limit > 0 {
-            args.push("--task-limit".into());
-            args.push(self.config.guest_task_limit.to_string());
-        }
-        args
-    }
-}
-
 fn container_id(id: Uuid) -> String {
     format!("{CONTAINER_PREFIX}{id}")
 }
@@ -138,6 +126,16 @@ impl GvisorRuntime {
 
     fn dir(&self, id: Uuid) -> PathBuf {
         self.config.sandboxes_dir.join(id.to_string())
+    }
+
+    /// PID 1's command line: `sbx-agent init`, with the guest task limit when set.
+    fn agent_init_args(&self) -> Vec<String> {
+        let mut args = vec![AGENT_BINARY_PATH.to_string(), "init".to_string()];
+        if self.config.guest_task_limit > 0 {
+            args.push("--task-limit".into());
+            args.push(self.config.guest_task_limit.to_string());
+        }
+        args
     }
 
     /// Writes a fresh bundle and overlay dir, with the sandbox's disk mounted
