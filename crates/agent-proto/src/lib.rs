@@ -18,8 +18,15 @@ pub use messages::*;
 /// Protocol version announced in [`messages::Reply::Hello`]; bump on incompatible change.
 pub const PROTOCOL_VERSION: u32 = 1;
 
-/// Path of the agent's listening socket inside the sandbox.
-pub const AGENT_SOCKET_PATH: &str = "/run/sbx-agent.sock";
+/// Name of the agent's listening socket inside the sandbox, in the abstract
+/// unix socket namespace: unlike a file under `/run`, the guest cannot unlink
+/// it and bind its own in its place while the agent holds it.
+pub const AGENT_SOCKET_NAME: &str = "sbx-agent";
 
-/// Where the agent binary is mounted (read-only) inside every sandbox.
-pub const AGENT_BINARY_PATH: &str = "/.sbx/bin/sbx-agent";
+/// Host directory mounted read-only at this path in every sandbox; the mount
+/// point sits directly under `/`, so the guest (no `CAP_SYS_ADMIN`) can neither
+/// rename it (`EBUSY`), unmount it nor mount over it.
+pub const AGENT_MOUNT_PATH: &str = "/.sbx";
+
+/// Where the agent binary is inside every sandbox (in [`AGENT_MOUNT_PATH`]).
+pub const AGENT_BINARY_PATH: &str = "/.sbx/sbx-agent";

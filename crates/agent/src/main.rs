@@ -1,7 +1,8 @@
 //! `sbx-agent`: `init` (PID 1), `serve --socket PATH` (tests) and `relay`.
 
+use sbx_agent::server::ListenAddr;
 use sbx_agent::{console, server, Agent};
-use sbx_agent_proto::AGENT_SOCKET_PATH;
+use sbx_agent_proto::AGENT_SOCKET_NAME;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -83,16 +84,18 @@ fn main() -> ExitCode {
             if let Some(n) = limit {
                 sbx_agent::launch::set_task_limit(n);
             }
-            run_server(PathBuf::from(AGENT_SOCKET_PATH), Mode::Init)
+            run_server(ListenAddr::Abstract(AGENT_SOCKET_NAME.into()), Mode::Init)
         }),
         "serve" => match socket_arg(rest) {
-            Ok(Some(path)) => run_server(path, Mode::Serve),
+            Ok(Some(path)) => run_server(ListenAddr::Path(path), Mode::Serve),
             Ok(None) => Err(USAGE.to_string()),
             Err(e) => Err(e),
         },
         "relay" => socket_arg(rest).and_then(|p| {
-            let path = p.unwrap_or_else(|| PathBuf::from(AGENT_SOCKET_PATH));
-            sbx_agent::relay::relay(&path).map_err(|e| e.to_string())
+            let addr = p
+                .map(ListenAddr::Path)
+                .unwrap_or_else(|| ListenAddr::Abstract(AGENT_SOCKET_NAME.into()));
+            sbx_agent::relay::relay(&addr).map_err(|e| e.to_string())
         }),
         "write-file" => write_file(rest),
         "read-file" => read_file(rest),
@@ -115,7 +118,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run_server(path: PathBuf, mode: Mode) -> Result<(), String> {
+fn run_server(addr: ListenAddr, mode: Mode) -> Result<(), String> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         // Every running process holds two blocking threads reading its
@@ -134,8 +137,20 @@ fn run_server(path: PathBuf, mode: Mode) -> Result<(), String> {
                     std::io::Error::last_os_error()
                 );
             }
-        } else if std::process::id() != 1 {
-            console!("warning: init mode but pid is {}", std::process::id());
+        } else {
+            if std::process::id() != 1 {
+                console!("warning: init mode but pid is {}", std::process::id());
+            }
+            // Not dumpable: a guest without CAP_SYS_PTRACE (none has it) can
+            // neither ptrace PID 1 nor read its memory through /proc/1/mem,
+            // so it cannot turn the agent sbxd talks to into one of its own.
+            // SAFETY: plain prctl with integer arguments.
+            if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+                console!(
+                    "cannot make the agent non-dumpable: {}",
+                    std::io::Error::last_os_error()
+                );
+            }
         }
         // Register SIGCHLD before any child can exist.
         let sigchld =
@@ -154,12 +169,12 @@ fn run_server(path: PathBuf, mode: Mode) -> Result<(), String> {
             let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
             let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
             tokio::select! {
-                r = server::serve(Arc::clone(&agent), &path) => r.map_err(|e| e.to_string()),
-                _ = term.recv() => { shutdown(&agent, &path); Ok(()) }
-                _ = int.recv() => { shutdown(&agent, &path); Ok(()) }
+                r = server::serve(Arc::clone(&agent), &addr) => r.map_err(|e| e.to_string()),
+                _ = term.recv() => { shutdown(&agent, &addr); Ok(()) }
+                _ = int.recv() => { shutdown(&agent, &addr); Ok(()) }
             }
         } else {
-            server::serve(agent, &path).await.map_err(|e| e.to_string())
+            server::serve(agent, &addr).await.map_err(|e| e.to_string())
         }
     })
 }
@@ -177,8 +192,10 @@ fn write_hosts() {
 }
 
 /// `serve` mode shutdown: kill every process group the agent started.
-fn shutdown(agent: &Agent, path: &std::path::Path) {
+fn shutdown(agent: &Agent, addr: &ListenAddr) {
     console!("terminating: killing all processes");
     agent.table.kill_all();
-    let _ = std::fs::remove_file(path);
+    if let ListenAddr::Path(path) = addr {
+        let _ = std::fs::remove_file(path);
+    }
 }

@@ -1,15 +1,15 @@
 //! `sbx-agent relay`: bridges stdin/stdout to the agent's unix socket.
 //!
-//! The daemon runs `runsc exec <sandbox> /.sbx/bin/sbx-agent relay` and talks
+//! The daemon runs `runsc exec <sandbox> /.sbx/sbx-agent relay` and talks
 //! frames over the relay's stdio. Bytes are copied unchanged in both
 //! directions with large buffers; when either side closes, the relay exits
 //! (closing the socket, which cancels that connection's requests in the agent).
 
+use crate::server::ListenAddr;
 use std::fs::File;
 use std::io::{ErrorKind, Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
-use std::path::Path;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -35,10 +35,21 @@ pub enum RelayError {
     Setup(#[from] std::io::Error),
 }
 
-fn connect(path: &Path) -> Result<UnixStream, RelayError> {
+fn connect_once(addr: &ListenAddr) -> std::io::Result<UnixStream> {
+    match addr {
+        ListenAddr::Path(path) => UnixStream::connect(path),
+        ListenAddr::Abstract(name) => {
+            use std::os::linux::net::SocketAddrExt;
+            let sa = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
+            UnixStream::connect_addr(&sa)
+        }
+    }
+}
+
+fn connect(addr: &ListenAddr) -> Result<UnixStream, RelayError> {
     let deadline = Instant::now() + CONNECT_WAIT;
     loop {
-        match UnixStream::connect(path) {
+        match connect_once(addr) {
             Ok(s) => return Ok(s),
             Err(e)
                 if Instant::now() < deadline
@@ -48,7 +59,7 @@ fn connect(path: &Path) -> Result<UnixStream, RelayError> {
             }
             Err(source) => {
                 return Err(RelayError::Connect {
-                    path: path.display().to_string(),
+                    path: addr.to_string(),
                     source,
                 })
             }
@@ -73,8 +84,8 @@ fn pump(mut from: impl Read, mut to: impl Write) {
 }
 
 /// Runs the relay until either direction ends.
-pub fn relay(path: &Path) -> Result<(), RelayError> {
-    let sock = connect(path)?;
+pub fn relay(addr: &ListenAddr) -> Result<(), RelayError> {
+    let sock = connect(addr)?;
     let sock_out = sock.try_clone()?;
     // Unbuffered handles on fds 0 and 1 (dups, so no std buffering applies).
     let stdin = File::from(std::io::stdin().as_fd().try_clone_to_owned()?);

@@ -13,7 +13,6 @@ use sbx_agent_proto::{
     MAX_FRAME_BYTES, PROTOCOL_VERSION,
 };
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::unix::OwnedWriteHalf;
@@ -101,23 +100,55 @@ impl Sink {
     }
 }
 
-/// Binds `path` (removing a stale socket file and creating its parent) and
-/// serves connections forever.
-pub async fn serve(agent: Arc<Agent>, path: &Path) -> Result<(), ServerError> {
-    let listen_err = |source| ServerError::Listen {
-        path: path.display().to_string(),
+/// Where the agent listens.
+#[derive(Debug, Clone)]
+pub enum ListenAddr {
+    /// A socket file (tests, `serve` mode); a stale file is replaced.
+    Path(std::path::PathBuf),
+    /// A name in the abstract namespace (`init`): nothing on the filesystem
+    /// for the guest to unlink or shadow.
+    Abstract(String),
+}
+
+impl std::fmt::Display for ListenAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ListenAddr::Path(p) => write!(f, "{}", p.display()),
+            ListenAddr::Abstract(name) => write!(f, "@{name}"),
+        }
+    }
+}
+
+fn bind(addr: &ListenAddr) -> std::io::Result<UnixListener> {
+    match addr {
+        ListenAddr::Path(path) => {
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            match std::fs::remove_file(path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+            UnixListener::bind(path)
+        }
+        ListenAddr::Abstract(name) => {
+            use std::os::linux::net::SocketAddrExt;
+            let sa = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
+            let std_listener = std::os::unix::net::UnixListener::bind_addr(&sa)?;
+            std_listener.set_nonblocking(true)?;
+            UnixListener::from_std(std_listener)
+        }
+    }
+}
+
+/// Binds `addr` and serves connections forever.
+pub async fn serve(agent: Arc<Agent>, addr: &ListenAddr) -> Result<(), ServerError> {
+    let listener = bind(addr).map_err(|source| ServerError::Listen {
+        path: addr.to_string(),
         source,
-    };
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent).map_err(listen_err)?;
-    }
-    match std::fs::remove_file(path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(listen_err(e)),
-    }
-    let listener = UnixListener::bind(path).map_err(listen_err)?;
-    console!("listening on {}", path.display());
+    })?;
+    console!("listening on {addr}");
     let mut conn_no: u64 = 0;
     loop {
         match listener.accept().await {

@@ -98,7 +98,7 @@ async fn host_files_stay_out_of_reach() {
     let (code, _, err) = sh(
         &d,
         &id,
-        "echo x >> /.sbx/bin/sbx-agent || exit 1; rm -f /.sbx/bin/sbx-agent || exit 2",
+        "echo x >> /.sbx/sbx-agent || exit 1; rm -f /.sbx/sbx-agent || exit 2",
     )
     .await;
     assert_ne!(code, 0, "agent binary writable inside: {err}");

@@ -480,7 +480,7 @@ async fn kill9_of_the_relay_reconnects() {
     let root = d.data_dir().join("runsc");
     let relays = host_pids(&[
         &root.to_string_lossy(),
-        &format!("exec sbx-{id} /.sbx/bin/sbx-agent relay"),
+        &format!("exec sbx-{id} /.sbx/sbx-agent relay"),
     ]);
     assert!(!relays.is_empty(), "no relay process for {id}");
     kill9_pids(&relays);

@@ -378,7 +378,7 @@ impl SpecBuilder {
         }
     }
 
-    /// PID 1's argv, e.g. `["/.sbx/bin/sbx-agent", "init"]`.
+    /// PID 1's argv, e.g. `["/.sbx/sbx-agent", "init"]`.
     pub fn args<I, S>(mut self, args: I) -> Self
     where
         I: IntoIterator<Item = S>,

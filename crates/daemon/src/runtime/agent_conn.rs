@@ -3,6 +3,10 @@
 //!
 //! Many requests share the stream: each gets an id; one reader task routes
 //! replies and events back to the waiting caller.
+//!
+//! The other end runs inside the sandbox, so it is untrusted: every call has
+//! a deadline (see [`deadline_for`]), and a frame that cannot be written in
+//! time closes the connection instead of leaving a half-written frame behind.
 
 use sbx_agent_proto::{
     read_frame, write_frame, AgentError, Body, CodecError, Frame, Header, Reply, Request,
@@ -10,6 +14,7 @@ use sbx_agent_proto::{
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -28,6 +33,40 @@ pub enum AgentCallError {
     /// The agent answered with a message the request does not expect.
     #[error("unexpected agent reply: {0}")]
     Unexpected(String),
+    /// No answer (or the frame could not be written) before the call's deadline.
+    #[error("the agent did not answer within {0:?}")]
+    TimedOut(Duration),
+}
+
+/// Deadline of calls that do no long work in the agent (ping, hello,
+/// configure, process and file metadata).
+pub const SHORT_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Deadline of calls whose work is bounded by the guest's disk (file reads,
+/// writes, removes, sync) rather than by a timeout they carry.
+pub const IO_CALL_TIMEOUT: Duration = Duration::from_secs(120);
+/// Added to the timeout a request carries (exec, wait): the agent answers
+/// `timed_out` itself at that point, so this only catches an agent that does not.
+pub const CARRIED_TIMEOUT_SLACK: Duration = Duration::from_secs(15);
+/// How long one frame may take to be written before the connection is
+/// considered stuck and closed (an agent that stopped reading).
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long sbxd waits for the final answer of `request`.
+pub fn deadline_for(request: &Request) -> Duration {
+    match request {
+        Request::Exec { timeout_ms, .. } | Request::ProcessWait { timeout_ms, .. } => {
+            Duration::from_millis(*timeout_ms).saturating_add(CARRIED_TIMEOUT_SLACK)
+        }
+        Request::FileWriteBegin { .. }
+        | Request::FileWriteData
+        | Request::FileWriteEnd
+        | Request::FileRead { .. }
+        | Request::Remove { .. }
+        | Request::Rename { .. }
+        | Request::Sync
+        | Request::ListDir { .. } => IO_CALL_TIMEOUT,
+        _ => SHORT_CALL_TIMEOUT,
+    }
 }
 
 /// A final answer: the reply and its payload.
@@ -108,8 +147,14 @@ impl AgentConn {
     /// EOF) and stops the relay process. Pending and later calls fail with `Closed`.
     /// Returns once the transport reports it has stopped.
     pub async fn shutdown(&self) {
-        *self.inner.writer.lock().await = Box::new(tokio::io::sink());
         let _ = self.inner.closed.send_replace(true);
+        // A writer stuck on an agent that stopped reading holds the lock for
+        // up to WRITE_TIMEOUT; the transport is stopped below either way.
+        if let Ok(mut w) =
+            tokio::time::timeout(Duration::from_secs(1), self.inner.writer.lock()).await
+        {
+            *w = Box::new(tokio::io::sink());
+        }
         let closer = self
             .inner
             .closer
@@ -143,27 +188,86 @@ impl AgentConn {
         self.inner.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// Writes one frame. Waiting for the writer and writing are bounded by
+    /// [`WRITE_TIMEOUT`]; a write cut short leaves half a frame in the stream,
+    /// so then the connection is closed (pending calls fail with `Closed`).
     async fn send(&self, id: u64, body: Body, payload: Vec<u8>) -> Result<(), AgentCallError> {
         if self.is_closed() {
             return Err(AgentCallError::Closed);
         }
         let frame = Frame::with_payload(Header { id, body }, payload);
-        let mut w = self.inner.writer.lock().await;
-        write_frame(&mut *w, &frame).await.map_err(|e| match e {
-            CodecError::Io(_) => AgentCallError::Closed,
-            other => AgentCallError::Codec(other),
-        })
+        let write = async {
+            let mut w = self.inner.writer.lock().await;
+            write_frame(&mut *w, &frame).await
+        };
+        match tokio::time::timeout(WRITE_TIMEOUT, write).await {
+            Ok(result) => result.map_err(|e| match e {
+                CodecError::Io(_) => AgentCallError::Closed,
+                other => AgentCallError::Codec(other),
+            }),
+            Err(_) => {
+                tracing::warn!("agent stopped reading its connection; closing it");
+                self.abort();
+                Err(AgentCallError::TimedOut(WRITE_TIMEOUT))
+            }
+        }
     }
 
-    /// Sends a request and waits for its final answer.
+    /// Closes the connection without waiting: marks it closed and tells the
+    /// transport to stop (the relay is killed if it does not exit).
+    pub fn abort(&self) {
+        let _ = self.inner.closed.send_replace(true);
+        let closer = self
+            .inner
+            .closer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(tx) = closer {
+            let (done, _) = oneshot::channel();
+            let _ = tx.send(Closing { done });
+        }
+    }
+
+    /// Sends a request and waits for its final answer, at most [`deadline_for`] it.
     pub async fn call(&self, request: Request) -> Result<Answer, AgentCallError> {
+        let limit = deadline_for(&request);
+        self.call_within(request, limit).await
+    }
+
+    /// Sends a request and waits at most `limit` for its final answer; on
+    /// timeout the request is cancelled in the agent.
+    pub async fn call_within(
+        &self,
+        request: Request,
+        limit: Duration,
+    ) -> Result<Answer, AgentCallError> {
         let id = self.next_id();
         let rx = self.register_once(id);
-        if let Err(e) = self.send(id, Body::Request(request), Vec::new()).await {
-            self.pending().remove(&id);
-            return Err(e);
+        let exchange = async {
+            self.send(id, Body::Request(request), Vec::new()).await?;
+            Self::await_once(rx).await
+        };
+        match tokio::time::timeout(limit, exchange).await {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(e)) => {
+                self.pending().remove(&id);
+                Err(e)
+            }
+            Err(_) => {
+                self.pending().remove(&id);
+                self.cancel_later(id);
+                Err(AgentCallError::TimedOut(limit))
+            }
         }
-        Self::await_once(rx).await
+    }
+
+    /// Tells the agent to drop request `id`, without waiting for the write.
+    fn cancel_later(&self, id: u64) {
+        let conn = self.clone();
+        tokio::spawn(async move {
+            let _ = conn.send(id, Body::Cancel, Vec::new()).await;
+        });
     }
 
     fn register_once(&self, id: u64) -> oneshot::Receiver<Result<Answer, AgentError>> {
@@ -250,13 +354,24 @@ impl Upload {
             .await
     }
 
-    /// Commits the upload and waits for the agent's answer.
+    /// Commits the upload and waits for the agent's answer (at most [`IO_CALL_TIMEOUT`]).
     pub async fn finish(mut self) -> Result<Answer, AgentCallError> {
         let rx = self.answer.take().ok_or(AgentCallError::Closed)?;
-        self.conn
-            .send(self.id, Body::Request(Request::FileWriteEnd), Vec::new())
-            .await?;
-        AgentConn::await_once(rx).await
+        let id = self.id;
+        let conn = self.conn.clone();
+        let exchange = async {
+            conn.send(id, Body::Request(Request::FileWriteEnd), Vec::new())
+                .await?;
+            AgentConn::await_once(rx).await
+        };
+        match tokio::time::timeout(IO_CALL_TIMEOUT, exchange).await {
+            Ok(result) => result,
+            Err(_) => {
+                conn.pending().remove(&id);
+                conn.cancel_later(id);
+                Err(AgentCallError::TimedOut(IO_CALL_TIMEOUT))
+            }
+        }
     }
 }
 
@@ -307,11 +422,7 @@ impl Drop for AgentStream {
     fn drop(&mut self) {
         if !self.finished {
             self.conn.pending().remove(&self.id);
-            let conn = self.conn.clone();
-            let id = self.id;
-            tokio::spawn(async move {
-                let _ = conn.send(id, Body::Cancel, Vec::new()).await;
-            });
+            self.conn.cancel_later(self.id);
         }
     }
 }

@@ -6,7 +6,7 @@ use super::disk::{self, Disks};
 use super::{AgentConn, JobOptions, Runtime, RuntimeError, SandboxSpec};
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use sbx_agent_proto::{Reply, Request, AGENT_BINARY_PATH};
+use sbx_agent_proto::{Reply, Request, AGENT_BINARY_PATH, AGENT_MOUNT_PATH};
 use sbx_runsc::oci::SpecBuilder;
 use sbx_runsc::{
     CheckpointOptions, ExecOptions, GlobalOptions, Network, ProcessIo, RestoreOptions, RunOptions,
@@ -27,6 +27,8 @@ pub const CGROUP_PARENT: &str = "sbx";
 const RESTORE_READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a closed relay gets to exit before it is killed.
 const RELAY_EXIT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long the agent gets to answer the `hello` of a new connection.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long `start` waits for the agent to answer after runsc reports running.
 const AGENT_READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long destroy keeps killing a sandbox's host processes before it gives up (and retries later).
@@ -159,7 +161,7 @@ impl GvisorRuntime {
         let mut builder = SpecBuilder::new(&self.config.image_rootfs)
             .args(self.agent_init_args())
             .hostname("sandbox")
-            .bind_mount(&self.config.agent_dir, "/.sbx/bin", true)
+            .bind_mount(&self.config.agent_dir, AGENT_MOUNT_PATH, true)
             .memory_limit(u64::from(spec.memory_mb) * 1024 * 1024)
             .vcpus(spec.vcpu)
             .pids_limit(self.config.pids_limit)
@@ -266,13 +268,15 @@ impl GvisorRuntime {
                 }
             }
         });
-        match conn.call(Request::Hello).await {
-            Ok((Reply::Hello { .. }, _)) => Ok(conn),
-            Ok((other, _)) => Err(RuntimeError::AgentNotReady(format!(
-                "unexpected hello reply {other:?}"
-            ))),
-            Err(e) => Err(RuntimeError::AgentNotReady(e.to_string())),
-        }
+        // The handshake has a deadline (the relay's peer is untrusted); a
+        // connection that fails it is closed, which stops its relay.
+        let failure = match conn.call_within(Request::Hello, HANDSHAKE_TIMEOUT).await {
+            Ok((Reply::Hello { .. }, _)) => return Ok(conn),
+            Ok((other, _)) => format!("unexpected hello reply {other:?}"),
+            Err(e) => e.to_string(),
+        };
+        conn.shutdown().await;
+        Err(RuntimeError::AgentNotReady(failure))
     }
 
     /// Waits until no `runsc exec` process (relay) is left inside the sandbox:

@@ -227,23 +227,30 @@ impl Service {
     /// Opens a restored sandbox's first agent connection in the background;
     /// fails the sandbox if it cannot be reached and is not running.
     ///
-    /// The sandbox's lock is taken before this returns (so before create
-    /// answers) and held until the connection is up: a request that arrives
-    /// first waits for it instead of racing a restore that is still settling.
+    /// The sandbox's attach gate is taken before this returns (so before
+    /// create answers) and held until the connection is up: a request that
+    /// arrives first waits for it instead of racing a restore that is still
+    /// settling. The transition lock stays free (a destroy need not wait).
     async fn spawn_first_connect(self: &Arc<Self>, record: SandboxRecord) {
-        let guard = self.lock_for(record.id).lock_owned().await;
+        let gate = self.gate_for(record.id).lock_owned().await;
         let this = self.clone();
         tokio::spawn(async move {
             let result = this.runtime.wait_ready(record.id).await;
             let error = match result {
                 Ok(conn) => {
+                    let running = matches!(this.store.get_sandbox(record.id),
+                        Ok(Some(r)) if r.status == SandboxStatus::Running);
+                    if !running {
+                        conn.shutdown().await;
+                        return;
+                    }
                     this.register_agent(record.id, conn.clone());
                     this.network.serve(record.id, &record.network, &conn).await;
                     return;
                 }
                 Err(e) => e,
             };
-            drop(guard);
+            drop(gate);
             if !matches!(this.runtime.is_alive(record.id).await, Ok(true)) {
                 let reason = format!("restored sandbox stopped: {error}");
                 this.fail(record.id, reason).await;
@@ -391,17 +398,30 @@ impl Service {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&id);
+        self.gates
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
+        self.reconnects
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
         tracing::info!(sandbox = %id, "sandbox terminated");
         true
     }
 
     /// Watches an agent connection; when it drops, reconnects or fails the sandbox.
+    ///
+    /// Runs under the attach gate only: a reconnect that stalls (an agent
+    /// that does not answer its handshake) never holds the transition lock.
     pub(super) fn spawn_monitor(self: &Arc<Self>, id: Uuid, conn: AgentConn) {
         let this = self.clone();
         tokio::spawn(async move {
             conn.closed().await;
-            let lock = this.lock_for(id);
-            let guard = lock.lock().await;
+            let Ok(gate) = this.enter_gate(id).await else {
+                // Someone else holds the gate (a snapshot, a reconnect) and owns the outcome.
+                return;
+            };
             // Whoever reconnected first (a snapshot, a request) gave that connection its own monitor.
             if this.cached_agent(id).is_some() {
                 return;
@@ -410,27 +430,38 @@ impl Service {
             if !running {
                 return;
             }
-            let reason = match this.runtime.is_alive(id).await {
-                Ok(true) => match this.attach_locked(id).await {
-                    Ok(_) => return,
-                    // A sandbox at its memory limit can stall instead of
-                    // dying: the cgroup's OOM count says so.
-                    Err(e) => this
+            let reason = if !this.note_reconnect(id) {
+                format!(
+                    "sandbox agent connection dropped more than {} times in a minute",
+                    super::MAX_RECONNECTS
+                )
+            } else {
+                match this.runtime.is_alive(id).await {
+                    Ok(true) => match this.attach_gated(id).await {
+                        Ok(_) => return,
+                        Err(crate::runtime::RuntimeError::NotRunning) => return,
+                        // A sandbox at its memory limit can stall instead of
+                        // dying: the cgroup's OOM count says so.
+                        Err(e) => this
+                            .runtime
+                            .death_reason(id)
+                            .unwrap_or_else(|| format!("sandbox agent stopped answering: {e}")),
+                    },
+                    _ => this
                         .runtime
                         .death_reason(id)
-                        .unwrap_or_else(|| format!("sandbox agent stopped answering: {e}")),
-                },
-                _ => this
-                    .runtime
-                    .death_reason(id)
-                    .unwrap_or_else(|| "sandbox stopped unexpectedly".to_string()),
+                        .unwrap_or_else(|| "sandbox stopped unexpectedly".to_string()),
+                }
             };
-            drop(guard);
+            drop(gate);
             this.fail(id, reason).await;
         });
     }
 
     /// Ends sandboxes whose active runtime is used up; runs every second.
+    ///
+    /// Each ending runs in its own task: one sandbox whose lock is held (a
+    /// long snapshot) must not delay the limits of every other sandbox.
     pub async fn enforce_runtime_limits(self: &Arc<Self>) {
         let limit = self.config.limits.active_runtime;
         let Ok(running) = self.store.sandboxes_in_status(&[SandboxStatus::Running]) else {
@@ -438,9 +469,21 @@ impl Service {
         };
         let now = Utc::now();
         for r in running {
-            if r.active_runtime_ms(now) >= limit.as_millis() as u64 {
+            if r.active_runtime_ms(now) < limit.as_millis() as u64 {
+                continue;
+            }
+            if !self
+                .ending
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(r.id)
+            {
+                continue;
+            }
+            let this = self.clone();
+            tokio::spawn(async move {
                 let reason = format!("active runtime limit of {}s reached", limit.as_secs());
-                let moved = self
+                let moved = this
                     .transition(r.id, |r| {
                         if r.status == SandboxStatus::Running {
                             stop_clock(r);
@@ -450,9 +493,13 @@ impl Service {
                     .await;
                 if matches!(moved, Ok(ref m) if m.status == SandboxStatus::Terminating) {
                     tracing::info!(sandbox = %r.id, "{reason}");
-                    self.spawn_teardown(r.id, Some(reason));
+                    this.spawn_teardown(r.id, Some(reason));
                 }
-            }
+                this.ending
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&r.id);
+            });
         }
     }
 }

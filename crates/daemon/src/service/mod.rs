@@ -3,6 +3,12 @@
 //! Rules (DESIGN.md): every state change is written to the store before it is
 //! acted on; transitions of one sandbox are serialised by a per-sandbox lock;
 //! the daemon can die at any point and `reconcile` puts things right.
+//!
+//! The agent is untrusted (it runs inside the sandbox): opening a connection
+//! to it is serialised by a separate per-sandbox *attach gate*, never by the
+//! transition lock, so an agent that stalls its handshake delays only
+//! requests that need that agent, never a destroy, a runtime limit or another
+//! sandbox. Every agent exchange has a deadline (`runtime::agent_conn`).
 
 mod admission;
 mod commands;
@@ -46,6 +52,12 @@ pub struct Service {
     agents: Mutex<HashMap<Uuid, AgentConn>>,
     /// Per-sandbox transition locks.
     locks: Mutex<HashMap<Uuid, Arc<tokio::sync::Mutex<()>>>>,
+    /// Per-sandbox attach gates: one agent connection attempt at a time.
+    gates: Mutex<HashMap<Uuid, Arc<tokio::sync::Mutex<()>>>>,
+    /// Recent reconnects of each sandbox (a guest that keeps killing its relay).
+    reconnects: Mutex<HashMap<Uuid, Vec<std::time::Instant>>>,
+    /// Sandboxes whose active-runtime end is being recorded (one task each).
+    ending: Mutex<std::collections::HashSet<Uuid>>,
     /// Boots in progress: create waits on these.
     boots: Mutex<HashMap<Uuid, tokio::sync::watch::Receiver<bool>>>,
     /// Teardowns in progress (retried until they succeed): a repeated destroy joins these.
@@ -69,6 +81,14 @@ pub struct Service {
     /// The Connect runtime, set once at start (it needs this service to run its jobs).
     connect: std::sync::OnceLock<Arc<sbx_connect::service::ConnectService>>,
 }
+
+/// Longest wait for a sandbox's attach gate.
+const GATE_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+/// Reconnects of one sandbox's agent allowed within [`RECONNECT_WINDOW`]
+/// before the sandbox is failed: each costs a `runsc exec` on the host.
+const MAX_RECONNECTS: usize = 30;
+/// See [`MAX_RECONNECTS`].
+const RECONNECT_WINDOW: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Result type of service calls.
 pub type Result<T, E = ServiceError> = std::result::Result<T, E>;
@@ -103,6 +123,9 @@ impl Service {
             runtime,
             agents: Mutex::new(HashMap::new()),
             locks: Mutex::new(HashMap::new()),
+            gates: Mutex::new(HashMap::new()),
+            reconnects: Mutex::new(HashMap::new()),
+            ending: Mutex::new(std::collections::HashSet::new()),
             boots: Mutex::new(HashMap::new()),
             teardowns: Mutex::new(HashMap::new()),
             vpc_id: Uuid::from_u128(0x5bd0_0000_0000_4000_8000_0000_0000_0001),
@@ -168,6 +191,27 @@ impl Service {
         }
     }
 
+    fn gate_for(&self, id: Uuid) -> Arc<tokio::sync::Mutex<()>> {
+        self.gates
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(id)
+            .or_default()
+            .clone()
+    }
+
+    /// Waits for the sandbox's attach gate, at most [`GATE_WAIT`] (a snapshot
+    /// holds it while it checkpoints; a stalled handshake for its deadline).
+    async fn enter_gate(&self, id: Uuid) -> Result<tokio::sync::OwnedMutexGuard<()>> {
+        tokio::time::timeout(GATE_WAIT, self.gate_for(id).lock_owned())
+            .await
+            .map_err(|_| {
+                ServiceError::Unavailable(
+                    "the sandbox's agent is busy reconnecting or being snapshotted; retry".into(),
+                )
+            })
+    }
+
     /// The agent of a RUNNING sandbox, reconnecting if the old connection dropped.
     async fn agent(self: &Arc<Self>, workspace: &str, id: Uuid) -> Result<AgentConn> {
         let record = self.load(workspace, id)?;
@@ -177,27 +221,43 @@ impl Service {
         if let Some(conn) = self.cached_agent(id) {
             return Ok(conn);
         }
-        let lock = self.lock_for(id);
-        let _guard = lock.lock().await;
+        let _gate = self.enter_gate(id).await?;
         if let Some(conn) = self.cached_agent(id) {
             return Ok(conn);
         }
-        self.attach_locked(id)
+        self.attach_gated(id)
             .await
             .map_err(|e| ServiceError::Unavailable(format!("sandbox agent unreachable: {e}")))
     }
 
-    /// Opens a new agent connection and watches it. The caller holds the sandbox's lock.
-    async fn attach_locked(
+    /// Opens a new agent connection (bounded by the handshake deadline) and
+    /// watches it, if the sandbox is still RUNNING. The caller holds the
+    /// sandbox's attach gate, not its transition lock.
+    async fn attach_gated(
         self: &Arc<Self>,
         id: Uuid,
     ) -> Result<AgentConn, crate::runtime::RuntimeError> {
         let conn = self.runtime.connect(id).await?;
+        let record = match self.store.get_sandbox(id) {
+            Ok(Some(r)) if r.status == SandboxStatus::Running => r,
+            _ => {
+                conn.shutdown().await;
+                return Err(crate::runtime::RuntimeError::NotRunning);
+            }
+        };
         self.register_agent(id, conn.clone());
-        if let Ok(Some(r)) = self.store.get_sandbox(id) {
-            self.network.serve(id, &r.network, &conn).await;
-        }
+        self.network.serve(id, &record.network, &conn).await;
         Ok(conn)
+    }
+
+    /// Counts a reconnect of `id`; false when there were too many lately.
+    fn note_reconnect(&self, id: Uuid) -> bool {
+        let now = std::time::Instant::now();
+        let mut all = self.reconnects.lock().unwrap_or_else(|p| p.into_inner());
+        let recent = all.entry(id).or_default();
+        recent.retain(|t| now.duration_since(*t) < RECONNECT_WINDOW);
+        recent.push(now);
+        recent.len() <= MAX_RECONNECTS
     }
 
     /// Makes `conn` the sandbox's connection and watches it.
@@ -229,6 +289,10 @@ fn agent_error(e: AgentCallError) -> ServiceError {
         AgentCallError::Closed => {
             ServiceError::Unavailable("the sandbox's agent connection closed; retry".into())
         }
+        AgentCallError::TimedOut(limit) => ServiceError::Unavailable(format!(
+            "the sandbox's agent did not answer within {}s; retry",
+            limit.as_secs()
+        )),
         other => ServiceError::Internal(other.to_string()),
     }
 }
@@ -238,6 +302,10 @@ fn agent_error_unsafe(e: AgentCallError, what: &str) -> ServiceError {
     match e {
         AgentCallError::Closed => ServiceError::Ambiguous(format!(
             "the connection to the sandbox closed during {what}; it may or may not have happened"
+        )),
+        AgentCallError::TimedOut(limit) => ServiceError::Ambiguous(format!(
+            "the sandbox's agent did not answer {what} within {}s; it may or may not have happened",
+            limit.as_secs()
         )),
         other => agent_error(other),
     }

@@ -1,14 +1,32 @@
 //! Start-up reconciliation: make the store and the host agree after a crash.
 
 use super::{lifecycle::stop_clock, Result, Service};
+use futures::future::BoxFuture;
+use futures::StreamExt;
 use sbx_agent_proto::{Reply, Request};
 use sbx_api_types::SandboxStatus;
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Duration;
+
+/// Why a sandbox that sbxd cannot find again after a restart is FAILED.
+const LOST: &str = "sandbox was lost while sbxd was not running";
+
+/// How long start-up waits for the per-sandbox work before it opens the
+/// port anyway (the rest goes on in the background).
+const RECONCILE_WAIT: Duration = Duration::from_secs(10);
+/// Sandboxes reconciled at the same time (each may run `runsc` commands).
+const RECONCILE_PARALLEL: usize = 8;
 
 impl Service {
     /// Reattaches to every RUNNING sandbox, finishes interrupted starts and
     /// teardowns, and removes host state that no active sandbox owns.
+    ///
+    /// The decisions come from the store and `runsc list` at once; the work
+    /// for each sandbox (reattach, settle, fail, destroy) runs in its own task,
+    /// bounded by the agent deadlines, at most [`RECONCILE_PARALLEL`] at a time.
+    /// This waits for them at most [`RECONCILE_WAIT`]: a sandbox whose agent
+    /// stalls its handshake cannot keep sbxd's port closed.
     pub async fn reconcile(self: &Arc<Self>) -> Result<()> {
         let on_host: HashSet<_> = self
             .runtime
@@ -29,55 +47,81 @@ impl Service {
             SandboxStatus::Terminating,
         ])?;
         let mut keep = HashSet::new();
+        let mut work: Vec<BoxFuture<'static, ()>> = Vec::new();
         for record in &active {
             let id = record.id;
+            let this = self.clone();
             match record.status {
-                SandboxStatus::Running => {
-                    if on_host.contains(&id) && self.reattach(id).await {
-                        keep.insert(id);
-                    } else {
-                        self.fail(id, "sandbox was lost while sbxd was not running".into())
-                            .await;
-                    }
+                SandboxStatus::Running if on_host.contains(&id) => {
+                    keep.insert(id);
+                    work.push(Box::pin(async move {
+                        if !this.reattach(id).await {
+                            this.fail(id, LOST.into()).await;
+                        }
+                    }));
                 }
                 SandboxStatus::Pending | SandboxStatus::Starting => {
-                    // A half-finished boot cannot be trusted: start again from scratch.
-                    let _ = self.runtime.destroy(id).await;
-                    let _ = self
-                        .transition(id, |r| {
-                            r.status = SandboxStatus::Starting;
-                        })
-                        .await;
                     keep.insert(id);
-                    self.spawn_boot(id);
+                    work.push(Box::pin(async move {
+                        // A half-finished boot cannot be trusted: start again from scratch.
+                        let _ = this.runtime.destroy(id).await;
+                        let _ = this
+                            .transition(id, |r| {
+                                r.status = SandboxStatus::Starting;
+                            })
+                            .await;
+                        this.spawn_boot(id);
+                    }));
                 }
                 SandboxStatus::Terminating => {
                     keep.insert(id);
                     self.spawn_teardown(id, None);
                 }
-                SandboxStatus::Pausing | SandboxStatus::Paused | SandboxStatus::Resuming => {
-                    if on_host.contains(&id) && self.settle_pause(id).await {
-                        keep.insert(id);
-                    } else {
-                        self.fail(id, "sandbox was lost while sbxd was not running".into())
-                            .await;
-                    }
+                SandboxStatus::Pausing | SandboxStatus::Paused | SandboxStatus::Resuming
+                    if on_host.contains(&id) =>
+                {
+                    keep.insert(id);
+                    work.push(Box::pin(async move {
+                        if !this.settle_pause(id).await {
+                            this.fail(id, LOST.into()).await;
+                        }
+                    }));
+                }
+                SandboxStatus::Running
+                | SandboxStatus::Pausing
+                | SandboxStatus::Paused
+                | SandboxStatus::Resuming => {
+                    work.push(Box::pin(async move { this.fail(id, LOST.into()).await }));
                 }
                 SandboxStatus::Terminated | SandboxStatus::Failed => {}
             }
         }
         self.reconcile_snapshots().await?;
-        for orphan in on_host.difference(&keep) {
-            tracing::info!(sandbox = %orphan, "removing host state no active sandbox owns");
-            if let Err(e) = self.runtime.destroy(*orphan).await {
-                tracing::error!(sandbox = %orphan, error = %e, "removing orphan");
-            }
+        let orphans: Vec<_> = on_host.difference(&keep).copied().collect();
+        for orphan in &orphans {
+            let (this, orphan) = (self.clone(), *orphan);
+            work.push(Box::pin(async move {
+                tracing::info!(sandbox = %orphan, "removing host state no active sandbox owns");
+                if let Err(e) = this.runtime.destroy(orphan).await {
+                    tracing::error!(sandbox = %orphan, error = %e, "removing orphan");
+                }
+            }));
         }
-        tracing::info!(
-            active = keep.len(),
-            removed = on_host.difference(&keep).count(),
-            "reconciled"
+        let total = work.len();
+        let all = tokio::spawn(
+            futures::stream::iter(work)
+                .buffer_unordered(RECONCILE_PARALLEL)
+                .collect::<Vec<()>>(),
         );
+        let finished = tokio::time::timeout(RECONCILE_WAIT, all).await.is_ok();
+        if !finished {
+            tracing::warn!(
+                tasks = total,
+                "reconciliation is still running after {}s; serving meanwhile",
+                RECONCILE_WAIT.as_secs()
+            );
+        }
+        tracing::info!(active = keep.len(), removed = orphans.len(), "reconciled");
         Ok(())
     }
 
@@ -136,20 +180,25 @@ impl Service {
         if !matches!(self.runtime.is_alive(id).await, Ok(true)) {
             return false;
         }
+        // Under the attach gate, like any other connection attempt: a request
+        // that arrives meanwhile waits for this one instead of racing it.
+        let Ok(_gate) = self.enter_gate(id).await else {
+            return false;
+        };
+        if self.cached_agent(id).is_some() {
+            return true;
+        }
         let Ok(conn) = self.runtime.connect(id).await else {
             return false;
         };
         if !matches!(conn.call(Request::Ping).await, Ok((Reply::Pong, _))) {
+            conn.shutdown().await;
             return false;
         }
-        self.agents
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id, conn.clone());
+        self.register_agent(id, conn.clone());
         if let Ok(Some(r)) = self.store.get_sandbox(id) {
             self.network.serve(id, &r.network, &conn).await;
         }
-        self.spawn_monitor(id, conn);
         true
     }
 }

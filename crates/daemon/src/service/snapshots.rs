@@ -159,6 +159,9 @@ impl Service {
     async fn capture_inner(self: &Arc<Self>, snap_id: Uuid, sandbox: Uuid) -> Result<u64> {
         let lock = self.lock_for(sandbox);
         let _guard = lock.lock().await;
+        // No new relay may start while the checkpoint is taken: requests that
+        // need the agent wait at the gate (bounded) until it reconnects below.
+        let _gate = self.enter_gate(sandbox).await?;
         let current = self
             .store
             .get_sandbox(sandbox)?
@@ -234,7 +237,7 @@ impl Service {
         }
         .await;
         // Reconnect whatever happened, so the source keeps serving.
-        if let Err(e) = self.attach_locked(sandbox).await {
+        if let Err(e) = self.attach_gated(sandbox).await {
             tracing::warn!(%sandbox, error = %e, "reconnecting after snapshot");
         }
         result?;

@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod disks;
+pub mod hostile;
 pub mod netns;
 
 use serde_json::{json, Value};
@@ -86,11 +87,12 @@ impl Daemon {
             .arg(format!("127.0.0.1:{}", self.port))
             .arg("--data-dir")
             .arg(self.dir.path())
-            .arg("--agent-dir")
-            .arg(env_path("SBX_TEST_AGENT_DIR"))
             .arg("--image-rootfs")
             .arg(env_path("SBX_TEST_IMAGE_ROOTFS"))
             .args(&self.extra_args);
+        if !self.extra_args.iter().any(|a| a == "--agent-dir") {
+            cmd.arg("--agent-dir").arg(env_path("SBX_TEST_AGENT_DIR"));
+        }
         if !self.extra_args.iter().any(|a| a == "--connect-sdk-dir") {
             cmd.arg("--connect-sdk-dir").arg(connect_sdk_dir());
         }

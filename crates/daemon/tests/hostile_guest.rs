@@ -1,0 +1,446 @@
+//! Issue #23, item 1 and the guest-side fuzzer: sbxd holds against a hostile
+//! guest. Integration tests on real runsc with real guest programs.
+//!
+//! * The guest cannot replace the agent sbxd talks to (the renamed-agent attack).
+//! * A guest that does control what the relay runs (simulated by the hostile
+//!   agent dir of `common::hostile`) wedges nothing: exec and DELETE answer,
+//!   another tenant's runtime limit fires on time, a restart opens the port.
+//! * A guest-side fuzzer of the agent protocol runs for a bounded time with
+//!   no sbxd crash, hang or leak.
+
+mod common;
+
+use common::{hostile, Daemon};
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+/// The issue's bound for healthz under attack.
+const HEALTHZ_BOUND: Duration = Duration::from_millis(100);
+
+/// Tries ptrace and /proc/PID/mem on PID 1 and on a process of the guest's own.
+const PTRACE_PROBE: &str = r#"
+import ctypes, subprocess, time
+libc = ctypes.CDLL(None)
+p = subprocess.Popen(["sleep", "30"])
+time.sleep(0.1)
+print("init", libc.ptrace(16, 1, 0, 0), "own", libc.ptrace(16, p.pid, 0, 0))
+for pid in (1, p.pid):
+    try:
+        open("/proc/%d/mem" % pid, "rb")
+        print(pid, "mem-open")
+    except OSError:
+        print(pid, "mem-refused")
+p.kill()
+"#;
+
+/// Runs `sh -c script` through exec; returns (exitCode, stdout, stderr).
+async fn sh(d: &Daemon, id: &str, script: &str) -> (i64, String, String) {
+    d.exec(id, &["sh", "-c", script]).await
+}
+
+/// Creates a sandbox in another tenant scope (`x-inngest-env`) and waits for RUNNING.
+async fn create_in_env(d: &Daemon, env: &str, name: &str) -> String {
+    let body = json!({"name": name, "vcpu": 1, "memoryMb": 1024}).to_string();
+    let (status, v) = d
+        .call_with(
+            "POST",
+            "/v2/sandboxes",
+            Some(body.into_bytes()),
+            &[("x-inngest-env", env)],
+        )
+        .await;
+    assert!(status == 201 || status == 202, "create: {status} {v}");
+    v["data"]["id"].as_str().unwrap().to_string()
+}
+
+async fn get_in_env(d: &Daemon, env: &str, id: &str) -> Value {
+    let (_, v) = d
+        .call_with(
+            "GET",
+            &format!("/v2/sandboxes/{id}"),
+            None,
+            &[("x-inngest-env", env)],
+        )
+        .await;
+    v["data"].clone()
+}
+
+/// Time of one `/healthz`.
+async fn healthz(d: &Daemon) -> Duration {
+    let t = Instant::now();
+    let (code, _) = d.call("GET", "/healthz", None).await;
+    assert_eq!(code, 200);
+    t.elapsed()
+}
+
+/// Polls until the sandbox is `want`; returns its resource and when it got there.
+async fn wait_for(d: &Daemon, id: &str, want: &str, limit: Duration) -> (Value, Instant) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let (_, v) = d.call("GET", &format!("/v2/sandboxes/{id}"), None).await;
+        if v["data"]["status"] == want {
+            return (v["data"].clone(), Instant::now());
+        }
+        assert!(Instant::now() < deadline, "{id} never reached {want}: {v}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs root, runsc and the image; run ./scripts/test"]
+async fn the_guest_cannot_replace_the_agent_sbxd_runs() {
+    let d = Daemon::start(&[]).await;
+    let id = d.create_running("renamer").await;
+
+    // The attack of the issue, step by step. Each step must be refused.
+    let (code, out, err) = sh(&d, &id, "mv /.sbx /.sbx-old; echo mv=$?").await;
+    println!("mv: {code} {out} {err}");
+    assert!(out.contains("mv=") && !out.contains("mv=0"), "{out} {err}");
+    let (_, out, _) = sh(
+        &d,
+        &id,
+        "umount /.sbx 2>/dev/null; echo umount=$?; umount -l /.sbx 2>/dev/null; echo lazy=$?; \
+         mount -t tmpfs none /.sbx 2>/dev/null; echo mount=$?; \
+         rm -rf /.sbx 2>/dev/null; echo rm=$?; ls /.sbx",
+    )
+    .await;
+    println!("{out}");
+    for refused in ["umount=0", "lazy=0", "mount=0", "rm=0"] {
+        assert!(!out.contains(refused), "{refused} in {out}");
+    }
+    assert!(out.contains("sbx-agent"), "the agent is gone: {out}");
+    // The agent's socket cannot be squatted: it is abstract, and held.
+    let (_, out, _) = sh(
+        &d,
+        &id,
+        "python3 -c 'import socket\ns=socket.socket(socket.AF_UNIX)\n\
+         try:\n  s.bind(\"\\0sbx-agent\"); print(\"bound\")\nexcept OSError as e: print(\"refused\", e.errno)'",
+    )
+    .await;
+    assert!(out.starts_with("refused"), "{out}");
+    // PID 1 is not dumpable: the guest can neither ptrace it nor read its
+    // memory (it could otherwise make the real agent speak for it). A
+    // process of the guest's own is the contrast: both work on it.
+    let (_, out, _) = d.exec(&id, &["python3", "-c", PTRACE_PROBE]).await;
+    println!("{out}");
+    assert!(out.contains("init -1 own 0"), "{out}");
+    assert!(out.contains("1 mem-refused"), "{out}");
+    assert!(out.lines().any(|l| l.ends_with(" mem-open")), "{out}");
+
+    // Kill the relay from inside: sbxd reconnects through its own binary.
+    hostile::arm(&d, &id, "true").await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, v) = d
+            .call(
+                "POST",
+                &format!("/v2/sandboxes/{id}/exec"),
+                Some(json!({"command": ["sha256sum", "/.sbx/sbx-agent"], "timeout": "10000ms"})),
+            )
+            .await;
+        if status == 200 {
+            assert_eq!(v["data"]["exitCode"], 0, "{v}");
+            // The binary the relay runs is the host's, byte for byte.
+            let host = std::process::Command::new("sha256sum")
+                .arg(
+                    std::path::Path::new(&std::env::var("SBX_TEST_AGENT_DIR").unwrap())
+                        .join("sbx-agent"),
+                )
+                .output()
+                .unwrap();
+            let host = String::from_utf8_lossy(&host.stdout)
+                .split(' ')
+                .next()
+                .unwrap_or_default()
+                .to_string();
+            let guest = common::b64(&v["data"]["stdout"]);
+            assert!(
+                !host.is_empty() && guest.starts_with(&host),
+                "{guest} vs {host}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no answer after the relay was killed: {v}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (code, _, _) = sh(&d, &id, "test -x /.sbx/sbx-agent").await;
+    assert_eq!(code, 0);
+    let (status, _) = d.call("DELETE", &format!("/v2/sandboxes/{id}"), None).await;
+    assert!(status == 204 || status == 202, "{status}");
+}
+
+#[tokio::test]
+#[ignore = "needs root, runsc and the image; run ./scripts/test"]
+async fn an_agent_that_never_answers_wedges_nothing() {
+    let agent = hostile::agent_dir();
+    let limit_secs = 30u64;
+    let limit = limit_secs.to_string();
+    let mut d = Daemon::start(&[
+        "--agent-dir",
+        &agent.path().to_string_lossy(),
+        "--active-runtime-secs",
+        &limit,
+    ])
+    .await;
+    // Another tenant's sandbox: its runtime limit must fire on time whatever happens.
+    let control = create_in_env(&d, "victim", "control").await;
+    let control_started = Instant::now();
+    let a = d.create_running("stall-exec").await;
+    let b = d.create_running("stall-delete").await;
+    let c = d.create_running("stall-restart").await;
+
+    // The guest makes every later relay of a, b and c hang, then kills the live ones.
+    for id in [&a, &b] {
+        hostile::arm(&d, id, "touch /tmp/hostile-stall").await;
+    }
+
+    // DELETE answers at once: no lock is held across the stalled handshake.
+    let t = Instant::now();
+    let (status, _) = d.call("DELETE", &format!("/v2/sandboxes/{b}"), None).await;
+    assert!(status == 204 || status == 202, "{status}");
+    let (gone, _) = wait_for(&d, &b, "TERMINATED", Duration::from_secs(30)).await;
+    println!("DELETE of a stalled sandbox: {:?} ({gone})", t.elapsed());
+
+    // Exec answers (an error) within its deadlines instead of hanging.
+    let t = Instant::now();
+    let (status, v) = d
+        .call(
+            "POST",
+            &format!("/v2/sandboxes/{a}/exec"),
+            Some(json!({"command": ["true"], "timeout": "5000ms"})),
+        )
+        .await;
+    let took = t.elapsed();
+    println!("exec on a stalled agent: {status} after {took:?}: {v}");
+    assert_ne!(status, 200, "{v}");
+    assert!(took < Duration::from_secs(45), "{took:?}");
+    // And the sandbox is reported: FAILED with the reason.
+    let (failed, _) = wait_for(&d, &a, "FAILED", Duration::from_secs(60)).await;
+    let reason = failed["error"].as_str().unwrap_or_default().to_string();
+    assert!(reason.contains("agent"), "{failed}");
+
+    // healthz stays fast meanwhile.
+    let mut worst = Duration::ZERO;
+    for _ in 0..20 {
+        worst = worst.max(healthz(&d).await);
+    }
+    println!("healthz worst of 20 while stalled: {worst:?}");
+    assert!(worst < HEALTHZ_BOUND, "{worst:?}");
+
+    // The other tenant's runtime limit fired on time.
+    let deadline = control_started + Duration::from_secs(limit_secs + 60);
+    let ended = loop {
+        let v = get_in_env(&d, "victim", &control).await;
+        if v["status"] == "TERMINATED" {
+            break v;
+        }
+        assert!(Instant::now() < deadline, "runtime limit never fired: {v}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let lived = control_started.elapsed();
+    println!("control sandbox ended after {lived:?}: {}", ended["error"]);
+    assert!(
+        ended["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("active runtime limit")),
+        "{ended}"
+    );
+    assert!(lived < Duration::from_secs(limit_secs + 15), "{lived:?}");
+
+    // A restart opens the port within a bound although c's agent stalls:
+    // c is still RUNNING in the store when sbxd dies (its monitor had not
+    // given up yet), so reconciliation must reattach to a stalled agent.
+    hostile::arm(&d, &c, "touch /tmp/hostile-stall").await;
+    let c_status =
+        d.call("GET", &format!("/v2/sandboxes/{c}"), None).await.1["data"]["status"].clone();
+    println!("c before the restart: {c_status}");
+    assert_eq!(c_status, "RUNNING");
+    d.kill9();
+    let t = Instant::now();
+    d.spawn().await;
+    let took = t.elapsed();
+    println!("restart with a stalled agent: port open after {took:?}");
+    assert!(took < Duration::from_secs(25), "{took:?}");
+    assert!(healthz(&d).await < Duration::from_secs(1));
+    // c ends: FAILED (its agent never answers), or TERMINATED if its own
+    // runtime limit came first.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, v) = d.call("GET", &format!("/v2/sandboxes/{c}"), None).await;
+        if v["data"]["status"] == "FAILED" || v["data"]["status"] == "TERMINATED" {
+            println!(
+                "c after the restart: {} {}",
+                v["data"]["status"], v["data"]["error"]
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "c never ended: {v}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for id in [&a, &c] {
+        let (status, _) = d.call("DELETE", &format!("/v2/sandboxes/{id}"), None).await;
+        assert!(status == 204 || status == 202, "{status}");
+    }
+    d.assert_no_containers(
+        Duration::from_secs(60),
+        "after the stalled sandboxes were destroyed",
+    )
+    .await;
+}
+
+/// How long the fuzzer runs.
+const FUZZ_TIME: Duration = Duration::from_secs(40);
+/// Fuzzed sandboxes alive at once.
+const FUZZ_SANDBOXES: usize = 2;
+
+/// Arms a fresh sandbox: every later relay is the fuzzer; the live one dies.
+async fn arm(d: &Daemon, name: &str, seed: u64) -> String {
+    let id = d.create_running(name).await;
+    hostile::arm(d, &id, &format!("echo {seed} > /tmp/hostile-fuzz")).await;
+    id
+}
+
+/// One round of API calls against a fuzzed sandbox; every answer is accepted,
+/// but none may take longer than the request timeout.
+async fn poke(http: &reqwest::Client, base: &str, id: &str, round: u64) -> Result<(), String> {
+    let url = |p: &str| format!("{base}/v2/sandboxes/{id}{p}");
+    let json = |v: Value| v.to_string();
+    let requests: Vec<reqwest::RequestBuilder> = vec![
+        http.post(url("/exec"))
+            .header("content-type", "application/json")
+            .body(json(
+                json!({"command": ["echo", round.to_string()], "timeout": "2000ms"}),
+            )),
+        http.get(url("/processes")),
+        http.post(url("/processes"))
+            .header("content-type", "application/json")
+            .body(json(json!({"command": ["sleep", "1"]}))),
+        http.put(url(&format!("/files?path=/tmp/f{round}&mode=0644")))
+            .body(vec![b'x'; 4096]),
+        http.get(url(&format!("/files?path=/tmp/f{round}"))),
+        http.get(format!("{base}/v1/sandboxes/{id}/fs/list?path=/tmp")),
+        http.get(format!("{base}/v1/sandboxes/{id}/fs/stat?path=/tmp")),
+        http.get(url("")),
+    ];
+    for req in requests {
+        let t = Instant::now();
+        match req.timeout(Duration::from_secs(150)).send().await {
+            Ok(resp) => {
+                let _ = resp.bytes().await;
+            }
+            Err(e) if e.is_timeout() => {
+                return Err(format!("a request hung for {:?}", t.elapsed()));
+            }
+            Err(e) if e.is_connect() => return Err(format!("sbxd unreachable: {e}")),
+            Err(_) => {}
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test]
+#[ignore = "needs root, runsc and the image; run ./scripts/test"]
+async fn guest_side_fuzzer_of_the_agent_protocol() {
+    let agent = hostile::agent_dir();
+    let mut d = Daemon::start(&["--agent-dir", &agent.path().to_string_lossy()]).await;
+    let pid = d.sbxd_pid().unwrap();
+    let control = d.create_running("control").await;
+    assert_eq!(d.exec(&control, &["true"]).await.0, 0);
+    let fds_before = hostile::fd_count(pid);
+    let rss_before = common::rss_kib(pid).unwrap();
+    let seed: u64 = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        * 1000;
+    println!("fuzz base seed {seed} (per connection: base + its number)");
+
+    let mut fuzzed = Vec::new();
+    for i in 0..FUZZ_SANDBOXES {
+        fuzzed.push(arm(&d, &format!("fuzz-{i}"), seed + (i as u64) * 100_000).await);
+    }
+    let started = Instant::now();
+    let (mut rounds, mut healthz_worst, mut fds_worst, mut rss_worst, mut rearmed) =
+        (0u64, Duration::ZERO, 0usize, 0u64, 0usize);
+    while started.elapsed() < FUZZ_TIME {
+        rounds += 1;
+        let pokes = fuzzed.iter().map(|id| poke(&d.http, &d.base, id, rounds));
+        for result in futures::future::join_all(pokes).await {
+            if let Err(e) = result {
+                panic!("seed {seed}, round {rounds}: {e}");
+            }
+        }
+        assert!(
+            d.child.as_mut().unwrap().try_wait().unwrap().is_none(),
+            "sbxd died (seed {seed})"
+        );
+        healthz_worst = healthz_worst.max(healthz(&d).await);
+        fds_worst = fds_worst.max(hostile::fd_count(pid));
+        rss_worst = rss_worst.max(common::rss_kib(pid).unwrap_or(0));
+        // A fuzzed sandbox that sbxd gave up on (FAILED) is replaced.
+        for slot in fuzzed.iter_mut() {
+            let (_, v) = d.call("GET", &format!("/v2/sandboxes/{slot}"), None).await;
+            if v["data"]["status"] != "RUNNING" {
+                println!(
+                    "{slot} ended: {} {}",
+                    v["data"]["status"], v["data"]["error"]
+                );
+                rearmed += 1;
+                let n = FUZZ_SANDBOXES + rearmed;
+                *slot = arm(&d, &format!("fuzz-{n}"), seed + (n as u64) * 100_000).await;
+            }
+        }
+    }
+    println!(
+        "fuzzed {FUZZ_TIME:?}: {rounds} rounds, {rearmed} sandboxes replaced, healthz worst \
+         {healthz_worst:?}, fds {fds_before} → worst {fds_worst}, RSS {rss_before} → worst {rss_worst} KiB"
+    );
+    // The control sandbox never noticed.
+    assert_eq!(d.exec(&control, &["echo", "ok"]).await.1, "ok\n");
+    // Everything can be destroyed, and what sbxd held is given back.
+    for id in &fuzzed {
+        let (status, _) = d.call("DELETE", &format!("/v2/sandboxes/{id}"), None).await;
+        assert!(status == 204 || status == 202, "{status}");
+    }
+    for id in &fuzzed {
+        // FAILED if sbxd gave up on its agent just before the DELETE.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (_, v) = d.call("GET", &format!("/v2/sandboxes/{id}"), None).await;
+            if v["data"]["status"] == "TERMINATED" || v["data"]["status"] == "FAILED" {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{id} did not end: {v}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let fds_after = loop {
+        let n = hostile::fd_count(pid);
+        if n <= fds_before + 16 || Instant::now() > deadline {
+            break n;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let rss_after = common::rss_kib(pid).unwrap();
+    println!("after: fds {fds_after}, RSS {rss_after} KiB");
+    assert!(
+        fds_after <= fds_before + 16,
+        "fd leak: {fds_before} → {fds_after}"
+    );
+    assert!(fds_worst < 2_000, "fds peaked at {fds_worst}");
+    assert!(
+        rss_worst < rss_before + 512 * 1024,
+        "RSS peaked at {rss_worst} KiB"
+    );
+    assert!(healthz_worst < Duration::from_secs(1), "{healthz_worst:?}");
+    // A restart still reconciles promptly.
+    d.kill9();
+    let t = Instant::now();
+    d.spawn().await;
+    assert!(t.elapsed() < Duration::from_secs(25));
+    assert_eq!(d.exec(&control, &["echo", "ok"]).await.1, "ok\n");
+}
