@@ -510,7 +510,10 @@ mod tests {
         writer.join().expect("writer");
         let trims = trimmer.join().expect("trimmer");
         assert!(trims > 0, "never trimmed");
-        assert!(gaps > 0, "the reader was never overtaken: the test proves little");
+        assert!(
+            gaps > 0,
+            "the reader was never overtaken: the test proves little"
+        );
         assert_eq!(expected, LINES as u64, "the last line was not read");
         trim(&path, 256 << 10).expect("trim");
         assert!(apparent(&path) <= 256 << 10, "{}", apparent(&path));
@@ -541,8 +544,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("console.log");
         let file = OpenOptions::new()
-            .create(true)
-            .read(true)
+            .create_new(true)
             .write(true)
             .open(&path)
             .expect("open");
