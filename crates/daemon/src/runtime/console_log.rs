@@ -151,7 +151,19 @@ pub fn trim(path: &Path, max_bytes: u64) -> Result<Trimmed, ConsoleLogError> {
     if end == 0 {
         return Ok(Trimmed::Within);
     }
-    match collapse(&file, end) {
+    // Punching first drops the range's dirty pages unwritten; collapsing
+    // alone writes the whole file back first (a flood's hundreds of MB on
+    // each pass), which made the trims lag behind the writer.
+    if let Err(e) = fallocate(
+        &file,
+        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+        end,
+    ) {
+        if e.raw_os_error() != Some(libc::EOPNOTSUPP) {
+            return Err(io(e));
+        }
+    }
+    match fallocate(&file, libc::FALLOC_FL_COLLAPSE_RANGE, end) {
         Ok(()) => {
             *dropped += end;
             Ok(Trimmed::Collapsed(end))
@@ -167,11 +179,12 @@ pub fn trim(path: &Path, max_bytes: u64) -> Result<Trimmed, ConsoleLogError> {
     }
 }
 
-/// Removes bytes `0..len` from the file, moving the rest to the front.
-fn collapse(file: &File, len: u64) -> std::io::Result<()> {
+/// `fallocate(mode)` over bytes `0..len`: with `FALLOC_FL_COLLAPSE_RANGE`
+/// they are removed and the rest moves to the front.
+fn fallocate(file: &File, mode: libc::c_int, len: u64) -> std::io::Result<()> {
     let len = libc::off_t::try_from(len).map_err(|_| ErrorKind::InvalidInput)?;
     // SAFETY: plain syscall on a descriptor we own.
-    let rc = unsafe { libc::fallocate(file.as_raw_fd(), libc::FALLOC_FL_COLLAPSE_RANGE, 0, len) };
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), mode, 0, len) };
     if rc == 0 {
         Ok(())
     } else {
