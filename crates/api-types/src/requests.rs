@@ -4,6 +4,21 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use uuid::Uuid;
 
+/// `snapshotId` in a body: absent or `null`, or a canonical id
+/// ([`crate::validate::canonical_id`]); the `uuid` crate alone would also
+/// take upper case and other spellings.
+fn canonical_snapshot_id<'de, D>(deserializer: D) -> Result<Option<Uuid>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    match Option::<String>::deserialize(deserializer)? {
+        None => Ok(None),
+        Some(raw) => crate::validate::canonical_id("snapshotId", &raw)
+            .map(Some)
+            .map_err(serde::de::Error::custom),
+    }
+}
+
 /// `POST /v2/sandboxes`: a fresh sandbox or a clone (`snapshotId`).
 #[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -22,8 +37,12 @@ pub struct CreateSandboxRequest {
     /// Names of workspace secrets to inject.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secrets: Option<Vec<String>>,
-    /// Clone source.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Clone source (a canonical lower-case UUID).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "canonical_snapshot_id"
+    )]
     pub snapshot_id: Option<Uuid>,
 }
 
@@ -97,7 +116,11 @@ pub struct CreateSandboxV1Request {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secrets: Option<Vec<String>>,
     /// Clone source (a clone keeps its source's network policy).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "canonical_snapshot_id"
+    )]
     pub snapshot_id: Option<Uuid>,
     /// Egress policy; absent means the server's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -118,5 +141,32 @@ impl CreateSandboxV1Request {
             },
             self.network,
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshot_id_in_a_body_must_be_canonical() {
+        let id = "0f8fad5b-d9cb-469f-a165-70867728950e";
+        let ok: CreateSandboxRequest =
+            serde_json::from_str(&format!(r#"{{"name":"c","snapshotId":"{id}"}}"#))
+                .expect("canonical id");
+        assert_eq!(ok.snapshot_id.map(|u| u.to_string()).as_deref(), Some(id));
+        let none: CreateSandboxRequest =
+            serde_json::from_str(r#"{"name":"c","snapshotId":null}"#).expect("null");
+        assert_eq!(none.snapshot_id, None);
+        let absent: CreateSandboxV1Request =
+            serde_json::from_str(r#"{"name":"c"}"#).expect("absent");
+        assert_eq!(absent.snapshot_id, None);
+        for raw in [id.to_uppercase(), id.replace('-', ""), format!("{{{id}}}")] {
+            let body = format!(r#"{{"name":"c","snapshotId":"{raw}"}}"#);
+            let v2 = serde_json::from_str::<CreateSandboxRequest>(&body).expect_err(&raw);
+            assert!(v2.to_string().contains("snapshotId"), "{v2}");
+            let v1 = serde_json::from_str::<CreateSandboxV1Request>(&body).expect_err(&raw);
+            assert!(v1.to_string().contains("lowercase UUID"), "{v1}");
+        }
     }
 }

@@ -44,7 +44,71 @@ pub const MAX_TIMEOUT_MS: u64 = 300_000;
 /// Largest `tailBytes`.
 pub const MAX_TAIL_BYTES: u64 = 512 * 1024;
 
-/// Sandbox and snapshot names: 1–255 code points, no edge whitespace, no control characters.
+/// Unicode general category Cf (format characters), Unicode 16.0, as
+/// inclusive ranges. Invisible in most terminals and browsers, so a name
+/// holding one can look like another name; the bidirectional controls among
+/// them (U+061C, U+200E, U+200F, U+202A–U+202E, U+2066–U+2069) can also
+/// reorder the rest of a console or CLI line.
+const FORMAT_CHARS: [(char, char); 21] = [
+    ('\u{00AD}', '\u{00AD}'),
+    ('\u{0600}', '\u{0605}'),
+    ('\u{061C}', '\u{061C}'),
+    ('\u{06DD}', '\u{06DD}'),
+    ('\u{070F}', '\u{070F}'),
+    ('\u{0890}', '\u{0891}'),
+    ('\u{08E2}', '\u{08E2}'),
+    ('\u{180E}', '\u{180E}'),
+    ('\u{200B}', '\u{200F}'),
+    ('\u{202A}', '\u{202E}'),
+    ('\u{2060}', '\u{2064}'),
+    ('\u{2066}', '\u{206F}'),
+    ('\u{FEFF}', '\u{FEFF}'),
+    ('\u{FFF9}', '\u{FFFB}'),
+    ('\u{110BD}', '\u{110BD}'),
+    ('\u{110CD}', '\u{110CD}'),
+    ('\u{13430}', '\u{1343F}'),
+    ('\u{1BCA0}', '\u{1BCA3}'),
+    ('\u{1D173}', '\u{1D17A}'),
+    ('\u{E0001}', '\u{E0001}'),
+    ('\u{E0020}', '\u{E007F}'),
+];
+
+/// Whether `c` is a format character (general category Cf).
+pub fn is_format_char(c: char) -> bool {
+    FORMAT_CHARS.iter().any(|&(lo, hi)| (lo..=hi).contains(&c))
+}
+
+/// The first character of `value` a name must not hold, with why: control
+/// characters (Cc), format characters (Cf, which include the bidirectional
+/// controls) and the line and paragraph separators U+2028/U+2029 (a line
+/// break in one-line CLI output).
+fn forbidden_char(value: &str) -> Option<(char, &'static str)> {
+    value.chars().find_map(|c| {
+        if c.is_control() {
+            Some((c, "a control character"))
+        } else if is_format_char(c) {
+            Some((c, "an invisible or bidirectional format character"))
+        } else if matches!(c, '\u{2028}' | '\u{2029}') {
+            Some((c, "a line or paragraph separator"))
+        } else {
+            None
+        }
+    })
+}
+
+/// Refuses a name holding a [`forbidden_char`], naming it as U+XXXX.
+fn visible_chars_only(field: &'static str, what: &str, value: &str) -> Result<(), ValidationError> {
+    match forbidden_char(value) {
+        Some((c, kind)) => Err(bad(
+            field,
+            format!("{what} must not contain {kind} (U+{:04X})", u32::from(c)),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Sandbox and snapshot names: 1–255 code points, no edge whitespace, no
+/// control, format (invisible, bidirectional) or line-separator characters.
 pub fn name(field: &'static str, value: &str) -> Result<(), ValidationError> {
     if value.is_empty() {
         return Err(bad(field, "must not be empty"));
@@ -55,13 +119,11 @@ pub fn name(field: &'static str, value: &str) -> Result<(), ValidationError> {
     if value.starts_with(char::is_whitespace) || value.ends_with(char::is_whitespace) {
         return Err(bad(field, "must not start or end with whitespace"));
     }
-    if value.chars().any(char::is_control) {
-        return Err(bad(field, "must not contain control characters"));
-    }
-    Ok(())
+    visible_chars_only(field, "the name", value)
 }
 
-/// Secret names: ≤256 bytes, no edge whitespace, no CR/LF/NUL, valid environment key.
+/// Secret names: ≤256 bytes, no edge whitespace, no CR/LF/NUL, valid environment key, no
+/// control, format or line-separator characters.
 pub fn secret_name(value: &str) -> Result<(), ValidationError> {
     if value.is_empty() {
         return Err(bad("secrets", "secret names must not be empty"));
@@ -81,7 +143,7 @@ pub fn secret_name(value: &str) -> Result<(), ValidationError> {
             "secret names must not contain CR, LF, NUL or '='",
         ));
     }
-    Ok(())
+    visible_chars_only("secrets", "secret names", value)
 }
 
 /// argv: 1–128 items, first non-empty, ≤32 KiB, no NUL.
@@ -169,6 +231,27 @@ pub fn file_path(value: &str) -> Result<(), ValidationError> {
         ));
     }
     Ok(())
+}
+
+/// An id (sandbox, process, snapshot): a canonical lower-case hyphenated,
+/// non-nil UUID, the only form this server returns (§2.3). Other spellings
+/// the `uuid` crate would accept (upper case, braces, `urn:uuid:`, no
+/// hyphens) are refused rather than normalised, so one id has one spelling
+/// in paths, bodies, logs and the store.
+pub fn canonical_id(field: &'static str, raw: &str) -> Result<uuid::Uuid, ValidationError> {
+    let refused = || bad(field, "must be a lowercase UUID");
+    let shape_ok = raw.len() == 36
+        && raw.bytes().enumerate().all(|(i, b)| match i {
+            8 | 13 | 18 | 23 => b == b'-',
+            _ => matches!(b, b'0'..=b'9' | b'a'..=b'f'),
+        });
+    if !shape_ok {
+        return Err(refused());
+    }
+    match uuid::Uuid::parse_str(raw) {
+        Ok(id) if !id.is_nil() => Ok(id),
+        _ => Err(refused()),
+    }
 }
 
 /// Durations: `"<n>ms"` (what the SDK sends), or a Go-style duration such as `30s`, `4m30s`.
@@ -284,6 +367,146 @@ mod tests {
         assert!(name("name", "ctl\u{7}").is_err());
         assert!(name("name", &"a".repeat(255)).is_ok());
         assert!(name("name", &"é".repeat(256)).is_err());
+    }
+
+    /// The refusal names the field and the character as U+XXXX.
+    fn refused_char(field: &'static str, value: &str) -> String {
+        match name(field, value) {
+            Err(ValidationError::Format { field: f, reason }) => {
+                assert_eq!(f, field);
+                reason
+            }
+            other => panic!("{value:?}: expected a format error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn names_refuse_bidi_and_invisible_characters() {
+        // The two characters of the issue: a right-to-left override that
+        // makes "evil\u{202E}gnp.exe" print as "evilexe.png", and a zero-width space.
+        let rlo = refused_char("name", "evil\u{202E}gnp.exe");
+        assert!(
+            rlo.contains("U+202E") && rlo.contains("bidirectional"),
+            "{rlo}"
+        );
+        let zwsp = refused_char("name", "prod\u{200B}");
+        assert!(zwsp.contains("U+200B"), "{zwsp}");
+        // Every bidirectional control the brief lists.
+        for c in ['\u{061C}', '\u{200E}', '\u{200F}']
+            .into_iter()
+            .chain('\u{202A}'..='\u{202E}')
+            .chain('\u{2066}'..='\u{2069}')
+        {
+            let reason = refused_char("name", &format!("a{c}b"));
+            assert!(
+                reason.contains(&format!("U+{:04X}", u32::from(c))),
+                "{reason}"
+            );
+        }
+        // Other format characters (Cf), from each block of the table.
+        for c in [
+            '\u{00AD}',
+            '\u{0600}',
+            '\u{06DD}',
+            '\u{070F}',
+            '\u{0890}',
+            '\u{08E2}',
+            '\u{180E}',
+            '\u{200C}',
+            '\u{200D}',
+            '\u{2060}',
+            '\u{2064}',
+            '\u{206F}',
+            '\u{FEFF}',
+            '\u{FFFB}',
+            '\u{110BD}',
+            '\u{13430}',
+            '\u{1343F}',
+            '\u{1BCA3}',
+            '\u{1D173}',
+            '\u{E0001}',
+            '\u{E0041}',
+            '\u{E007F}',
+        ] {
+            let reason = refused_char("name", &format!("x{c}y"));
+            assert!(
+                reason.contains(&format!("U+{:04X}", u32::from(c))),
+                "{reason}"
+            );
+        }
+        // Control characters (Cc) inside a name, C0 and C1, and line separators.
+        for c in [
+            '\u{1B}', '\u{7F}', '\u{85}', '\u{9B}', '\u{2028}', '\u{2029}',
+        ] {
+            let reason = refused_char("name", &format!("x{c}y"));
+            assert!(
+                reason.contains(&format!("U+{:04X}", u32::from(c))),
+                "{reason}"
+            );
+        }
+        // Ordinary Unicode is still welcome: accents, CJK, RTL letters
+        // (Hebrew, Arabic), emoji with a variation selector, inner spaces.
+        for ok in [
+            "café-日本",
+            "שלום world",
+            "مرحبا",
+            "snow ☃\u{FE0F}",
+            "a b\u{00A0}c",
+            "Ünïcode name ok",
+        ] {
+            assert!(name("name", ok).is_ok(), "{ok:?}");
+        }
+        // Neighbours of the table's ranges are not format characters.
+        for c in [
+            '\u{00AC}', '\u{00AE}', '\u{200A}', '\u{2010}', '\u{2065}', '\u{FEFE}',
+        ] {
+            assert!(!is_format_char(c), "U+{:04X}", u32::from(c));
+        }
+    }
+
+    #[test]
+    fn secret_names_refuse_bidi_and_invisible_characters() {
+        assert!(secret_name("API_KEY").is_ok());
+        for bad_name in ["API\u{202E}KEY", "API_KEY\u{200B}", "A\tB", "\u{FEFF}KEY"] {
+            match secret_name(bad_name) {
+                Err(ValidationError::Format { field, reason }) => {
+                    assert_eq!(field, "secrets");
+                    assert!(reason.contains("U+"), "{reason}");
+                }
+                other => panic!("{bad_name:?}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn ids_are_canonical_lowercase_only() {
+        let id = "0f8fad5b-d9cb-469f-a165-70867728950e";
+        assert_eq!(
+            canonical_id("snapshotId", id)
+                .expect("canonical")
+                .to_string(),
+            id
+        );
+        for other in [
+            "0F8FAD5B-D9CB-469F-A165-70867728950E",
+            "0f8fad5b-d9cb-469f-a165-70867728950E",
+            "0f8fad5bd9cb469fa16570867728950e",
+            "{0f8fad5b-d9cb-469f-a165-70867728950e}",
+            "urn:uuid:0f8fad5b-d9cb-469f-a165-70867728950e",
+            " 0f8fad5b-d9cb-469f-a165-70867728950e",
+            "0f8fad5b-d9cb-469f-a16-570867728950e",
+            "00000000-0000-0000-0000-000000000000",
+            "",
+        ] {
+            match canonical_id("snapshotId", other) {
+                Err(ValidationError::Format { field, reason }) => {
+                    assert_eq!(field, "snapshotId");
+                    assert!(reason.contains("lowercase UUID"), "{reason}");
+                }
+                Ok(v) => panic!("{other:?} accepted as {v}"),
+                Err(e) => panic!("{other:?}: {e:?}"),
+            }
+        }
     }
 
     #[test]

@@ -526,11 +526,11 @@ impl Runtime for GvisorRuntime {
             let path = entry.path().join("console.log");
             match super::console_log::trim(&path, max_bytes) {
                 Ok(Trimmed::Within) => {}
-                Ok(Trimmed::HoleUpTo(end)) => {
-                    tracing::debug!(path = %path.display(), dropped_bytes = end, "console log trimmed")
+                Ok(Trimmed::Collapsed(n)) => {
+                    tracing::debug!(path = %path.display(), dropped_bytes = n, "console log trimmed")
                 }
-                Ok(Trimmed::Emptied) => {
-                    tracing::info!(path = %path.display(), "console log emptied (no hole punching here)")
+                Ok(Trimmed::Rewritten(n)) => {
+                    tracing::debug!(path = %path.display(), dropped_bytes = n, "console log trimmed (copied, no collapse here)")
                 }
                 Err(e) => tracing::warn!(error = %e, "console log not trimmed"),
             }

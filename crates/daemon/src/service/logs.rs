@@ -1,13 +1,12 @@
 //! The sandbox console log (what PID 1 writes), read from the host file.
 
 use super::{Result, Service, ServiceError};
-use crate::runtime::console_log;
+use crate::runtime::console_log::{self, Gap};
 use bytes::Bytes;
 use futures::Stream;
 use sbx_api_types::SandboxStatus;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use uuid::Uuid;
 
 /// How often a followed log is checked for growth.
@@ -20,6 +19,31 @@ pub struct LogChunk {
     pub bytes: Bytes,
     /// When they were read, ms since the epoch.
     pub at_ms: u64,
+    /// What the reader missed just before these bytes: trimmed away while it
+    /// was behind (it continues at the oldest byte kept), or a restart.
+    pub gap: Gap,
+}
+
+/// How much one read of the log takes at most.
+const CHUNK_BYTES: usize = 64 * 1024;
+
+/// One blocking read on a thread of the blocking pool; the reader comes back with its result.
+async fn read_chunk(
+    mut reader: console_log::Reader,
+) -> Option<(console_log::Reader, Result<(Vec<u8>, Gap), String>)> {
+    tokio::task::spawn_blocking(move || {
+        let mut buf = vec![0u8; CHUNK_BYTES];
+        let res = reader
+            .read(&mut buf)
+            .map(|r| {
+                buf.truncate(r.len);
+                (buf, r.gap)
+            })
+            .map_err(|e| e.to_string());
+        (reader, res)
+    })
+    .await
+    .ok()
 }
 
 impl Service {
@@ -35,28 +59,30 @@ impl Service {
             return Err(ServiceError::not_running(record.status));
         }
         let path = self.runtime.console_log(id);
-        let file = tokio::fs::File::open(&path)
+        let reader = tokio::task::spawn_blocking(move || console_log::Reader::open(&path))
             .await
+            .map_err(|e| ServiceError::Internal(format!("console log reader: {e}")))?
             .map_err(|e| ServiceError::Unavailable(format!("console log unavailable: {e}")))?;
         let this = self.clone();
-        let state = (file, 0u64, this, id, follow);
+        let state = (reader, this, id, follow);
         Ok(futures::stream::unfold(Some(state), |state| async move {
-            let (mut file, mut pos, this, id, follow) = state?;
-            let mut buf = vec![0u8; 64 * 1024];
+            let (reader, this, id, follow) = state?;
+            let mut reader = reader;
             loop {
-                // The oldest part may have been trimmed away (a hole) since the last read.
-                pos = console_log::next_data(&file, pos);
-                if file.seek(std::io::SeekFrom::Start(pos)).await.is_err() {
-                    return None;
-                }
-                match file.read(&mut buf).await {
-                    Ok(n) if n > 0 => {
-                        pos += n as u64;
+                // The reader keeps its place across trims; a gap comes with the next bytes.
+                let (back, res) = read_chunk(reader).await?;
+                reader = back;
+                match res {
+                    Ok((bytes, gap)) if !bytes.is_empty() => {
+                        if gap != Gap::None {
+                            tracing::debug!(sandbox = %id, ?gap, "console log reader fell behind a trim");
+                        }
                         let chunk = LogChunk {
-                            bytes: Bytes::copy_from_slice(&buf[..n]),
+                            bytes: Bytes::from(bytes),
                             at_ms: chrono::Utc::now().timestamp_millis().max(0) as u64,
+                            gap,
                         };
-                        return Some((chunk, Some((file, pos, this, id, follow))));
+                        return Some((chunk, Some((reader, this, id, follow))));
                     }
                     Ok(_) if follow => {
                         let running = matches!(this.store.get_sandbox(id), Ok(Some(r)) if r.status == SandboxStatus::Running);
@@ -65,7 +91,11 @@ impl Service {
                         }
                         tokio::time::sleep(FOLLOW_POLL).await;
                     }
-                    _ => return None,
+                    Ok(_) => return None,
+                    Err(e) => {
+                        tracing::warn!(sandbox = %id, error = %e, "console log read failed");
+                        return None;
+                    }
                 }
             }
         }))
