@@ -43,8 +43,11 @@ pub fn credential_values(credentials: &Credentials) -> Vec<String> {
         Credentials::Bearer { token } => vec![token.clone(), format!("Bearer {token}")],
         Credentials::Basic { username, password } => {
             let pair = format!("{username}:{password}");
-            let header = format!("Basic {}", STANDARD.encode(&pair));
-            vec![password.clone(), pair, header]
+            // The encoded pair on its own too: its own encodings (base64 of it) are not
+            // substrings of the pair's.
+            let encoded = STANDARD.encode(&pair);
+            let header = format!("Basic {encoded}");
+            vec![password.clone(), pair, encoded, header]
         }
         Credentials::Oauth2 {
             client_secret,

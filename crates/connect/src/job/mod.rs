@@ -1,7 +1,10 @@
 //! The host side of the job protocol: hello → job, then fetches answered by the broker, logs
 //! through the recording policy, output into the spool under the limits, until done/fail/deadline.
 
+mod screen;
 pub mod wire;
+
+pub use screen::{CREDENTIAL_LEAK, LEAK_NOTICE};
 
 use crate::broker::{BrokerSession, FetchErrorCode, FetchReply, FetchRequest};
 use crate::limits::{OutputLimits, RetryPolicy};
@@ -405,10 +408,10 @@ async fn run<S: AsyncRead>(
         match msg.t.as_str() {
             "fetch" => start_fetch(msg, state, env, tx, deadline)?,
             "log" => record_log(msg, state, env)?,
-            "records" => spool_records(msg, state, spec)?,
-            "checkpoint" => spool_checkpoint(msg, state, spec)?,
-            "done" => return finish(msg, state),
-            "fail" => return Ok(runner_failure(msg, deadline, spec.time_budget)),
+            "records" => spool_records(msg, state, spec, env)?,
+            "checkpoint" => spool_checkpoint(msg, state, spec, env)?,
+            "done" => return finish(msg, state, env),
+            "fail" => return Ok(runner_failure(msg, deadline, spec.time_budget, env)),
             _ => return Err(Stop::protocol()),
         }
     }
@@ -457,6 +460,7 @@ fn record_log(msg: Incoming, state: &mut State, env: &JobEnv) -> Result<(), Stop
         return Err(Stop::protocol());
     };
     let level = LogLevel::parse(&level).map_err(|_| Stop::protocol())?;
+    screen::screen_log(env, &message)?;
     match state.logs.admit(level, &message) {
         LogDecision::Record(level, text) => env.logs.record(level, &text),
         LogDecision::Stop(notice) => env.logs.record(LogLevel::Warn, &notice),
@@ -492,7 +496,12 @@ fn is_object_text(text: &str) -> bool {
     text.trim_start().starts_with('{')
 }
 
-fn spool_records(msg: Incoming, state: &mut State, spec: &JobSpec) -> Result<(), Stop> {
+fn spool_records(
+    msg: Incoming,
+    state: &mut State,
+    spec: &JobSpec,
+    env: &JobEnv,
+) -> Result<(), Stop> {
     let (Some(target), Some(records)) = (&spec.sync, msg.records) else {
         return Err(Stop::protocol());
     };
@@ -500,6 +509,7 @@ fn spool_records(msg: Incoming, state: &mut State, spec: &JobSpec) -> Result<(),
         return Err(Stop::protocol());
     };
     let limits = &spec.limits;
+    let secrets = screen::secrets(env);
     state.batches += 1;
     if state.batches > limits.max_batches {
         return Err(Stop::output_limit("max_batches"));
@@ -515,6 +525,9 @@ fn spool_records(msg: Incoming, state: &mut State, spec: &JobSpec) -> Result<(),
         let bytes = text.len() as u64;
         if bytes > limits.max_record_bytes {
             return Err(Stop::output_limit("max_record_bytes"));
+        }
+        if screen::leaks(secrets.as_deref(), text.as_bytes()) {
+            return Err(Stop::credential_leak());
         }
         state.output_bytes += bytes;
         if state.output_bytes > limits.max_output_bytes {
@@ -541,7 +554,12 @@ fn spool_records(msg: Incoming, state: &mut State, spec: &JobSpec) -> Result<(),
     Ok(())
 }
 
-fn spool_checkpoint(msg: Incoming, state: &mut State, spec: &JobSpec) -> Result<(), Stop> {
+fn spool_checkpoint(
+    msg: Incoming,
+    state: &mut State,
+    spec: &JobSpec,
+    env: &JobEnv,
+) -> Result<(), Stop> {
     let (Some(_), Some(checkpoint), Some(spool)) =
         (&spec.sync, msg.checkpoint, state.spool.as_mut())
     else {
@@ -554,6 +572,9 @@ fn spool_checkpoint(msg: Incoming, state: &mut State, spec: &JobSpec) -> Result<
     if text.len() as u64 > spec.limits.max_checkpoint_bytes {
         return Err(Stop::output_limit("max_checkpoint_bytes"));
     }
+    if screen::leaks(screen::secrets(env).as_deref(), text.as_bytes()) {
+        return Err(Stop::credential_leak());
+    }
     spool.append_checkpoint(text).map_err(|e| {
         tracing::warn!(error = %e, "spool write failed");
         Stop {
@@ -563,7 +584,16 @@ fn spool_checkpoint(msg: Incoming, state: &mut State, spec: &JobSpec) -> Result<
     })
 }
 
-fn finish(msg: Incoming, state: &mut State) -> Result<JobOutcome, Stop> {
+fn finish(msg: Incoming, state: &mut State, env: &JobEnv) -> Result<JobOutcome, Stop> {
+    // The result of verify and OAuth jobs is stored on the run.
+    if let Some(result) = &msg.result {
+        if screen::leaks(
+            screen::secrets(env).as_deref(),
+            result.to_string().as_bytes(),
+        ) {
+            return Err(Stop::credential_leak());
+        }
+    }
     let spool = match state.spool.take() {
         None => None,
         Some(w) => Some(w.finish().map_err(|e| {
@@ -590,7 +620,7 @@ pub fn signal_margin(budget: Duration) -> Duration {
         .min(budget / 2)
 }
 
-fn runner_failure(msg: Incoming, deadline: Instant, budget: Duration) -> JobOutcome {
+fn runner_failure(msg: Incoming, deadline: Instant, budget: Duration, env: &JobEnv) -> JobOutcome {
     // Keep only a short machine word: the runner never sends messages, and we never store one.
     let kind = msg
         .kind
@@ -601,6 +631,10 @@ fn runner_failure(msg: Incoming, deadline: Instant, budget: Duration) -> JobOutc
                     .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
         })
         .unwrap_or_else(|| "unknown".to_string());
+    // The kind is stored on the run: a lower-case token would fit the word rule.
+    if screen::leaks(screen::secrets(env).as_deref(), kind.as_bytes()) {
+        return JobOutcome::failed(FailureCategory::PackageError, screen::CREDENTIAL_LEAK);
+    }
     // Only `runner_error` is a fault of the platform's runner; every other failure it reports
     // (including `protocol`: the package broke the channel) is the package's, and is not retried.
     if kind == "runner_error" {
