@@ -1,9 +1,12 @@
 //! The host side of the job protocol: hello → job, then fetches answered by the broker, logs
 //! through the recording policy, output into the spool under the limits, until done/fail/deadline.
 
+mod output;
 mod screen;
 pub mod wire;
 
+pub use output::key_text;
+use output::{spool_checkpoint, spool_records};
 pub use screen::{CREDENTIAL_LEAK, LEAK_NOTICE};
 
 use crate::broker::{BrokerSession, FetchErrorCode, FetchReply, FetchRequest};
@@ -13,7 +16,7 @@ use crate::model::{FailureCategory, JobKind, LogLevel, PrimaryKey, SyncMode};
 use crate::spool::{Spool, SpoolWriter};
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -467,121 +470,6 @@ fn record_log(msg: Incoming, state: &mut State, env: &JobEnv) -> Result<(), Stop
         LogDecision::Drop => {}
     }
     Ok(())
-}
-
-/// The text of a scalar key value; other values cannot be keys.
-fn scalar_key(value: &Value) -> Option<String> {
-    match value {
-        Value::String(s) => Some(s.clone()),
-        Value::Number(n) => Some(n.to_string()),
-        _ => None,
-    }
-}
-
-/// The primary key text of a record: the value of one field, or the JSON array of several.
-pub fn key_text(record: &Map<String, Value>, key: &PrimaryKey) -> Option<String> {
-    match key {
-        PrimaryKey::One(field) => scalar_key(record.get(field)?),
-        PrimaryKey::Many(fields) => {
-            let values = fields
-                .iter()
-                .map(|f| record.get(f).filter(|v| scalar_key(v).is_some()).cloned())
-                .collect::<Option<Vec<Value>>>()?;
-            Some(Value::Array(values).to_string())
-        }
-    }
-}
-
-fn is_object_text(text: &str) -> bool {
-    text.trim_start().starts_with('{')
-}
-
-fn spool_records(
-    msg: Incoming,
-    state: &mut State,
-    spec: &JobSpec,
-    env: &JobEnv,
-) -> Result<(), Stop> {
-    let (Some(target), Some(records)) = (&spec.sync, msg.records) else {
-        return Err(Stop::protocol());
-    };
-    let Some(spool) = state.spool.as_mut() else {
-        return Err(Stop::protocol());
-    };
-    let limits = &spec.limits;
-    let secrets = screen::secrets(env);
-    state.batches += 1;
-    if state.batches > limits.max_batches {
-        return Err(Stop::output_limit("max_batches"));
-    }
-    if records.len() as u64 > limits.max_records_per_batch {
-        return Err(Stop::output_limit("max_records_per_batch"));
-    }
-    for raw in &records {
-        let text = raw.get();
-        if !is_object_text(text) {
-            return Err(Stop::bad_batch());
-        }
-        let bytes = text.len() as u64;
-        if bytes > limits.max_record_bytes {
-            return Err(Stop::output_limit("max_record_bytes"));
-        }
-        if screen::leaks(secrets.as_deref(), text.as_bytes()) {
-            return Err(Stop::credential_leak());
-        }
-        state.output_bytes += bytes;
-        if state.output_bytes > limits.max_output_bytes {
-            return Err(Stop::output_limit("max_output_bytes"));
-        }
-        let key = match (target.mode, &target.primary_key) {
-            (SyncMode::Merge, Some(pk)) => {
-                let map: Map<String, Value> =
-                    serde_json::from_str(text).map_err(|_| Stop::bad_batch())?;
-                Some(key_text(&map, pk).ok_or_else(Stop::bad_batch)?)
-            }
-            // A merge sync without a primary key cannot be committed.
-            (SyncMode::Merge, None) => return Err(Stop::bad_batch()),
-            _ => None,
-        };
-        spool.append_record(key.as_deref(), text).map_err(|e| {
-            tracing::warn!(error = %e, "spool write failed");
-            Stop {
-                outcome: JobOutcome::failed(FailureCategory::Platform, "spool"),
-                abort: Some("platform"),
-            }
-        })?;
-    }
-    Ok(())
-}
-
-fn spool_checkpoint(
-    msg: Incoming,
-    state: &mut State,
-    spec: &JobSpec,
-    env: &JobEnv,
-) -> Result<(), Stop> {
-    let (Some(_), Some(checkpoint), Some(spool)) =
-        (&spec.sync, msg.checkpoint, state.spool.as_mut())
-    else {
-        return Err(Stop::protocol());
-    };
-    let text = checkpoint.get();
-    if !is_object_text(text) {
-        return Err(Stop::bad_batch());
-    }
-    if text.len() as u64 > spec.limits.max_checkpoint_bytes {
-        return Err(Stop::output_limit("max_checkpoint_bytes"));
-    }
-    if screen::leaks(screen::secrets(env).as_deref(), text.as_bytes()) {
-        return Err(Stop::credential_leak());
-    }
-    spool.append_checkpoint(text).map_err(|e| {
-        tracing::warn!(error = %e, "spool write failed");
-        Stop {
-            outcome: JobOutcome::failed(FailureCategory::Platform, "spool"),
-            abort: Some("platform"),
-        }
-    })
 }
 
 fn finish(msg: Incoming, state: &mut State, env: &JobEnv) -> Result<JobOutcome, Stop> {
