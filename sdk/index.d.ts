@@ -162,7 +162,7 @@ export class SchemaError extends Error {
 /** The platform got no HTTP answer. */
 export class FetchError extends Error {
   readonly name: "FetchError";
-  readonly code: "denied" | "network" | "timeout" | "reauthorization_required" | "too_large" | "request_too_large" | "bad_response";
+  readonly code: "denied" | "network" | "timeout" | "reauthorization_required" | "too_large" | "unsupported_encoding" | "request_too_large" | "bad_response";
   readonly retryable: boolean;
   readonly method: string;
   readonly url: string;

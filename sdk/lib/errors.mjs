@@ -31,7 +31,8 @@ export class FetchError extends Error {
   constructor(code, retryable, method, url) {
     super(`${method} ${url} failed: ${code}`);
     this.name = "FetchError";
-    // denied | network | timeout | reauthorization_required | too_large, or
+    // denied | network | timeout | reauthorization_required | too_large |
+    // unsupported_encoding, or
     // `request_too_large` when the runner refused to send the request at all.
     this.code = code;
     this.retryable = retryable;

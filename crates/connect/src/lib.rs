@@ -15,6 +15,7 @@ pub mod oauth;
 pub mod package;
 pub mod sandbox;
 pub mod schema;
+pub mod secrets;
 pub mod service;
 pub mod spool;
 pub mod store;

@@ -104,6 +104,7 @@ impl BrokerSession {
                     *refresh_token = t.refresh_token;
                 }
                 *expires_at = t.expires_at;
+                self.learn_secrets(creds);
                 if let Err(e) = self.tokens.save(creds) {
                     // The new token still works for this job; the next job refreshes again.
                     tracing::warn!(error = %e, "storing refreshed OAuth tokens failed");

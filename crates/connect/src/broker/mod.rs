@@ -3,6 +3,7 @@
 //! OAuth tokens, never follows redirects and bounds the response size.
 
 mod auth;
+mod decode;
 mod redaction;
 mod request;
 mod response;
@@ -10,6 +11,7 @@ mod response;
 use crate::credentials::Credentials;
 use crate::egress::{origin_of, BrokerConfig, EgressError};
 use crate::model::AuthDefinition;
+use crate::secrets::{SecretSet, SecretsError};
 use auth::AuthValue;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
@@ -18,7 +20,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 use url::Url;
 
-pub use redaction::REDACTED;
+pub use crate::secrets::REDACTED;
 
 /// Errors of the broker set-up (request failures are [`FetchReply::Error`]s).
 #[derive(Debug, thiserror::Error)]
@@ -26,6 +28,9 @@ pub enum BrokerError {
     /// The origin is not `https://host[:port]`.
     #[error("origin {0:?} must be an https URL without path, query or user info")]
     BadOrigin(String),
+    /// The matcher of the connection's secrets could not be built.
+    #[error(transparent)]
+    Secrets(#[from] SecretsError),
 }
 
 /// Persists what the broker learns about a connection's authorization.
@@ -61,8 +66,10 @@ pub enum FetchErrorCode {
     Timeout,
     /// The OAuth refresh token was rejected.
     ReauthorizationRequired,
-    /// The answer was larger than allowed.
+    /// The answer was larger than allowed (after decoding its content encoding).
     TooLarge,
+    /// The answer's `content-encoding` is not one the broker decodes (gzip, deflate, br).
+    UnsupportedEncoding,
 }
 
 /// An HTTP answer.
@@ -126,6 +133,9 @@ pub struct BrokerSession {
     credentials: tokio::sync::Mutex<Credentials>,
     tokens: Arc<dyn TokenStore>,
     reauth: AtomicBool,
+    /// Every secret of the connection seen in this job (refreshed OAuth tokens are added, old
+    /// ones kept): redacted from answers and refused in what the job stores.
+    secrets: std::sync::Mutex<Arc<SecretSet>>,
     /// One pinned client per origin for the job: keeps connections alive between requests and
     /// resolves each host once per job.
     clients: tokio::sync::Mutex<HashMap<String, reqwest::Client>>,
@@ -160,6 +170,7 @@ impl BrokerSession {
                 .collect(),
             _ => Vec::new(),
         };
+        let secrets = Arc::new(SecretSet::of_credentials(&credentials)?);
         Ok(BrokerSession {
             config,
             origin,
@@ -168,6 +179,7 @@ impl BrokerSession {
             credentials: tokio::sync::Mutex::new(credentials),
             tokens,
             reauth: AtomicBool::new(false),
+            secrets: std::sync::Mutex::new(secrets),
             clients: tokio::sync::Mutex::new(HashMap::new()),
         })
     }
@@ -197,6 +209,25 @@ impl BrokerSession {
             .any(|e| origin_of(e) == origin_of(&url) && e.path() == url.path());
         // OAuth endpoints on another origin are reachable but never get the connection's credentials.
         is_endpoint.then_some((url, false))
+    }
+
+    /// The connection's secrets known to this session (for screening what a job stores).
+    pub fn secrets(&self) -> Arc<SecretSet> {
+        // A poisoned lock still holds a valid set: a panic elsewhere cannot corrupt an Arc swap.
+        self.secrets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Adds the secrets of refreshed credentials to the set.
+    fn learn_secrets(&self, credentials: &Credentials) {
+        let mut guard = self.secrets.lock().unwrap_or_else(|p| p.into_inner());
+        match guard.with(crate::secrets::credential_values(credentials)) {
+            Ok(set) => *guard = Arc::new(set),
+            // Cannot happen for a handful of token-sized patterns; the old set still applies.
+            Err(e) => tracing::error!(error = %e, "extending the secret set failed"),
+        }
     }
 
     /// Whether a refresh token was rejected during this session.

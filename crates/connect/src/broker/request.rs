@@ -1,6 +1,7 @@
 //! Builds and sends one request: strips package-set credential headers, places the credential.
 
 use super::auth::AuthValue;
+use super::decode::ACCEPT_ENCODING;
 use super::redaction::redact;
 use super::{BrokerSession, FetchErrorCode, FetchReply, FetchRequest};
 use crate::model::ApiKeyPlacement;
@@ -25,6 +26,8 @@ fn is_stripped_header(name: &str, api_key_header: Option<&str>) -> bool {
             | "te"
             | "trailer"
             | "upgrade"
+            // The broker asks for the encodings it decodes itself.
+            | "accept-encoding"
     );
     let credential_like = [
         "api-key",
@@ -87,6 +90,7 @@ impl BrokerSession {
         if let AuthValue::Header(name, value) = auth {
             builder = builder.header(name.as_str(), value.as_str());
         }
+        builder = builder.header("accept-encoding", ACCEPT_ENCODING);
         if let Some(body) = &req.body {
             builder = builder.body(body.clone());
         }
@@ -96,7 +100,9 @@ impl BrokerSession {
         }
         let budget = (deadline - now).min(self.config.request_timeout);
         match tokio::time::timeout(budget, self.exchange(builder)).await {
-            Ok(FetchReply::Response(answer)) => FetchReply::Response(redact(answer, auth)),
+            Ok(FetchReply::Response(answer)) => {
+                FetchReply::Response(redact(answer, &self.secrets()))
+            }
             Ok(reply) => reply,
             Err(_) => FetchReply::error(FetchErrorCode::Timeout, true),
         }
@@ -117,6 +123,7 @@ mod tests {
             "X-Custom-Secret",
             "Proxy-Authorization",
             "Host",
+            "Accept-Encoding",
         ] {
             assert!(is_stripped_header(h, None), "{h}");
         }

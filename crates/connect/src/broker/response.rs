@@ -1,5 +1,7 @@
-//! Reads an answer: collects status and headers and bounds the body size.
+//! Reads an answer: collects status and headers, bounds the body size on the wire and after
+//! decoding its content encodings.
 
+use super::decode::{decode_body, DecodeError};
 use super::{BrokerSession, FetchErrorCode, FetchReply, HttpAnswer};
 use std::collections::BTreeMap;
 
@@ -47,10 +49,26 @@ impl BrokerSession {
                 Err(_) => return FetchReply::error(FetchErrorCode::Network, true),
             }
         }
-        FetchReply::Response(HttpAnswer {
-            status,
-            headers,
-            body,
-        })
+        // The package gets the decoded body: the codings and the length no longer describe it
+        // (redaction changes the length too).
+        let encoding = headers.remove("content-encoding");
+        headers.remove("content-length");
+        match decode_body(body, encoding.as_deref(), max) {
+            Ok(body) => FetchReply::Response(HttpAnswer {
+                status,
+                headers,
+                body,
+            }),
+            Err(DecodeError::Unsupported(coding)) => {
+                tracing::debug!(%coding, "answer refused: unsupported content encoding");
+                FetchReply::error(FetchErrorCode::UnsupportedEncoding, false)
+            }
+            Err(DecodeError::TooLarge(_)) => FetchReply::error(FetchErrorCode::TooLarge, false),
+            // Like a connection cut mid-body: another attempt may get an intact answer.
+            Err(DecodeError::Corrupt(what)) => {
+                tracing::debug!(coding = what, "answer refused: corrupt encoded body");
+                FetchReply::error(FetchErrorCode::Network, true)
+            }
+        }
     }
 }

@@ -1,7 +1,13 @@
 //! The host side of the job protocol: hello → job, then fetches answered by the broker, logs
 //! through the recording policy, output into the spool under the limits, until done/fail/deadline.
 
+mod output;
+mod screen;
 pub mod wire;
+
+pub use output::key_text;
+use output::{spool_checkpoint, spool_records};
+pub use screen::{CREDENTIAL_LEAK, LEAK_NOTICE};
 
 use crate::broker::{BrokerSession, FetchErrorCode, FetchReply, FetchRequest};
 use crate::limits::{OutputLimits, RetryPolicy};
@@ -10,7 +16,7 @@ use crate::model::{FailureCategory, JobKind, LogLevel, PrimaryKey, SyncMode};
 use crate::spool::{Spool, SpoolWriter};
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -405,10 +411,10 @@ async fn run<S: AsyncRead>(
         match msg.t.as_str() {
             "fetch" => start_fetch(msg, state, env, tx, deadline)?,
             "log" => record_log(msg, state, env)?,
-            "records" => spool_records(msg, state, spec)?,
-            "checkpoint" => spool_checkpoint(msg, state, spec)?,
-            "done" => return finish(msg, state),
-            "fail" => return Ok(runner_failure(msg, deadline, spec.time_budget)),
+            "records" => spool_records(msg, state, spec, env)?,
+            "checkpoint" => spool_checkpoint(msg, state, spec, env)?,
+            "done" => return finish(msg, state, env),
+            "fail" => return Ok(runner_failure(msg, deadline, spec.time_budget, env)),
             _ => return Err(Stop::protocol()),
         }
     }
@@ -457,6 +463,7 @@ fn record_log(msg: Incoming, state: &mut State, env: &JobEnv) -> Result<(), Stop
         return Err(Stop::protocol());
     };
     let level = LogLevel::parse(&level).map_err(|_| Stop::protocol())?;
+    screen::screen_log(env, &message)?;
     match state.logs.admit(level, &message) {
         LogDecision::Record(level, text) => env.logs.record(level, &text),
         LogDecision::Stop(notice) => env.logs.record(LogLevel::Warn, &notice),
@@ -465,105 +472,16 @@ fn record_log(msg: Incoming, state: &mut State, env: &JobEnv) -> Result<(), Stop
     Ok(())
 }
 
-/// The text of a scalar key value; other values cannot be keys.
-fn scalar_key(value: &Value) -> Option<String> {
-    match value {
-        Value::String(s) => Some(s.clone()),
-        Value::Number(n) => Some(n.to_string()),
-        _ => None,
-    }
-}
-
-/// The primary key text of a record: the value of one field, or the JSON array of several.
-pub fn key_text(record: &Map<String, Value>, key: &PrimaryKey) -> Option<String> {
-    match key {
-        PrimaryKey::One(field) => scalar_key(record.get(field)?),
-        PrimaryKey::Many(fields) => {
-            let values = fields
-                .iter()
-                .map(|f| record.get(f).filter(|v| scalar_key(v).is_some()).cloned())
-                .collect::<Option<Vec<Value>>>()?;
-            Some(Value::Array(values).to_string())
+fn finish(msg: Incoming, state: &mut State, env: &JobEnv) -> Result<JobOutcome, Stop> {
+    // The result of verify and OAuth jobs is stored on the run.
+    if let Some(result) = &msg.result {
+        if screen::leaks(
+            screen::secrets(env).as_deref(),
+            result.to_string().as_bytes(),
+        ) {
+            return Err(Stop::credential_leak());
         }
     }
-}
-
-fn is_object_text(text: &str) -> bool {
-    text.trim_start().starts_with('{')
-}
-
-fn spool_records(msg: Incoming, state: &mut State, spec: &JobSpec) -> Result<(), Stop> {
-    let (Some(target), Some(records)) = (&spec.sync, msg.records) else {
-        return Err(Stop::protocol());
-    };
-    let Some(spool) = state.spool.as_mut() else {
-        return Err(Stop::protocol());
-    };
-    let limits = &spec.limits;
-    state.batches += 1;
-    if state.batches > limits.max_batches {
-        return Err(Stop::output_limit("max_batches"));
-    }
-    if records.len() as u64 > limits.max_records_per_batch {
-        return Err(Stop::output_limit("max_records_per_batch"));
-    }
-    for raw in &records {
-        let text = raw.get();
-        if !is_object_text(text) {
-            return Err(Stop::bad_batch());
-        }
-        let bytes = text.len() as u64;
-        if bytes > limits.max_record_bytes {
-            return Err(Stop::output_limit("max_record_bytes"));
-        }
-        state.output_bytes += bytes;
-        if state.output_bytes > limits.max_output_bytes {
-            return Err(Stop::output_limit("max_output_bytes"));
-        }
-        let key = match (target.mode, &target.primary_key) {
-            (SyncMode::Merge, Some(pk)) => {
-                let map: Map<String, Value> =
-                    serde_json::from_str(text).map_err(|_| Stop::bad_batch())?;
-                Some(key_text(&map, pk).ok_or_else(Stop::bad_batch)?)
-            }
-            // A merge sync without a primary key cannot be committed.
-            (SyncMode::Merge, None) => return Err(Stop::bad_batch()),
-            _ => None,
-        };
-        spool.append_record(key.as_deref(), text).map_err(|e| {
-            tracing::warn!(error = %e, "spool write failed");
-            Stop {
-                outcome: JobOutcome::failed(FailureCategory::Platform, "spool"),
-                abort: Some("platform"),
-            }
-        })?;
-    }
-    Ok(())
-}
-
-fn spool_checkpoint(msg: Incoming, state: &mut State, spec: &JobSpec) -> Result<(), Stop> {
-    let (Some(_), Some(checkpoint), Some(spool)) =
-        (&spec.sync, msg.checkpoint, state.spool.as_mut())
-    else {
-        return Err(Stop::protocol());
-    };
-    let text = checkpoint.get();
-    if !is_object_text(text) {
-        return Err(Stop::bad_batch());
-    }
-    if text.len() as u64 > spec.limits.max_checkpoint_bytes {
-        return Err(Stop::output_limit("max_checkpoint_bytes"));
-    }
-    spool.append_checkpoint(text).map_err(|e| {
-        tracing::warn!(error = %e, "spool write failed");
-        Stop {
-            outcome: JobOutcome::failed(FailureCategory::Platform, "spool"),
-            abort: Some("platform"),
-        }
-    })
-}
-
-fn finish(msg: Incoming, state: &mut State) -> Result<JobOutcome, Stop> {
     let spool = match state.spool.take() {
         None => None,
         Some(w) => Some(w.finish().map_err(|e| {
@@ -590,7 +508,7 @@ pub fn signal_margin(budget: Duration) -> Duration {
         .min(budget / 2)
 }
 
-fn runner_failure(msg: Incoming, deadline: Instant, budget: Duration) -> JobOutcome {
+fn runner_failure(msg: Incoming, deadline: Instant, budget: Duration, env: &JobEnv) -> JobOutcome {
     // Keep only a short machine word: the runner never sends messages, and we never store one.
     let kind = msg
         .kind
@@ -601,6 +519,10 @@ fn runner_failure(msg: Incoming, deadline: Instant, budget: Duration) -> JobOutc
                     .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
         })
         .unwrap_or_else(|| "unknown".to_string());
+    // The kind is stored on the run: a lower-case token would fit the word rule.
+    if screen::leaks(screen::secrets(env).as_deref(), kind.as_bytes()) {
+        return JobOutcome::failed(FailureCategory::PackageError, screen::CREDENTIAL_LEAK);
+    }
     // Only `runner_error` is a fault of the platform's runner; every other failure it reports
     // (including `protocol`: the package broke the channel) is the package's, and is not retried.
     if kind == "runner_error" {

@@ -3,9 +3,11 @@
 
 #![allow(dead_code)]
 
+pub mod echo;
 pub mod harness;
 
 use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::{Request, Response};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
@@ -59,7 +61,7 @@ async fn handle(
     req: Request<hyper::body::Incoming>,
     seen: Arc<Mutex<Vec<Seen>>>,
     release: Arc<tokio::sync::Notify>,
-) -> Result<Response<Full<Bytes>>, Infallible> {
+) -> Result<Response<BoxBody<Bytes, Infallible>>, Infallible> {
     let method = req.method().to_string();
     let path_and_query = req
         .uri()
@@ -87,6 +89,10 @@ async fn handle(
         headers: headers.clone(),
         body: body.clone(),
     });
+    let query = req_query(&path_and_query);
+    if let Some(r) = echo::respond(&path, query, &headers) {
+        return Ok(r);
+    }
     let auth = headers.get("authorization").cloned().unwrap_or_default();
     let resp = match path.as_str() {
         "/echo" => json(
@@ -144,7 +150,14 @@ async fn handle(
         }
         _ => json(404, serde_json::json!({"error": "not found"})),
     };
-    Ok(resp)
+    Ok(resp.map(BodyExt::boxed))
+}
+
+fn req_query(path_and_query: &str) -> &str {
+    path_and_query
+        .split_once('?')
+        .map(|(_, q)| q)
+        .unwrap_or_default()
 }
 
 /// Starts the server on 127.0.0.1 with a certificate for `localhost` and 127.0.0.1.
