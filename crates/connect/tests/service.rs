@@ -84,6 +84,17 @@ async fn build_connection_verify_and_syncs_commit_all_or_nothing() {
         .create_connection("ws", bearer_connection("http://api.example.com", None))
         .expect_err("http origin");
     assert_eq!(e.class(), ErrorClass::Invalid);
+    // Names that could spoof the console or CLI are refused, naming the character.
+    for spoof in ["tickets\u{202e}gpj.exe", "a\u{200b}b"] {
+        let mut named = bearer_connection("https://api.example.com", None);
+        named.name = spoof.to_string();
+        let e = svc
+            .create_connection("ws", named)
+            .expect_err("spoofing name");
+        assert_eq!(e.class(), ErrorClass::Invalid);
+        assert!(e.to_string().contains("U+20"), "{e}");
+    }
+    assert!(svc.list_connections("ws").expect("list").is_empty());
     let c = svc
         .create_connection("ws", bearer_connection("https://api.example.com", None))
         .expect("create");

@@ -104,6 +104,7 @@ impl ConnectService {
         workspace: &str,
         req: CreateConnectionRequest,
     ) -> Result<Connection, ServiceError> {
+        check_name(&req.name)?;
         let (pv, def, _) = self.built_version(workspace, &req.package, &req.version)?;
         let config = Self::check_config(&def, req.config)?;
         let origin = self.check_origin(&req.origin)?;
@@ -152,6 +153,9 @@ impl ConnectService {
         id: &str,
         req: UpdateConnectionRequest,
     ) -> Result<Connection, ServiceError> {
+        if let Some(name) = &req.name {
+            check_name(name)?;
+        }
         let current = self.store.get_connection(workspace, id)?;
         let (_, def, _) = self.built_version(workspace, &current.package, &current.version)?;
         let config = match req.config {
@@ -378,4 +382,10 @@ impl ConnectService {
             run: Some(self.store.get_run(workspace, &run.id)?),
         })
     }
+}
+
+/// Connection names follow the platform's name rules (no control, invisible
+/// or bidirectional format characters that could spoof the console or CLI).
+fn check_name(name: &str) -> Result<(), ServiceError> {
+    sbx_api_types::validate::name("name", name).map_err(|e| ServiceError::Invalid(e.to_string()))
 }
