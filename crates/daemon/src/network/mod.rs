@@ -7,7 +7,9 @@
 //! after destroy, a crash or a daemon restart.
 
 pub mod broker;
+pub mod iana;
 pub mod policy;
+pub mod special;
 
 use crate::runtime::AgentConn;
 use policy::Cidr;
