@@ -8,10 +8,14 @@
 
 pub mod broker;
 pub mod iana;
+pub mod limits;
 pub mod policy;
+mod relay;
 pub mod special;
+pub mod tls;
 
 use crate::runtime::AgentConn;
+use limits::{GlobalLimits, SandboxLimits};
 use policy::Cidr;
 use sbx_api_types::{NetworkDenial, NetworkMode, NetworkPolicy, NetworkStatus};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -44,6 +48,8 @@ pub fn proxy_env() -> BTreeMap<String, String> {
 const RECENT_DENIALS: usize = 16;
 /// Denial log lines per sandbox per window.
 const LOG_BURST: u32 = 10;
+/// Characters of a refused host name kept in the recent denials.
+const MAX_DENIAL_HOST: usize = 255;
 /// Length of the log rate-limit window.
 const LOG_WINDOW: Duration = Duration::from_secs(10);
 
@@ -55,6 +61,8 @@ pub struct SandboxStats {
     failed: AtomicU64,
     recent: Mutex<VecDeque<NetworkDenial>>,
     log: Mutex<Option<(Instant, u32)>>,
+    /// Caps on what the sandbox's guest can make the broker hold.
+    limits: Arc<SandboxLimits>,
 }
 
 impl SandboxStats {
@@ -75,7 +83,8 @@ impl SandboxStats {
                 recent.pop_front();
             }
             recent.push_back(NetworkDenial {
-                host: host.to_string(),
+                // Guest-chosen: kept to the length of a DNS name.
+                host: host.chars().take(MAX_DENIAL_HOST).collect(),
                 port,
                 reason: reason.to_string(),
                 at: sbx_api_types::format_time(chrono::Utc::now()),
@@ -103,6 +112,8 @@ pub struct Network {
     default_policy: NetworkPolicy,
     test_public: Vec<Cidr>,
     stats: Mutex<HashMap<Uuid, Arc<SandboxStats>>>,
+    /// Daemon-wide caps of the brokers (sockets, host lookups).
+    global: Arc<GlobalLimits>,
 }
 
 impl Network {
@@ -119,6 +130,7 @@ impl Network {
             default_policy: NetworkPolicy::mode(default_mode),
             test_public,
             stats: Mutex::new(HashMap::new()),
+            global: Arc::default(),
         })
     }
 
@@ -177,14 +189,15 @@ impl Network {
                 return;
             }
         };
-        let ctx = broker::Ctx {
-            sandbox: id,
-            policy: policy.clone(),
-            test_public: self.test_public.clone(),
-            stats: self.stats(id),
-            conn: conn.clone(),
-            job: None,
-        };
+        let ctx = broker::Ctx::new(
+            id,
+            policy.clone(),
+            self.test_public.clone(),
+            self.stats(id),
+            conn.clone(),
+            None,
+            Arc::clone(&self.global),
+        );
         tokio::spawn(broker::run(Arc::new(ctx), stream));
     }
 
@@ -208,14 +221,15 @@ impl Network {
             let prefix = if ip.is_ipv4() { 32 } else { 128 };
             test_public.push(Cidr { net: *ip, prefix });
         }
-        let ctx = broker::Ctx {
-            sandbox: id,
-            policy: policy.clone(),
+        let ctx = broker::Ctx::new(
+            id,
+            policy.clone(),
             test_public,
-            stats: self.stats(id),
-            conn: conn.clone(),
-            job: None,
-        };
+            self.stats(id),
+            conn.clone(),
+            None,
+            Arc::clone(&self.global),
+        );
         tokio::spawn(broker::run(Arc::new(ctx), stream));
         Ok(())
     }
@@ -235,14 +249,15 @@ impl Network {
             .await
             .map_err(|e| format!("cannot start the job sandbox's proxies: {e}"))?;
         let (slot, channel) = broker::JobSlot::new();
-        let ctx = broker::Ctx {
-            sandbox: id,
-            policy: NetworkPolicy::mode(NetworkMode::None),
-            test_public: Vec::new(),
-            stats: self.stats(id),
-            conn: conn.clone(),
-            job: Some(slot),
-        };
+        let ctx = broker::Ctx::new(
+            id,
+            NetworkPolicy::mode(NetworkMode::None),
+            Vec::new(),
+            self.stats(id),
+            conn.clone(),
+            Some(slot),
+            Arc::clone(&self.global),
+        );
         tokio::spawn(broker::run(Arc::new(ctx), stream));
         Ok(channel)
     }
