@@ -2,7 +2,12 @@
 //! resolves with the host resolver (so `/etc/hosts` applies), checks every
 //! resolved address and the port against the policy, dials exactly the
 //! checked addresses (the answer is pinned: no second lookup) and relays with
-//! credit-based flow control.
+//! credit-based flow control ([`super::relay`]).
+//!
+//! The agent is untrusted input (the guest can replace it): a connection id
+//! reused while in use is a protocol error that ends the stream, and every
+//! dial, tunnel, buffered byte and lookup counts against the caps in
+//! [`super::limits`]; a dial or DNS query past them is refused at once, never queued.
 
 use super::limits::{self, ConnPermits, GlobalLimits, SandboxLimits};
 use super::policy::{self, Cidr, Facts};
