@@ -1,139 +1,18 @@
-//! The broker against a hostile agent: a fake agent on the other end of an
-//! in-process pipe sends whatever `net_*` events it likes.
+//! The broker against a hostile agent: conn ids, caps, DNS rate.
 
 use super::*;
-use crate::network::limits::{GlobalLimits, SandboxLimits, DNS_BURST, MAX_DIALS};
-use sbx_agent_proto::{read_frame, write_frame, Body, Frame, Header};
+use crate::network::limits::{SandboxLimits, DNS_BURST, MAX_DIALS};
+use crate::network::test_agent::{black_hole, open_fds, recorder, FakeAgent, BOUND, FD_TESTS};
+use sbx_agent_proto::{read_frame, Body};
 use sbx_api_types::NetworkMode;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream, ReadHalf, WriteHalf};
-use tokio::net::{TcpListener, TcpSocket};
-
-/// Serialises the tests that count this process's descriptors.
-static FD_TESTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// A bound for waits that should take milliseconds (a failure, not a sync point).
-const BOUND: Duration = Duration::from_secs(20);
-
-fn open_fds() -> usize {
-    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
-}
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[test]
 fn the_job_channel_is_handed_over_once() {
     let (slot, _rx) = JobSlot::new();
     assert!(slot.take().is_some());
     assert!(slot.take().is_none());
-}
-
-/// The agent end of a `net_serve` stream.
-struct FakeAgent {
-    rd: ReadHalf<DuplexStream>,
-    wr: WriteHalf<DuplexStream>,
-    serve: u64,
-    ctx: Arc<Ctx>,
-    broker: tokio::task::JoinHandle<()>,
-}
-
-impl FakeAgent {
-    /// Starts a broker for `mode` whose dials go to `route`; `tune` adjusts its context.
-    async fn start(
-        mode: NetworkMode,
-        route: Option<SocketAddr>,
-        tune: impl FnOnce(&mut Ctx),
-    ) -> FakeAgent {
-        let (client, server) = tokio::io::duplex(1 << 20);
-        let (cr, cw) = tokio::io::split(client);
-        let conn = AgentConn::new(cr, cw);
-        let (mut rd, wr) = tokio::io::split(server);
-        let stream = conn
-            .stream(Request::NetServe)
-            .await
-            .expect("net_serve sent");
-        let first = read_frame(&mut rd).await.expect("net_serve frame");
-        assert!(matches!(
-            first.header.body,
-            Body::Request(Request::NetServe)
-        ));
-        let mut ctx = Ctx::new(
-            Uuid::new_v4(),
-            NetworkPolicy::mode(mode),
-            Vec::new(),
-            Arc::new(SandboxStats::default()),
-            conn,
-            None,
-            Arc::new(GlobalLimits::default()),
-        );
-        ctx.route = route;
-        tune(&mut ctx);
-        let ctx = Arc::new(ctx);
-        let broker = tokio::spawn(run(Arc::clone(&ctx), stream));
-        FakeAgent {
-            rd,
-            wr,
-            serve: first.header.id,
-            ctx,
-            broker,
-        }
-    }
-
-    async fn event(&mut self, event: Event, payload: Vec<u8>) {
-        let header = Header {
-            id: self.serve,
-            body: Body::Event(event),
-        };
-        write_frame(&mut self.wr, &Frame::with_payload(header, payload))
-            .await
-            .expect("the broker reads its pipe");
-    }
-
-    async fn dial(&mut self, conn: u64) {
-        let (host, port) = ("dest.test".to_string(), 443);
-        self.event(Event::NetDial { conn, host, port }, Vec::new())
-            .await;
-    }
-
-    /// The next frame from the broker (`None`: the pipe closed).
-    async fn frame(&mut self) -> Option<(Body, Vec<u8>)> {
-        let f = tokio::time::timeout(BOUND, read_frame(&mut self.rd))
-            .await
-            .expect("the broker answers in time")
-            .ok()?;
-        assert_eq!(f.header.id, self.serve);
-        Some((f.header.body, f.payload))
-    }
-
-    /// The next dial result, skipping other frames.
-    async fn dial_result(&mut self) -> (u64, Option<NetError>) {
-        loop {
-            match self.frame().await {
-                Some((Body::Request(Request::NetDialResult { conn, error }), _)) => {
-                    return (conn, error)
-                }
-                Some(_) => continue,
-                None => panic!("pipe closed before a dial result"),
-            }
-        }
-    }
-}
-
-/// A loopback listener whose accept queue is full: connects to it hang (SYNs
-/// are dropped), like a destination that drops SYNs. The fillers keep it full.
-async fn black_hole() -> (TcpListener, Vec<TcpStream>, SocketAddr) {
-    let sock = TcpSocket::new_v4().unwrap();
-    sock.bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let listener = sock.listen(0).unwrap();
-    let addr = listener.local_addr().unwrap();
-    let mut fillers = Vec::new();
-    // Probes: each completes at once until the queue is full, then one hangs.
-    for _ in 0..8 {
-        match tokio::time::timeout(Duration::from_millis(300), TcpStream::connect(addr)).await {
-            Ok(Ok(s)) => fillers.push(s),
-            _ => break,
-        }
-    }
-    assert!(fillers.len() < 8, "the accept queue never filled");
-    (listener, fillers, addr)
 }
 
 #[tokio::test]
@@ -237,24 +116,6 @@ async fn dials_past_the_cap_are_refused_and_descriptors_stay_bounded() {
     assert!(after <= before + 4, "fds {before} -> {after}");
 }
 
-/// A loopback server that accepts everything and reports each connection's bytes.
-async fn recorder() -> (SocketAddr, tokio::sync::mpsc::Receiver<Vec<u8>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (tx, rx) = tokio::sync::mpsc::channel(64);
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = listener.accept().await {
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                let mut got = Vec::new();
-                let _ = s.read_to_end(&mut got).await;
-                let _ = tx.send(got).await;
-            });
-        }
-    });
-    (addr, rx)
-}
-
 #[tokio::test]
 async fn open_tunnels_are_capped_and_a_closed_one_frees_its_slot() {
     let _fds = FD_TESTS.lock().await;
@@ -300,136 +161,6 @@ async fn open_tunnels_are_capped_and_a_closed_one_frees_its_slot() {
         (1, Some(NetError::Failed)),
         "refused by the cap, not a protocol error"
     );
-}
-
-#[tokio::test]
-async fn https_only_forwards_nothing_before_a_whole_client_hello() {
-    const HELLO: &[u8] = include_bytes!("testdata/client_hello_openssl.bin");
-    let (addr, mut rx) = recorder().await;
-    let mut agent = FakeAgent::start(NetworkMode::HttpsOnly, Some(addr), |ctx| {
-        ctx.hello_timeout = Duration::from_millis(300);
-    })
-    .await;
-    let denied = |a: &FakeAgent| {
-        a.ctx
-            .stats
-            .denied
-            .load(std::sync::atomic::Ordering::Relaxed)
-    };
-    // The smuggled first byte: reset, and the server got not one byte.
-    agent.dial(1).await;
-    assert_eq!(agent.dial_result().await, (1, None));
-    agent
-        .event(
-            Event::NetData { conn: 1 },
-            b"\x16GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(),
-        )
-        .await;
-    let closed = agent.frame().await.unwrap().0;
-    assert!(
-        matches!(
-            closed,
-            Body::Request(Request::NetClose {
-                conn: 1,
-                reset: true
-            })
-        ),
-        "{closed:?}"
-    );
-    assert_eq!(
-        tokio::time::timeout(BOUND, rx.recv())
-            .await
-            .unwrap()
-            .unwrap(),
-        b""
-    );
-    assert_eq!(denied(&agent), 1);
-    // A truncated hello is cut when its time is up, still with nothing forwarded.
-    agent.dial(2).await;
-    assert_eq!(agent.dial_result().await, (2, None));
-    agent
-        .event(Event::NetData { conn: 2 }, HELLO[..100].to_vec())
-        .await;
-    let closed = agent.frame().await.unwrap().0;
-    assert!(
-        matches!(
-            closed,
-            Body::Request(Request::NetClose {
-                conn: 2,
-                reset: true
-            })
-        ),
-        "{closed:?}"
-    );
-    assert_eq!(
-        tokio::time::timeout(BOUND, rx.recv())
-            .await
-            .unwrap()
-            .unwrap(),
-        b""
-    );
-    assert_eq!(denied(&agent), 2);
-    // An oversize "hello" is cut as soon as its header says so.
-    agent.dial(3).await;
-    assert_eq!(agent.dial_result().await, (3, None));
-    agent
-        .event(
-            Event::NetData { conn: 3 },
-            b"\x16\x03\x01\x40\x00\x01\x01\x00\x00".to_vec(),
-        )
-        .await;
-    assert!(matches!(
-        agent.frame().await.unwrap().0,
-        Body::Request(Request::NetClose {
-            conn: 3,
-            reset: true
-        })
-    ));
-    assert_eq!(
-        tokio::time::timeout(BOUND, rx.recv())
-            .await
-            .unwrap()
-            .unwrap(),
-        b""
-    );
-    // A real hello split over three chunks, then application bytes: all of it arrives.
-    agent.dial(4).await;
-    assert_eq!(agent.dial_result().await, (4, None));
-    for part in [&HELLO[..3], &HELLO[3..200], &HELLO[200..]] {
-        agent.event(Event::NetData { conn: 4 }, part.to_vec()).await;
-    }
-    agent
-        .event(
-            Event::NetData { conn: 4 },
-            b"\x17\x03\x03\x00\x01z".to_vec(),
-        )
-        .await;
-    agent
-        .event(
-            Event::NetClose {
-                conn: 4,
-                reset: false,
-            },
-            Vec::new(),
-        )
-        .await;
-    let mut acked = 0;
-    while acked < HELLO.len() + 6 {
-        match agent.frame().await.unwrap().0 {
-            Body::Request(Request::NetAck { conn: 4, bytes }) => acked += bytes as usize,
-            other => panic!("{other:?}"),
-        }
-    }
-    let mut want = HELLO.to_vec();
-    want.extend_from_slice(b"\x17\x03\x03\x00\x01z");
-    assert_eq!(
-        tokio::time::timeout(BOUND, rx.recv())
-            .await
-            .unwrap()
-            .unwrap(),
-        want
-    );
-    assert_eq!(denied(&agent), 3);
 }
 
 #[tokio::test]
@@ -500,112 +231,50 @@ async fn dns_queries_past_the_rate_are_refused_and_counted() {
 }
 
 #[tokio::test]
-async fn guest_data_held_for_a_dial_in_flight_is_bounded() {
-    let _fds = FD_TESTS.lock().await;
-    let (_l, _fillers, addr) = black_hole().await;
-    let mut agent = FakeAgent::start(NetworkMode::Public, Some(addr), |ctx| {
-        ctx.limits = Arc::new(SandboxLimits::with_caps(8, 8, 768 * 1024));
-    })
-    .await;
-    agent.dial(1).await;
-    agent.dial(2).await;
-    // Many empty frames hold nothing.
-    for _ in 0..20_000 {
-        agent.event(Event::NetData { conn: 1 }, Vec::new()).await;
-        agent
-            .event(
-                Event::NetClose {
-                    conn: 1,
-                    reset: false,
-                },
-                Vec::new(),
-            )
-            .await;
-    }
-    // A window's worth on conn 2 is held; more than that resets it.
-    let chunk = vec![7u8; 64 * 1024];
-    for _ in 0..12 {
-        agent.event(Event::NetData { conn: 2 }, chunk.clone()).await;
-    }
-    // The budget: conn 3's first chunks fit under 768 KiB with conn 2's, the rest reset it.
-    agent.dial(3).await;
-    for _ in 0..8 {
-        agent.event(Event::NetData { conn: 3 }, chunk.clone()).await;
-    }
-    // Events are handled in order: once this answer is back, all of the above was.
-    let name = "198.51.100.7".to_string();
+async fn a_job_sandbox_gets_its_channel_once_and_nothing_else() {
+    let (slot, channel) = JobSlot::new();
+    let mut agent = FakeAgent::start(NetworkMode::None, None, |ctx| ctx.job = Some(slot)).await;
+    let host = JOB_CHANNEL_HOST.to_string();
     agent
         .event(
-            Event::NetResolve {
-                query: 1,
-                name,
-                ipv6: false,
+            Event::NetDial {
+                conn: 1,
+                host: host.clone(),
+                port: JOB_CHANNEL_PORT,
             },
             Vec::new(),
         )
         .await;
-    loop {
-        if let Some((Body::Request(Request::NetResolveResult { .. }), _)) = agent.frame().await {
-            break;
-        }
-    }
-    let held = agent.ctx.limits.buffered();
-    eprintln!("held for dials in flight: {held} bytes");
-    assert_eq!(
-        held,
-        768 * 1024,
-        "window of conn 2 plus conn 3 up to the budget"
-    );
-    drop(agent.wr);
-    drop(agent.rd);
-    tokio::time::timeout(BOUND, agent.broker)
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(
-        agent.ctx.limits.buffered(),
-        0,
-        "given back when the connections end"
-    );
-}
-
-#[tokio::test]
-async fn a_whole_connection_relays_both_ways() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let server = tokio::spawn(async move {
-        let (mut s, _) = listener.accept().await.unwrap();
-        let mut got = vec![0u8; 5];
-        s.read_exact(&mut got).await.unwrap();
-        s.write_all(b"pong").await.unwrap();
-        s.shutdown().await.unwrap();
-        got
-    });
-    let mut agent = FakeAgent::start(NetworkMode::Public, Some(addr), |_| {}).await;
-    agent.dial(1).await;
     assert_eq!(agent.dial_result().await, (1, None));
+    let mut ours = channel.await.expect("the channel is handed over");
     agent
-        .event(Event::NetData { conn: 1 }, b"pi".to_vec())
+        .event(Event::NetData { conn: 1 }, b"job".to_vec())
         .await;
-    agent
-        .event(Event::NetData { conn: 1 }, b"ng!".to_vec())
-        .await;
+    let mut got = [0u8; 3];
+    ours.read_exact(&mut got).await.unwrap();
+    assert_eq!(&got, b"job");
+    ours.write_all(b"ok").await.unwrap();
     let mut down = Vec::new();
-    let mut eof = false;
-    while !eof {
+    while down.len() < 2 {
         match agent.frame().await.unwrap() {
             (Body::Request(Request::NetData { conn: 1 }), p) => down.extend(p),
-            (
-                Body::Request(Request::NetClose {
-                    conn: 1,
-                    reset: false,
-                }),
-                _,
-            ) => eof = true,
             (Body::Request(Request::NetAck { conn: 1, .. }), _) => {}
             other => panic!("{other:?}"),
         }
     }
-    assert_eq!(down, b"pong");
-    assert_eq!(server.await.unwrap(), b"ping!");
+    assert_eq!(down, b"ok");
+    // A second channel, or any other destination: denied.
+    agent
+        .event(
+            Event::NetDial {
+                conn: 2,
+                host,
+                port: JOB_CHANNEL_PORT,
+            },
+            Vec::new(),
+        )
+        .await;
+    assert_eq!(agent.dial_result().await, (2, Some(NetError::Denied)));
+    agent.dial(3).await;
+    assert_eq!(agent.dial_result().await, (3, Some(NetError::Denied)));
 }

@@ -12,6 +12,8 @@ pub mod limits;
 pub mod policy;
 mod relay;
 pub mod special;
+#[cfg(test)]
+mod test_agent;
 pub mod tls;
 
 use crate::runtime::AgentConn;

@@ -286,3 +286,7 @@ pub(super) async fn relay<R, W>(
         }
     }
 }
+
+#[cfg(test)]
+#[path = "relay_tests.rs"]
+mod tests;
