@@ -2,29 +2,35 @@
 //! resolves with the host resolver (so `/etc/hosts` applies), checks every
 //! resolved address and the port against the policy, dials exactly the
 //! checked addresses (the answer is pinned: no second lookup) and relays with
-//! credit-based flow control.
+//! credit-based flow control ([`super::relay`]).
+//!
+//! The agent is untrusted input (the guest can replace it): a connection id
+//! reused while in use is a protocol error that ends the stream, and every
+//! dial, tunnel, buffered byte and lookup counts against the caps in
+//! [`super::limits`]; a dial or DNS query past them is refused at once, never queued.
 
+use super::limits::{self, ConnPermits, GlobalLimits, SandboxLimits};
 use super::policy::{self, Cidr, Facts};
+use super::relay::{relay, Flow, Inbox};
 use super::SandboxStats;
 use crate::runtime::{AgentConn, AgentStream, StreamItem};
-use sbx_agent_proto::{Event, NetError, Request, NET_CHUNK_BYTES, NET_WINDOW_BYTES};
-use sbx_api_types::{NetworkMode, NetworkPolicy};
+use sbx_agent_proto::{Event, NetError, Request, NET_WINDOW_BYTES};
+use sbx_api_types::NetworkPolicy;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
 use uuid::Uuid;
 
 /// Name resolution budget.
 const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Per-address connect budget.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Most connections one sandbox may have open through the broker.
-const MAX_CONNS: usize = 512;
+/// How long an `https-only` connection may take to send its whole ClientHello.
+const TLS_HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What one `net_serve` works with.
 pub struct Ctx {
@@ -40,6 +46,42 @@ pub struct Ctx {
     pub conn: AgentConn,
     /// Set for a Connect job sandbox: its only destination is the job channel.
     pub job: Option<Arc<JobSlot>>,
+    /// The sandbox's caps (connections, buffered bytes, DNS).
+    pub limits: Arc<SandboxLimits>,
+    /// The daemon-wide caps.
+    pub global: Arc<GlobalLimits>,
+    /// How long an `https-only` connection may take to send its ClientHello.
+    pub hello_timeout: Duration,
+    /// Unit tests: dial this address instead of deciding by the policy.
+    #[cfg(test)]
+    pub route: Option<SocketAddr>,
+}
+
+impl Ctx {
+    /// The context of one `net_serve` of sandbox `sandbox`.
+    pub fn new(
+        sandbox: Uuid,
+        policy: NetworkPolicy,
+        test_public: Vec<Cidr>,
+        stats: Arc<SandboxStats>,
+        conn: AgentConn,
+        job: Option<Arc<JobSlot>>,
+        global: Arc<GlobalLimits>,
+    ) -> Ctx {
+        Ctx {
+            sandbox,
+            policy,
+            test_public,
+            limits: Arc::clone(&stats.limits),
+            stats,
+            conn,
+            job,
+            global,
+            hello_timeout: TLS_HELLO_TIMEOUT,
+            #[cfg(test)]
+            route: None,
+        }
+    }
 }
 
 /// Host name of the job channel (`CONNECT sbx-job.internal:1`).
@@ -77,140 +119,207 @@ impl JobSlot {
     }
 }
 
-enum Down {
-    Data(Vec<u8>),
-    Eof,
-    Reset,
-}
-
+/// A connection as the stream task sees it.
 struct Remote {
-    tx: mpsc::UnboundedSender<Down>,
+    inbox: Arc<Inbox>,
     credit: Arc<Semaphore>,
-    unacked: Arc<AtomicU64>,
 }
 
-type Conns = Arc<Mutex<HashMap<u64, Remote>>>;
-
-fn lock(c: &Conns) -> std::sync::MutexGuard<'_, HashMap<u64, Remote>> {
-    c.lock().unwrap_or_else(|p| p.into_inner())
+/// Sends a frame on the `net_serve` stream; a failure means the agent is gone,
+/// which the stream's end reports.
+pub(super) async fn send(ctx: &Ctx, id: u64, request: Request) {
+    let _ = ctx.conn.send_on(id, request, Vec::new()).await;
 }
 
-/// Serves one `net_serve` stream until it ends (connection lost, replaced).
+/// Serves one `net_serve` stream until it ends (connection lost, replaced)
+/// or the agent breaks the protocol (a connection id reused while in use):
+/// then every connection and lookup it carried is stopped.
 pub async fn run(ctx: Arc<Ctx>, mut stream: AgentStream) {
     let id = stream.id();
-    let conns: Conns = Arc::default();
-    while let Some(item) = stream.next().await {
+    let mut conns: HashMap<u64, Remote> = HashMap::new();
+    // Connection tasks by task id, so a finished one frees its conn id.
+    let mut tasks: JoinSet<()> = JoinSet::new();
+    let mut task_conn: HashMap<tokio::task::Id, u64> = HashMap::new();
+    let mut capped_logged = false;
+    loop {
+        let item = tokio::select! {
+            item = stream.next() => item,
+            Some(done) = tasks.join_next_with_id(), if !tasks.is_empty() => {
+                forget(&mut conns, &mut task_conn, done);
+                continue;
+            }
+        };
+        // Finished connections free their ids before the event is looked at.
+        while let Some(done) = tasks.try_join_next_with_id() {
+            forget(&mut conns, &mut task_conn, done);
+        }
         let (event, payload) = match item {
-            StreamItem::Event(e, p) => (e, p),
-            StreamItem::End(..) | StreamItem::Failed(_) => break,
+            Some(StreamItem::Event(e, p)) => (e, p),
+            Some(StreamItem::End(..)) | Some(StreamItem::Failed(_)) | None => break,
         };
         match event {
             Event::NetDial { conn, host, port } => {
-                let (tx, rx) = mpsc::unbounded_channel();
-                let credit = Arc::new(Semaphore::new(NET_WINDOW_BYTES as usize));
-                let unacked = Arc::new(AtomicU64::new(0));
-                let remote = Remote {
-                    tx,
-                    credit: Arc::clone(&credit),
-                    unacked: Arc::clone(&unacked),
-                };
-                let full = {
-                    let mut map = lock(&conns);
-                    let full = map.len() >= MAX_CONNS;
-                    if !full {
-                        map.insert(conn, remote);
-                    }
-                    full
-                };
-                if full {
-                    ctx.stats.failed();
-                    let _ = ctx
-                        .conn
-                        .send_on(
-                            id,
-                            Request::NetDialResult {
-                                conn,
-                                error: Some(NetError::Failed),
-                            },
-                            Vec::new(),
-                        )
-                        .await;
-                    continue;
+                if conns.contains_key(&conn) {
+                    // Reuse would orphan the first dial (nothing would bound them): a protocol error.
+                    tracing::warn!(sandbox = %ctx.sandbox, conn, "agent reused a connection id in use; ending its net_serve");
+                    break;
                 }
+                let permits = match ctx.limits.admit(&ctx.global) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        ctx.stats.failed();
+                        if !capped_logged {
+                            capped_logged = true;
+                            tracing::warn!(sandbox = %ctx.sandbox, reason = e.reason(), "network connection refused: limit reached");
+                        }
+                        let error = Some(NetError::Failed);
+                        send(&ctx, id, Request::NetDialResult { conn, error }).await;
+                        continue;
+                    }
+                };
+                let inbox = Arc::new(Inbox::new(Arc::clone(&ctx.limits)));
+                let credit = Arc::new(Semaphore::new(NET_WINDOW_BYTES as usize));
+                let remote = Remote {
+                    inbox: Arc::clone(&inbox),
+                    credit: Arc::clone(&credit),
+                };
+                conns.insert(conn, remote);
                 let ctx = Arc::clone(&ctx);
-                let conns = Arc::clone(&conns);
-                tokio::spawn(async move {
-                    connection(&ctx, id, conn, host, port, rx, credit, unacked).await;
-                    lock(&conns).remove(&conn);
+                let flow = Flow { inbox, credit };
+                let task = tasks.spawn(async move {
+                    connection(&ctx, id, conn, host, port, flow, permits).await;
                 });
+                task_conn.insert(task.id(), conn);
             }
             Event::NetData { conn } => {
-                let map = lock(&conns);
-                if let Some(r) = map.get(&conn) {
-                    let n = r.unacked.fetch_add(payload.len() as u64, Ordering::Relaxed);
-                    if n + payload.len() as u64 > NET_WINDOW_BYTES {
-                        // The agent overran its window.
-                        let _ = r.tx.send(Down::Reset);
-                    } else {
-                        let _ = r.tx.send(Down::Data(payload));
-                    }
+                if let Some(r) = conns.get(&conn) {
+                    r.inbox.push(payload);
                 }
             }
             Event::NetAck { conn, bytes } => {
-                if let Some(r) = lock(&conns).get(&conn) {
+                if let Some(r) = conns.get(&conn) {
                     let room =
                         (NET_WINDOW_BYTES as usize).saturating_sub(r.credit.available_permits());
-                    r.credit.add_permits((bytes as usize).min(room));
+                    r.credit
+                        .add_permits(usize::try_from(bytes).unwrap_or(usize::MAX).min(room));
                 }
             }
             Event::NetClose { conn, reset } => {
-                if let Some(r) = lock(&conns).get(&conn) {
-                    let _ = r.tx.send(if reset { Down::Reset } else { Down::Eof });
+                if let Some(r) = conns.get(&conn) {
+                    r.inbox.close(reset);
                 }
             }
             Event::NetResolve { query, name, ipv6 } => {
-                let ctx = Arc::clone(&ctx);
-                tokio::spawn(async move {
-                    let (addrs, error) =
-                        match resolve(&ctx.policy, &ctx.test_public, &name, ipv6).await {
-                            Ok(addrs) => (addrs, None),
-                            Err(Ok(reason)) => {
-                                // Counted as a denial on port 0 (a lookup, not a connection).
-                                ctx.stats.denied(ctx.sandbox, &name, 0, reason);
-                                (Vec::new(), Some(NetError::Denied))
-                            }
-                            Err(Err(e)) => (Vec::new(), Some(e)),
-                        };
-                    let _ = ctx
-                        .conn
-                        .send_on(
+                let slot = match ctx.limits.dns_query(Instant::now()) {
+                    Ok(slot) => slot,
+                    Err(e) => {
+                        // Refused without a lookup: the responder answers SERVFAIL.
+                        ctx.stats.denied(ctx.sandbox, &name, 0, e.reason());
+                        let error = Some(NetError::Failed);
+                        let addrs = Vec::new();
+                        send(
+                            &ctx,
                             id,
                             Request::NetResolveResult {
                                 query,
                                 addrs,
                                 error,
                             },
-                            Vec::new(),
                         )
                         .await;
+                        continue;
+                    }
+                };
+                let ctx = Arc::clone(&ctx);
+                tasks.spawn(async move {
+                    let (addrs, error) = match resolve(&ctx, &name, ipv6, slot).await {
+                        Ok(addrs) => (addrs, None),
+                        Err(Ok(reason)) => {
+                            // Counted as a denial on port 0 (a lookup, not a connection).
+                            ctx.stats.denied(ctx.sandbox, &name, 0, reason);
+                            (Vec::new(), Some(NetError::Denied))
+                        }
+                        Err(Err(e)) => (Vec::new(), Some(e)),
+                    };
+                    send(
+                        &ctx,
+                        id,
+                        Request::NetResolveResult {
+                            query,
+                            addrs,
+                            error,
+                        },
+                    )
+                    .await;
                 });
             }
             _ => {}
         }
     }
-    // Dropping the senders ends every relay of this stream.
-    for (_, r) in lock(&conns).drain() {
+    // Aborting the tasks closes their sockets (a dial in flight included);
+    // waiting for them means they are closed when this returns.
+    tasks.abort_all();
+    for r in conns.values() {
         r.credit.close();
+    }
+    while tasks.join_next().await.is_some() {}
+}
+
+/// Forgets the connection of a finished task.
+fn forget(
+    conns: &mut HashMap<u64, Remote>,
+    task_conn: &mut HashMap<tokio::task::Id, u64>,
+    done: Result<(tokio::task::Id, ()), tokio::task::JoinError>,
+) {
+    let task = match done {
+        Ok((task, ())) => task,
+        Err(e) => e.id(),
+    };
+    if let Some(conn) = task_conn.remove(&task) {
+        conns.remove(&conn);
+    }
+}
+
+/// Resolves `host` with the host resolver (so `/etc/hosts` applies) within the
+/// sandbox's lookup slot `slot` and a daemon-wide one, which the blocking
+/// `getaddrinfo` holds until it returns, even after we gave up waiting.
+async fn lookup(
+    ctx: &Ctx,
+    host: &str,
+    slot: OwnedSemaphorePermit,
+    deadline: Instant,
+) -> Result<Vec<IpAddr>, NetError> {
+    let wait = deadline.saturating_duration_since(Instant::now());
+    let Some(permits) = limits::lookup_permits(slot, &ctx.global, wait).await else {
+        return Err(NetError::Failed);
+    };
+    let name = host.to_string();
+    let task = tokio::task::spawn_blocking(move || {
+        let _held = permits;
+        std::net::ToSocketAddrs::to_socket_addrs(&(name.as_str(), 0))
+            .map(|it| it.map(|a| a.ip()).collect::<Vec<IpAddr>>())
+    });
+    match tokio::time::timeout_at(deadline.into(), task).await {
+        Ok(Ok(Ok(found))) => {
+            let mut v: Vec<IpAddr> = Vec::new();
+            for ip in found {
+                if !v.contains(&ip) {
+                    v.push(ip);
+                }
+            }
+            Ok(v)
+        }
+        _ => Err(NetError::Resolve),
     }
 }
 
 /// Resolves and checks `host:port`; the addresses to dial, or why not.
 pub async fn decide(
-    policy: &NetworkPolicy,
-    test_public: &[Cidr],
+    ctx: &Ctx,
     host: &str,
     port: u16,
 ) -> Result<Vec<SocketAddr>, Result<&'static str, NetError>> {
+    let policy = &ctx.policy;
     let host = policy::normalize_host(host);
     if port == 0 || host.is_empty() {
         return Err(Ok("bad-destination"));
@@ -219,25 +328,19 @@ pub async fn decide(
     let addrs: Vec<IpAddr> = match host.parse::<IpAddr>() {
         Ok(ip) => vec![ip],
         Err(_) => {
-            let lookup = tokio::net::lookup_host((host.as_str(), port));
-            match tokio::time::timeout(RESOLVE_TIMEOUT, lookup).await {
-                Ok(Ok(it)) => {
-                    let mut v: Vec<IpAddr> = Vec::new();
-                    for a in it {
-                        if !v.contains(&a.ip()) {
-                            v.push(a.ip());
-                        }
-                    }
-                    v
-                }
-                _ => return Err(Err(NetError::Resolve)),
-            }
+            let deadline = Instant::now() + RESOLVE_TIMEOUT;
+            // Waits for a slot: dials in flight are capped, so the queue is too.
+            let slot = tokio::time::timeout_at(deadline.into(), ctx.limits.dial_lookup()).await;
+            let Ok(Some(slot)) = slot else {
+                return Err(Err(NetError::Resolve));
+            };
+            lookup(ctx, &host, slot, deadline).await.map_err(Err)?
         }
     };
     if addrs.is_empty() {
         return Err(Err(NetError::Resolve));
     }
-    let facts = Facts::current(test_public);
+    let facts = Facts::current(&ctx.test_public);
     // Every answer must pass: a name that resolves to any forbidden address is refused.
     for ip in &addrs {
         policy::check_resolved(policy, &facts, &host, *ip, port).map_err(Ok)?;
@@ -248,17 +351,19 @@ pub async fn decide(
         .collect())
 }
 
-/// A DNS lookup for the in-sandbox responder: the addresses of `name` in
-/// the asked family that the policy allows (each checked like a dial's, the
-/// port aside). `Ok(empty)` when only the other family has allowed addresses
-/// (NOERROR without answers); `Err(Ok(reason))` when the policy refuses the
-/// name or every address; `Err(Err(Resolve))` when the name does not resolve.
+/// A DNS lookup for the in-sandbox responder (its rate already checked and
+/// a lookup slot taken): the addresses of `name` in the asked family that the
+/// policy allows (each checked like a dial's, the port aside). `Ok(empty)`
+/// when only the other family has allowed addresses (NOERROR without
+/// answers); `Err(Ok(reason))` when the policy refuses the name or every
+/// address; `Err(Err(Resolve))` when the name does not resolve.
 pub async fn resolve(
-    policy: &NetworkPolicy,
-    test_public: &[Cidr],
+    ctx: &Ctx,
     name: &str,
     ipv6: bool,
+    slot: OwnedSemaphorePermit,
 ) -> Result<Vec<IpAddr>, Result<&'static str, NetError>> {
+    let policy = &ctx.policy;
     let host = policy::normalize_host(name);
     if host.is_empty() {
         return Err(Err(NetError::Resolve));
@@ -266,26 +371,14 @@ pub async fn resolve(
     policy::precheck_name(policy, &host).map_err(Ok)?;
     let found: Vec<IpAddr> = match host.parse::<IpAddr>() {
         Ok(ip) => vec![ip],
-        Err(_) => {
-            let lookup = tokio::net::lookup_host((host.as_str(), 0));
-            match tokio::time::timeout(RESOLVE_TIMEOUT, lookup).await {
-                Ok(Ok(it)) => {
-                    let mut v: Vec<IpAddr> = Vec::new();
-                    for a in it {
-                        if !v.contains(&a.ip()) {
-                            v.push(a.ip());
-                        }
-                    }
-                    v
-                }
-                _ => return Err(Err(NetError::Resolve)),
-            }
-        }
+        Err(_) => lookup(ctx, &host, slot, Instant::now() + RESOLVE_TIMEOUT)
+            .await
+            .map_err(Err)?,
     };
     if found.is_empty() {
         return Err(Err(NetError::Resolve));
     }
-    let facts = Facts::current(test_public);
+    let facts = Facts::current(&ctx.test_public);
     let mut reason = "";
     let allowed: Vec<IpAddr> = found
         .into_iter()
@@ -333,30 +426,31 @@ async fn dial(addrs: &[SocketAddr]) -> Result<TcpStream, NetError> {
     Err(last)
 }
 
-/// One proxied connection's byte counters and flow control, shared with the stream task.
-struct Flow {
-    down: mpsc::UnboundedReceiver<Down>,
-    credit: Arc<Semaphore>,
-    unacked: Arc<AtomicU64>,
+/// The addresses a dial goes to: decided by the policy (or, in unit tests
+/// that set [`Ctx::route`], that one address).
+async fn destination(
+    ctx: &Ctx,
+    host: &str,
+    port: u16,
+) -> Result<Vec<SocketAddr>, Result<&'static str, NetError>> {
+    #[cfg(test)]
+    if let Some(route) = ctx.route {
+        return Ok(vec![route]);
+    }
+    decide(ctx, host, port).await
 }
 
-#[allow(clippy::too_many_arguments)]
+/// One connection from dial to close; `permits` are held to the end (the
+/// dial slot only while dialling).
 async fn connection(
     ctx: &Ctx,
     id: u64,
     conn: u64,
     host: String,
     port: u16,
-    down: mpsc::UnboundedReceiver<Down>,
-    credit: Arc<Semaphore>,
-    unacked: Arc<AtomicU64>,
+    flow: Flow,
+    mut permits: ConnPermits,
 ) {
-    let flow = Flow {
-        down,
-        credit,
-        unacked,
-    };
-    let agent = &ctx.conn;
     let result = |error| Request::NetDialResult { conn, error };
     if let Some(slot) = &ctx.job {
         // A job sandbox: the channel once, nothing else.
@@ -370,40 +464,40 @@ async fn connection(
                 "job-sandbox"
             };
             ctx.stats.denied(ctx.sandbox, &host, port, reason);
-            let _ = agent
-                .send_on(id, result(Some(NetError::Denied)), Vec::new())
-                .await;
+            send(ctx, id, result(Some(NetError::Denied))).await;
             return;
         };
         let (ours, theirs) = tokio::io::duplex(JOB_PIPE_BYTES);
         if sender.send(theirs).is_err() {
             // Nobody waits for the channel any more (the job gave up).
             ctx.stats.failed();
-            let _ = agent
-                .send_on(id, result(Some(NetError::Failed)), Vec::new())
-                .await;
+            send(ctx, id, result(Some(NetError::Failed))).await;
             return;
         }
+        permits.dial = None;
         ctx.stats.allowed();
-        if agent.send_on(id, result(None), Vec::new()).await.is_err() {
+        if ctx
+            .conn
+            .send_on(id, result(None), Vec::new())
+            .await
+            .is_err()
+        {
             return;
         }
         let (rd, wr) = tokio::io::split(ours);
         relay(ctx, id, conn, &host, port, rd, wr, flow).await;
         return;
     }
-    let addrs = match decide(&ctx.policy, &ctx.test_public, &host, port).await {
+    let addrs = match destination(ctx, &host, port).await {
         Ok(a) => a,
         Err(Ok(reason)) => {
             ctx.stats.denied(ctx.sandbox, &host, port, reason);
-            let _ = agent
-                .send_on(id, result(Some(NetError::Denied)), Vec::new())
-                .await;
+            send(ctx, id, result(Some(NetError::Denied))).await;
             return;
         }
         Err(Err(e)) => {
             ctx.stats.failed();
-            let _ = agent.send_on(id, result(Some(e)), Vec::new()).await;
+            send(ctx, id, result(Some(e))).await;
             return;
         }
     };
@@ -411,125 +505,25 @@ async fn connection(
         Ok(s) => s,
         Err(e) => {
             ctx.stats.failed();
-            let _ = agent.send_on(id, result(Some(e)), Vec::new()).await;
+            send(ctx, id, result(Some(e))).await;
             return;
         }
     };
+    permits.dial = None;
     ctx.stats.allowed();
     let _ = stream.set_nodelay(true);
-    if agent.send_on(id, result(None), Vec::new()).await.is_err() {
+    if ctx
+        .conn
+        .send_on(id, result(None), Vec::new())
+        .await
+        .is_err()
+    {
         return;
     }
     let (rd, wr) = stream.into_split();
     relay(ctx, id, conn, &host, port, rd, wr, flow).await;
 }
 
-/// Relays one accepted connection between the agent stream and `rd`/`wr`
-/// (a dialled TCP stream, or the in-process job channel) until both sides are done.
-#[allow(clippy::too_many_arguments)]
-async fn relay<R, W>(
-    ctx: &Ctx,
-    id: u64,
-    conn: u64,
-    host: &str,
-    port: u16,
-    mut rd: R,
-    mut wr: W,
-    flow: Flow,
-) where
-    R: AsyncRead + Unpin + Send + 'static,
-    W: AsyncWrite + Unpin,
-{
-    let Flow {
-        mut down,
-        credit,
-        unacked,
-    } = flow;
-    let agent = &ctx.conn;
-    let up_agent = agent.clone();
-    let mut up = tokio::spawn(async move {
-        let mut buf = vec![0u8; NET_CHUNK_BYTES];
-        loop {
-            match rd.read(&mut buf).await {
-                Ok(0) => {
-                    let _ = up_agent
-                        .send_on(id, Request::NetClose { conn, reset: false }, Vec::new())
-                        .await;
-                    return true;
-                }
-                Ok(n) => {
-                    let Ok(permit) = credit.acquire_many(n as u32).await else {
-                        return false;
-                    };
-                    permit.forget();
-                    if up_agent
-                        .send_on(id, Request::NetData { conn }, buf[..n].to_vec())
-                        .await
-                        .is_err()
-                    {
-                        return false;
-                    }
-                }
-                Err(_) => {
-                    let _ = up_agent
-                        .send_on(id, Request::NetClose { conn, reset: true }, Vec::new())
-                        .await;
-                    return false;
-                }
-            }
-        }
-    });
-    let mut need_tls = ctx.policy.mode == NetworkMode::HttpsOnly;
-    let mut up_done: Option<bool> = None;
-    let mut down_done = false;
-    loop {
-        tokio::select! {
-            r = &mut up, if up_done.is_none() => {
-                let ok = r.unwrap_or(false);
-                up_done = Some(ok);
-                if !ok || down_done { break; }
-            }
-            item = down.recv(), if !down_done => match item {
-                Some(Down::Data(bytes)) => {
-                    if need_tls && !bytes.is_empty() {
-                        need_tls = false;
-                        // A TLS handshake record starts with 0x16; anything else is not HTTPS.
-                        if bytes[0] != 0x16 {
-                            ctx.stats.denied(ctx.sandbox, host, port, "not-tls");
-                            let _ = agent.send_on(id, Request::NetClose { conn, reset: true }, Vec::new()).await;
-                            break;
-                        }
-                    }
-                    let n = bytes.len() as u64;
-                    if wr.write_all(&bytes).await.is_err() {
-                        let _ = agent.send_on(id, Request::NetClose { conn, reset: true }, Vec::new()).await;
-                        break;
-                    }
-                    let _ = unacked.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(v.saturating_sub(n)));
-                    if agent.send_on(id, Request::NetAck { conn, bytes: n }, Vec::new()).await.is_err() {
-                        break;
-                    }
-                }
-                Some(Down::Eof) => {
-                    let _ = wr.shutdown().await;
-                    down_done = true;
-                    if up_done.is_some() { break; }
-                }
-                Some(Down::Reset) | None => break,
-            },
-        }
-    }
-    up.abort();
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_job_channel_is_handed_over_once() {
-        let (slot, _rx) = JobSlot::new();
-        assert!(slot.take().is_some());
-        assert!(slot.take().is_none());
-    }
-}
+#[path = "broker_tests.rs"]
+mod tests;

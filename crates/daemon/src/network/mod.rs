@@ -7,9 +7,17 @@
 //! after destroy, a crash or a daemon restart.
 
 pub mod broker;
+pub mod iana;
+pub mod limits;
 pub mod policy;
+mod relay;
+pub mod special;
+#[cfg(test)]
+mod test_agent;
+pub mod tls;
 
 use crate::runtime::AgentConn;
+use limits::{GlobalLimits, SandboxLimits};
 use policy::Cidr;
 use sbx_api_types::{NetworkDenial, NetworkMode, NetworkPolicy, NetworkStatus};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -42,6 +50,8 @@ pub fn proxy_env() -> BTreeMap<String, String> {
 const RECENT_DENIALS: usize = 16;
 /// Denial log lines per sandbox per window.
 const LOG_BURST: u32 = 10;
+/// Characters of a refused host name kept in the recent denials.
+const MAX_DENIAL_HOST: usize = 255;
 /// Length of the log rate-limit window.
 const LOG_WINDOW: Duration = Duration::from_secs(10);
 
@@ -53,6 +63,8 @@ pub struct SandboxStats {
     failed: AtomicU64,
     recent: Mutex<VecDeque<NetworkDenial>>,
     log: Mutex<Option<(Instant, u32)>>,
+    /// Caps on what the sandbox's guest can make the broker hold.
+    limits: Arc<SandboxLimits>,
 }
 
 impl SandboxStats {
@@ -73,7 +85,8 @@ impl SandboxStats {
                 recent.pop_front();
             }
             recent.push_back(NetworkDenial {
-                host: host.to_string(),
+                // Guest-chosen: kept to the length of a DNS name.
+                host: host.chars().take(MAX_DENIAL_HOST).collect(),
                 port,
                 reason: reason.to_string(),
                 at: sbx_api_types::format_time(chrono::Utc::now()),
@@ -101,6 +114,8 @@ pub struct Network {
     default_policy: NetworkPolicy,
     test_public: Vec<Cidr>,
     stats: Mutex<HashMap<Uuid, Arc<SandboxStats>>>,
+    /// Daemon-wide caps of the brokers (sockets, host lookups).
+    global: Arc<GlobalLimits>,
 }
 
 impl Network {
@@ -117,6 +132,7 @@ impl Network {
             default_policy: NetworkPolicy::mode(default_mode),
             test_public,
             stats: Mutex::new(HashMap::new()),
+            global: Arc::default(),
         })
     }
 
@@ -175,14 +191,15 @@ impl Network {
                 return;
             }
         };
-        let ctx = broker::Ctx {
-            sandbox: id,
-            policy: policy.clone(),
-            test_public: self.test_public.clone(),
-            stats: self.stats(id),
-            conn: conn.clone(),
-            job: None,
-        };
+        let ctx = broker::Ctx::new(
+            id,
+            policy.clone(),
+            self.test_public.clone(),
+            self.stats(id),
+            conn.clone(),
+            None,
+            Arc::clone(&self.global),
+        );
         tokio::spawn(broker::run(Arc::new(ctx), stream));
     }
 
@@ -206,14 +223,15 @@ impl Network {
             let prefix = if ip.is_ipv4() { 32 } else { 128 };
             test_public.push(Cidr { net: *ip, prefix });
         }
-        let ctx = broker::Ctx {
-            sandbox: id,
-            policy: policy.clone(),
+        let ctx = broker::Ctx::new(
+            id,
+            policy.clone(),
             test_public,
-            stats: self.stats(id),
-            conn: conn.clone(),
-            job: None,
-        };
+            self.stats(id),
+            conn.clone(),
+            None,
+            Arc::clone(&self.global),
+        );
         tokio::spawn(broker::run(Arc::new(ctx), stream));
         Ok(())
     }
@@ -233,14 +251,15 @@ impl Network {
             .await
             .map_err(|e| format!("cannot start the job sandbox's proxies: {e}"))?;
         let (slot, channel) = broker::JobSlot::new();
-        let ctx = broker::Ctx {
-            sandbox: id,
-            policy: NetworkPolicy::mode(NetworkMode::None),
-            test_public: Vec::new(),
-            stats: self.stats(id),
-            conn: conn.clone(),
-            job: Some(slot),
-        };
+        let ctx = broker::Ctx::new(
+            id,
+            NetworkPolicy::mode(NetworkMode::None),
+            Vec::new(),
+            self.stats(id),
+            conn.clone(),
+            Some(slot),
+            Arc::clone(&self.global),
+        );
         tokio::spawn(broker::run(Arc::new(ctx), stream));
         Ok(channel)
     }

@@ -3,144 +3,26 @@
 //! Always denied, whatever the policy: loopback, link-local (incl.
 //! 169.254.169.254), multicast, broadcast, unspecified/"this network", the
 //! host's own addresses; and, unless an operator marks the range public with
-//! `--network-test-public-cidr` (tests only), private (10/8, 172.16/12,
-//! 192.168/16), CGNAT (100.64/10), other reserved IPv4 space, IPv6 ULA
-//! (fc00::/7) and site-local, and the networks the host's interfaces are
-//! directly connected to (its LAN neighbours and gateway, whatever their
-//! class). IPv4-mapped, NAT64 and 6to4 IPv6 addresses are judged by the IPv4
-//! address they carry. Documentation ranges (192.0.2/24, 198.51.100/24,
+//! `--network-test-public-cidr` (tests only), every other block IANA's
+//! special-purpose registries call not globally reachable (private, CGNAT,
+//! benchmarking, ULA, ...; see [`super::special`], which also decodes the
+//! IPv6 forms that embed an IPv4 address), and the networks the host's
+//! interfaces are directly connected to (its LAN neighbours and gateway,
+//! whatever their class). Documentation ranges (192.0.2/24, 198.51.100/24,
 //! 203.0.113/24, 2001:db8::/32) count as public: this machine's package
-//! registries resolve to one (DESIGN.md).
+//! registries resolve to one (DESIGN.md); `3fff::/20` does not.
 //!
 //! A Connect build sandbox's registry addresses are marked like test ranges
 //! (`Network::serve_build`), so a registry on the host's own network stays
 //! reachable for builds.
 
+use super::special::carried_v4;
 use sbx_api_types::network::{mask, parse_cidr};
 use sbx_api_types::{NetworkMode, NetworkPolicy};
 use std::collections::HashSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-/// A non-public address class.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Class {
-    /// Short reason shown in counters and logs.
-    pub reason: &'static str,
-    /// Whether `--network-test-public-cidr` may mark it public.
-    pub overridable: bool,
-}
-
-const fn never(reason: &'static str) -> Option<Class> {
-    Some(Class {
-        reason,
-        overridable: false,
-    })
-}
-
-const fn unless_marked(reason: &'static str) -> Option<Class> {
-    Some(Class {
-        reason,
-        overridable: true,
-    })
-}
-
-fn in_v4(ip: Ipv4Addr, net: [u8; 4], prefix: u8) -> bool {
-    mask(IpAddr::V4(ip), prefix) == IpAddr::V4(Ipv4Addr::from(net))
-}
-
-/// The class of a non-public IPv4 address, `None` when public.
-pub fn classify_v4(ip: Ipv4Addr) -> Option<Class> {
-    if ip.is_loopback() {
-        return never("loopback");
-    }
-    if ip.is_unspecified() || in_v4(ip, [0, 0, 0, 0], 8) {
-        return never("unspecified");
-    }
-    if ip.is_link_local() {
-        return never("link-local");
-    }
-    if ip.is_multicast() {
-        return never("multicast");
-    }
-    if ip.is_broadcast() {
-        return never("broadcast");
-    }
-    if ip.is_private() {
-        return unless_marked("private");
-    }
-    if in_v4(ip, [100, 64, 0, 0], 10) {
-        return unless_marked("cgnat");
-    }
-    if in_v4(ip, [192, 0, 0, 0], 24)
-        || in_v4(ip, [198, 18, 0, 0], 15)
-        || in_v4(ip, [240, 0, 0, 0], 4)
-    {
-        return unless_marked("reserved");
-    }
-    None
-}
-
-/// The class of a non-public IPv6 address, `None` when public.
-pub fn classify_v6(ip: Ipv6Addr) -> Option<Class> {
-    let bits = u128::from(ip);
-    let in6 = |net: u128, prefix: u32| (bits >> (128 - prefix)) == (net >> (128 - prefix));
-    if ip.is_loopback() {
-        return never("loopback");
-    }
-    if ip.is_unspecified() {
-        return never("unspecified");
-    }
-    if let Some(v4) = carried_v4(ip) {
-        return classify_v4(v4);
-    }
-    if in6(0, 96) {
-        // IPv4-compatible (deprecated) addresses.
-        return never("reserved");
-    }
-    if in6(0x2001_0000_u128 << 96, 32) {
-        return never("teredo");
-    }
-    if in6(0xfe80_u128 << 112, 10) {
-        return never("link-local");
-    }
-    if in6(0xff00_u128 << 112, 8) {
-        return never("multicast");
-    }
-    if in6(0xfc00_u128 << 112, 7) {
-        return unless_marked("private");
-    }
-    if in6(0xfec0_u128 << 112, 10) {
-        return unless_marked("private");
-    }
-    if in6(0x0100_u128 << 112, 64) {
-        return unless_marked("reserved");
-    }
-    None
-}
-
-/// The IPv4 address an IPv4-mapped, NAT64 (64:ff9b::/96) or 6to4 (2002::/16)
-/// address reaches: these are judged as that address, or a guest could dress
-/// a forbidden IPv4 destination up as IPv6.
-fn carried_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
-    let bits = u128::from(ip);
-    if let Some(v4) = ip.to_ipv4_mapped() {
-        Some(v4)
-    } else if bits >> 32 == 0x0064_ff9b_u128 << 64 {
-        Some(Ipv4Addr::from(bits as u32))
-    } else if bits >> 112 == 0x2002 {
-        Some(Ipv4Addr::from((bits >> 80) as u32))
-    } else {
-        None
-    }
-}
-
-/// The class of a non-public address, `None` when public.
-pub fn classify(ip: IpAddr) -> Option<Class> {
-    match ip {
-        IpAddr::V4(v4) => classify_v4(v4),
-        IpAddr::V6(v6) => classify_v6(v6),
-    }
-}
+pub use super::special::{classify, classify_v4, classify_v6, Class};
 
 /// A parsed CIDR.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -468,7 +350,8 @@ mod tests {
             ("::ffff:169.254.169.254", "link-local"),
             ("64:ff9b::a9fe:a9fe", "link-local"),
             ("2002:7f00:1::", "loopback"),
-            ("::127.0.0.1", "reserved"),
+            // IPv4-compatible: judged by the IPv4 address it carries first.
+            ("::127.0.0.1", "loopback"),
             ("198.18.0.1", "reserved"),
             ("240.0.0.1", "reserved"),
         ] {
