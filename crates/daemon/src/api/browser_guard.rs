@@ -224,12 +224,12 @@ fn has_body(headers: &HeaderMap) -> bool {
 /// (a tarball) and the console sign-in (JSON or a form, origin-checked itself).
 fn body_is_not_json(method: &Method, path: &str) -> bool {
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    match (method, segments.as_slice()) {
-        (&Method::PUT, ["v2", "sandboxes", _, "files"]) => true,
-        (&Method::POST, ["v1", "connect", "packages"]) => true,
-        (&Method::POST, ["console", "session"]) => true,
-        _ => false,
-    }
+    matches!(
+        (method, segments.as_slice()),
+        (&Method::PUT, ["v2", "sandboxes", _, "files"])
+            | (&Method::POST, ["v1", "connect", "packages"])
+            | (&Method::POST, ["console", "session"])
+    )
 }
 
 /// `application/json`, with or without parameters (`; charset=utf-8`).
