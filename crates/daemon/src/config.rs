@@ -35,6 +35,43 @@ pub struct Config {
     pub warm_pool: std::collections::BTreeMap<(u32, u32), usize>,
     /// What the node may hand out to sandboxes (admission control).
     pub capacity: CapacityConfig,
+    /// HTTP server timeouts, connection caps and the browser guard.
+    pub http: HttpConfig,
+}
+
+/// HTTP server settings (`crate::server`) and the browser guard (`crate::api::browser_guard`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpConfig {
+    /// A request head must arrive within this long: of a new connection's
+    /// accept, and of the first byte of a request on a kept-alive one.
+    pub header_timeout: Duration,
+    /// A request body being read that delivers no byte for this long is aborted.
+    pub body_timeout: Duration,
+    /// A kept-alive connection with no request in progress is closed after this long.
+    pub idle_timeout: Duration,
+    /// Open HTTP connections; more are accepted and closed at once.
+    pub max_connections: usize,
+    /// Open HTTP connections per source address (IPv6: per /64).
+    pub max_connections_per_ip: usize,
+    /// Refuse foreign `Host` headers, cross-origin unsafe requests and
+    /// non-JSON bodies on JSON routes (on by default in dev mode).
+    pub browser_guard: bool,
+    /// Host names accepted besides loopback names and the listen address.
+    pub allowed_hosts: Vec<String>,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: 4096,
+            max_connections_per_ip: 1024,
+            browser_guard: false,
+            allowed_hosts: Vec::new(),
+        }
+    }
 }
 
 /// Admission control settings: the node's capacity and how far to overcommit it.
@@ -133,6 +170,9 @@ pub enum ConfigError {
     /// A sandbox disk too small to format.
     #[error("--sandbox-disk-mb {0} is too small: use 0 (no limit) or at least {min}", min = crate::runtime::disk::MIN_DISK_MB)]
     DiskTooSmall(u64),
+    /// An HTTP timeout or connection cap of zero would refuse every request.
+    #[error("{0} must be at least 1")]
+    HttpZero(&'static str),
 }
 
 impl Config {
@@ -147,6 +187,21 @@ impl Config {
         let disk = self.limits.sandbox_disk_mb;
         if disk != 0 && disk < crate::runtime::disk::MIN_DISK_MB {
             return Err(ConfigError::DiskTooSmall(disk));
+        }
+        let http = &self.http;
+        for (value, flag) in [
+            (http.header_timeout.as_secs(), "--http-header-timeout-secs"),
+            (http.body_timeout.as_secs(), "--http-body-timeout-secs"),
+            (http.idle_timeout.as_secs(), "--http-idle-timeout-secs"),
+            (http.max_connections as u64, "--http-max-connections"),
+            (
+                http.max_connections_per_ip as u64,
+                "--http-max-connections-per-ip",
+            ),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::HttpZero(flag));
+            }
         }
         Ok(())
     }
@@ -227,7 +282,22 @@ mod tests {
             network_test_public: vec![],
             warm_pool: Default::default(),
             capacity: CapacityConfig::default(),
+            http: HttpConfig::default(),
         }
+    }
+
+    #[test]
+    fn http_figures_are_not_zero() {
+        assert!(base().validate().is_ok());
+        let mut c = base();
+        c.http.header_timeout = Duration::ZERO;
+        assert!(matches!(c.validate(), Err(ConfigError::HttpZero(_))));
+        let mut c = base();
+        c.http.max_connections_per_ip = 0;
+        assert!(matches!(
+            c.validate(),
+            Err(ConfigError::HttpZero("--http-max-connections-per-ip"))
+        ));
     }
 
     #[test]

@@ -7,5 +7,6 @@ pub mod console;
 pub mod network;
 pub mod reaper;
 pub mod runtime;
+pub mod server;
 pub mod service;
 pub mod tenants;

@@ -99,7 +99,46 @@ struct Args {
     #[arg(long, env = "SBX_GUEST_TASK_LIMIT", default_value_t = 1024)]
     guest_task_limit: u64,
     #[command(flatten)]
+    http: HttpArgs,
+    #[command(flatten)]
     connect: ConnectArgs,
+}
+
+/// Settings of the HTTP server and the browser guard.
+#[derive(clap::Args, Debug)]
+struct HttpArgs {
+    /// A request head must arrive within this many seconds (of the accept, or
+    /// of its first byte on a kept-alive connection).
+    #[arg(long, env = "SBX_HTTP_HEADER_TIMEOUT_SECS", default_value_t = 10)]
+    http_header_timeout_secs: u64,
+    /// A request body that sends no byte for this many seconds while it is
+    /// read is aborted.
+    #[arg(long, env = "SBX_HTTP_BODY_TIMEOUT_SECS", default_value_t = 30)]
+    http_body_timeout_secs: u64,
+    /// A kept-alive connection with no request in progress is closed after
+    /// this many seconds (responses that stream or wait are not idle).
+    #[arg(long, env = "SBX_HTTP_IDLE_TIMEOUT_SECS", default_value_t = 60)]
+    http_idle_timeout_secs: u64,
+    /// Open HTTP connections; more are accepted and closed at once.
+    #[arg(long, env = "SBX_HTTP_MAX_CONNECTIONS", default_value_t = 4096)]
+    http_max_connections: usize,
+    /// Open HTTP connections per source address (IPv6: per /64). Behind a
+    /// reverse proxy every connection comes from the proxy: raise it to
+    /// --http-max-connections there.
+    #[arg(long, env = "SBX_HTTP_MAX_CONNECTIONS_PER_IP", default_value_t = 1024)]
+    http_max_connections_per_ip: usize,
+    /// Refuse foreign Host headers, cross-origin unsafe requests and non-JSON
+    /// bodies on JSON routes (default: on with --dev, off otherwise).
+    #[arg(long, env = "SBX_HTTP_BROWSER_GUARD", action = clap::ArgAction::Set)]
+    http_browser_guard: Option<bool>,
+    /// A Host name the browser guard accepts besides loopback names and the
+    /// listen address (repeatable; comma-separated in SBX_HTTP_ALLOWED_HOSTS).
+    #[arg(
+        long = "http-allowed-host",
+        env = "SBX_HTTP_ALLOWED_HOSTS",
+        value_delimiter = ','
+    )]
+    http_allowed_hosts: Vec<String>,
 }
 
 /// Settings of the Connect runtime.
@@ -277,6 +316,21 @@ async fn main() -> anyhow::Result<()> {
             cpu_overcommit: args.cpu_overcommit,
             min_free_disk_mb: args.min_free_disk_mb,
         },
+        http: sbx_daemon::config::HttpConfig {
+            header_timeout: Duration::from_secs(args.http.http_header_timeout_secs),
+            body_timeout: Duration::from_secs(args.http.http_body_timeout_secs),
+            idle_timeout: Duration::from_secs(args.http.http_idle_timeout_secs),
+            max_connections: args.http.http_max_connections,
+            max_connections_per_ip: args.http.http_max_connections_per_ip,
+            browser_guard: args.http.http_browser_guard.unwrap_or(args.dev),
+            allowed_hosts: args
+                .http
+                .http_allowed_hosts
+                .iter()
+                .map(|h| h.trim().to_ascii_lowercase())
+                .filter(|h| !h.is_empty())
+                .collect(),
+        },
     };
     sbx_daemon::network::Network::new(config.default_network, &config.network_test_public)
         .map_err(anyhow::Error::msg)?;
@@ -361,12 +415,16 @@ async fn main() -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?;
-    tracing::info!(listen = %config.listen, dev = config.dev, "sbxd ready");
-    axum::serve(listener, sbx_daemon::api::router(service))
-        .with_graceful_shutdown(async {
+    tracing::info!(listen = %config.listen, dev = config.dev, browser_guard = config.http.browser_guard, "sbxd ready");
+    sbx_daemon::server::serve(
+        listener,
+        sbx_daemon::api::router(service),
+        &config.http,
+        async {
             let _ = tokio::signal::ctrl_c().await;
-        })
-        .await?;
+        },
+    )
+    .await;
     Ok(())
 }
 

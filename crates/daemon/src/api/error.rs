@@ -1,5 +1,6 @@
 //! The one place where errors become HTTP statuses and codes.
 
+use super::browser_guard::GuardError;
 use crate::service::ServiceError;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -175,13 +176,36 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.code.http_status())
             .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let body = serde_json::to_vec(&ErrorBody::new(self.code.as_str(), self.message))
-            .unwrap_or_default();
-        let mut resp = (status, body).into_response();
-        resp.headers_mut()
-            .insert("content-type", HeaderValue::from_static("application/json"));
-        resp
+        envelope(status, self.code.as_str(), self.message)
     }
+}
+
+/// The browser guard's refusals. Their codes are sbxd's own, outside
+/// `ErrorCode` for now (docs/openapi.yaml lists them in its introduction).
+impl IntoResponse for GuardError {
+    fn into_response(self) -> Response {
+        let (status, code) = match &self {
+            GuardError::ForeignHost(_) => (StatusCode::FORBIDDEN, "forbidden_host"),
+            GuardError::ForeignOrigin(_) | GuardError::CrossSite(_) => {
+                (StatusCode::FORBIDDEN, "forbidden_origin")
+            }
+            GuardError::NotJson(_) => {
+                (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
+            }
+        };
+        // Not debug: a console that stops working should say why in the log.
+        tracing::info!(error = %self, code, "browser guard refused a request");
+        envelope(status, code, self.to_string())
+    }
+}
+
+/// The error envelope `{"errors":[{code, message}]}` with its status.
+fn envelope(status: StatusCode, code: &str, message: String) -> Response {
+    let body = serde_json::to_vec(&ErrorBody::new(code, message)).unwrap_or_default();
+    let mut resp = (status, body).into_response();
+    resp.headers_mut()
+        .insert("content-type", HeaderValue::from_static("application/json"));
+    resp
 }
 
 #[cfg(test)]
@@ -261,6 +285,40 @@ mod tests {
             (a.code.as_str(), a.code.http_status()),
             ("storage_full", 503)
         );
+    }
+
+    #[test]
+    fn browser_guard_refusals_are_403_or_415_envelopes() {
+        for (e, status, code) in [
+            (
+                GuardError::ForeignHost("evil.example".into()),
+                403,
+                "forbidden_host",
+            ),
+            (
+                GuardError::ForeignOrigin("http://evil.example".into()),
+                403,
+                "forbidden_origin",
+            ),
+            (
+                GuardError::CrossSite("cross-site".into()),
+                403,
+                "forbidden_origin",
+            ),
+            (
+                GuardError::NotJson("text/plain".into()),
+                415,
+                "unsupported_media_type",
+            ),
+        ] {
+            let resp = e.into_response();
+            assert_eq!(resp.status().as_u16(), status, "{code}");
+            assert_eq!(resp.headers()["content-type"], "application/json");
+            let body = futures::executor::block_on(axum::body::to_bytes(resp.into_body(), 4096))
+                .expect("body");
+            let body: ErrorBody = serde_json::from_slice(&body).expect("envelope");
+            assert_eq!(body.errors[0].code, code);
+        }
     }
 
     #[test]

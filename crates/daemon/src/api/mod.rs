@@ -1,6 +1,7 @@
 //! HTTP routes. Handlers only parse into typed requests and call one service function.
 
 mod auth;
+pub mod browser_guard;
 mod connect_connections;
 mod connect_packages;
 mod connect_runs;
@@ -44,6 +45,7 @@ pub fn router(service: Arc<Service>) -> Router {
     let sessions = Arc::new(crate::console::Sessions::new(
         !service.config().listen.ip().is_loopback(),
     ));
+    let guard = Arc::new(browser_guard::BrowserGuard::new(service.config()));
     let v2 = Router::new()
         .route(
             "/v2/sandboxes",
@@ -195,6 +197,11 @@ pub fn router(service: Arc<Service>) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             service.clone(),
             auth::authenticate,
+        ))
+        // Before authentication: a refused page learns nothing else.
+        .layer(axum::middleware::from_fn_with_state(
+            guard,
+            browser_guard::layer,
         ))
         .layer(axum::Extension(sessions))
         .layer(axum::middleware::from_fn(request_context))
