@@ -7,12 +7,27 @@
 //!   another tenant's runtime limit fires on time, a restart opens the port.
 //! * A guest-side fuzzer of the agent protocol runs for a bounded time with
 //!   no sbxd crash, hang or leak.
+//! * A `net_dial` flood that reuses one connection id (item 2) to a test host
+//!   that drops SYNs keeps sbxd's descriptors bounded.
+//!
+//! Network traffic goes only to a test host this file creates: a network
+//! namespace `sbxg-<rand>` joined by a veth pair in 10.216.x.0/30, marked
+//! public through the test-only `--network-test-public-cidr`.
 
 mod common;
 
+use common::netns::{Names, Veth};
 use common::{hostile, Daemon};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
+
+/// Test hosts of this file (network.rs uses 10.213, connect_host 10.214, egress_hostile 10.215).
+const NAMES: Names = Names {
+    net: "10.216",
+    ns: "sbxg-",
+    host_if: "sbxgh",
+    ns_if: "sbxgn",
+};
 
 /// The bound for healthz under attack.
 const HEALTHZ_BOUND: Duration = Duration::from_millis(100);
@@ -443,4 +458,55 @@ async fn guest_side_fuzzer_of_the_agent_protocol() {
     d.spawn().await;
     assert!(t.elapsed() < Duration::from_secs(25));
     assert_eq!(d.exec(&control, &["echo", "ok"]).await.1, "ok\n");
+}
+
+#[tokio::test]
+#[ignore = "needs root, runsc and the image; run ./scripts/test"]
+async fn a_reused_connection_id_flood_keeps_descriptors_bounded() {
+    // A destination that never answers a SYN: every dial stays in flight.
+    let host = Veth::create(&NAMES);
+    host.run_in(&["nft", "add table inet sbxdrop"]);
+    host.run_in(&[
+        "nft",
+        "add chain inet sbxdrop in { type filter hook input priority 0 ; }",
+    ]);
+    host.run_in(&["nft", "add rule inet sbxdrop in tcp dport 9 drop"]);
+    let agent = hostile::agent_dir();
+    let d = Daemon::start(&[
+        "--agent-dir",
+        &agent.path().to_string_lossy(),
+        "--network-test-public-cidr",
+        &host.cidr,
+    ])
+    .await;
+    let pid = d.sbxd_pid().unwrap();
+    let control = d.create_running("control").await;
+    let id = d.create_running("dialflood").await;
+    let before = hostile::fd_count(pid);
+    let dials = 20_000;
+    hostile::arm(
+        &d,
+        &id,
+        &format!("echo {}:9 {dials} > /tmp/hostile-dialflood", host.ip),
+    )
+    .await;
+    // Sample for 10 s: the flood is sent at once by the hostile relay.
+    let (mut worst, mut healthz_worst) = (0usize, Duration::ZERO);
+    let until = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < until {
+        worst = worst.max(hostile::fd_count(pid));
+        healthz_worst = healthz_worst.max(healthz(&d).await);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    println!(
+        "{dials} net_dial with one conn id: sbxd fds {before} → worst {worst}; healthz worst {healthz_worst:?}"
+    );
+    // The per-sandbox cap on dials in flight is 64; the reuse ends the stream first.
+    assert!(worst < before + 100, "fds {before} → {worst}");
+    assert!(healthz_worst < HEALTHZ_BOUND, "{healthz_worst:?}");
+    assert_eq!(d.exec(&control, &["echo", "ok"]).await.1, "ok\n");
+    for id in [&id, &control] {
+        let (status, _) = d.call("DELETE", &format!("/v2/sandboxes/{id}"), None).await;
+        assert!(status == 204 || status == 202, "{status}");
+    }
 }
