@@ -155,18 +155,20 @@ impl AgentConn {
         {
             *w = Box::new(tokio::io::sink());
         }
-        let closer = self
-            .inner
-            .closer
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        if let Some(tx) = closer {
+        if let Some(tx) = self.take_closer() {
             let (done, stopped) = oneshot::channel();
             if tx.send(Closing { done }).is_ok() {
                 let _ = stopped.await;
             }
         }
+    }
+
+    fn take_closer(&self) -> Option<oneshot::Sender<Closing>> {
+        self.inner
+            .closer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
     }
 
     /// Whether the stream has closed.
@@ -217,13 +219,7 @@ impl AgentConn {
     /// transport to stop (the relay is killed if it does not exit).
     pub fn abort(&self) {
         let _ = self.inner.closed.send_replace(true);
-        let closer = self
-            .inner
-            .closer
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        if let Some(tx) = closer {
+        if let Some(tx) = self.take_closer() {
             let (done, _) = oneshot::channel();
             let _ = tx.send(Closing { done });
         }
@@ -244,8 +240,20 @@ impl AgentConn {
     ) -> Result<Answer, AgentCallError> {
         let id = self.next_id();
         let rx = self.register_once(id);
+        self.exchange(id, Body::Request(request), rx, limit).await
+    }
+
+    /// Sends `body` on request `id` and waits for the answer registered as
+    /// `rx`, all within `limit`; on timeout the request is cancelled in the agent.
+    async fn exchange(
+        &self,
+        id: u64,
+        body: Body,
+        rx: oneshot::Receiver<Result<Answer, AgentError>>,
+        limit: Duration,
+    ) -> Result<Answer, AgentCallError> {
         let exchange = async {
-            self.send(id, Body::Request(request), Vec::new()).await?;
+            self.send(id, body, Vec::new()).await?;
             Self::await_once(rx).await
         };
         match tokio::time::timeout(limit, exchange).await {
@@ -357,21 +365,8 @@ impl Upload {
     /// Commits the upload and waits for the agent's answer (at most [`IO_CALL_TIMEOUT`]).
     pub async fn finish(mut self) -> Result<Answer, AgentCallError> {
         let rx = self.answer.take().ok_or(AgentCallError::Closed)?;
-        let id = self.id;
-        let conn = self.conn.clone();
-        let exchange = async {
-            conn.send(id, Body::Request(Request::FileWriteEnd), Vec::new())
-                .await?;
-            AgentConn::await_once(rx).await
-        };
-        match tokio::time::timeout(IO_CALL_TIMEOUT, exchange).await {
-            Ok(result) => result,
-            Err(_) => {
-                conn.pending().remove(&id);
-                conn.cancel_later(id);
-                Err(AgentCallError::TimedOut(IO_CALL_TIMEOUT))
-            }
-        }
+        let end = Body::Request(Request::FileWriteEnd);
+        self.conn.exchange(self.id, end, rx, IO_CALL_TIMEOUT).await
     }
 }
 
@@ -575,5 +570,68 @@ mod tests {
             conn.call(Request::Ping).await,
             Err(AgentCallError::Closed)
         ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_the_agent_never_answers_times_out_and_is_cancelled() {
+        let (client, server) = tokio::io::duplex(1 << 16);
+        let (cr, cw) = tokio::io::split(client);
+        let conn = AgentConn::new(cr, cw);
+        let (mut sr, _sw) = tokio::io::split(server);
+        let call = conn.call_within(Request::Ping, Duration::from_millis(50));
+        match call.await {
+            Err(AgentCallError::TimedOut(d)) => assert_eq!(d, Duration::from_millis(50)),
+            other => panic!("unexpected {other:?}"),
+        }
+        // The silent agent saw the request, then its cancel.
+        let first = read_frame(&mut sr).await.unwrap();
+        let second = read_frame(&mut sr).await.unwrap();
+        assert_eq!(first.header.body, Body::Request(Request::Ping));
+        assert_eq!(second.header.id, first.header.id);
+        assert_eq!(second.header.body, Body::Cancel);
+        assert!(conn.pending().is_empty());
+        assert!(!conn.is_closed());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_peer_that_stops_reading_gets_its_connection_closed() {
+        // A 1 KiB pipe that nobody reads: a 64 KiB frame can never be written.
+        let (client, _server) = tokio::io::duplex(1024);
+        let (cr, cw) = tokio::io::split(client);
+        let conn = AgentConn::new(cr, cw);
+        let env = [("BIG".to_string(), "x".repeat(64 * 1024))]
+            .into_iter()
+            .collect();
+        let call = conn.call_within(Request::Configure { env }, Duration::from_secs(3600));
+        match call.await {
+            Err(AgentCallError::TimedOut(d)) => assert_eq!(d, WRITE_TIMEOUT),
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(conn.is_closed());
+        assert!(matches!(
+            conn.call(Request::Ping).await,
+            Err(AgentCallError::Closed)
+        ));
+    }
+
+    #[test]
+    fn every_request_has_a_bounded_deadline() {
+        let exec = Request::Exec {
+            command: Default::default(),
+            timeout_ms: 30_000,
+            max_output_bytes: 1,
+        };
+        assert_eq!(
+            deadline_for(&exec),
+            Duration::from_secs(30) + CARRIED_TIMEOUT_SLACK
+        );
+        assert_eq!(deadline_for(&Request::Hello), SHORT_CALL_TIMEOUT);
+        assert_eq!(deadline_for(&Request::Sync), IO_CALL_TIMEOUT);
+        // A timeout a request carries cannot overflow the deadline.
+        let wait = Request::ProcessWait {
+            process: uuid::Uuid::nil(),
+            timeout_ms: u64::MAX,
+        };
+        assert!(deadline_for(&wait) >= Duration::from_millis(u64::MAX));
     }
 }
