@@ -244,7 +244,10 @@ mod tests {
     fn limit_failures_name_the_limit_and_its_value() {
         let o = Limits::default().output;
         let text = o.explain("max_records_per_batch").unwrap_or_default();
-        assert!(text.contains("max_records_per_batch") && text.contains("10000"), "{text}");
+        assert!(
+            text.contains("max_records_per_batch") && text.contains("10000"),
+            "{text}"
+        );
         let text = o.explain("max_record_bytes").unwrap_or_default();
         assert!(text.contains("1048576"), "{text}");
         let text = o.explain("max_batches").unwrap_or_default();

@@ -519,12 +519,7 @@ pub fn signal_margin(budget: Duration) -> Duration {
         .min(budget / 2)
 }
 
-fn runner_failure(
-    msg: Incoming,
-    deadline: Instant,
-    spec: &JobSpec,
-    env: &JobEnv,
-) -> JobOutcome {
+fn runner_failure(msg: Incoming, deadline: Instant, spec: &JobSpec, env: &JobEnv) -> JobOutcome {
     let (budget, spec_limits) = (spec.time_budget, spec.limits);
     // Keep only a short machine word: the runner never sends messages, and we never store one.
     let kind = msg

@@ -449,7 +449,10 @@ impl ConnectService {
         ));
         // The describe run's own lines (a definition or import error says what is wrong there)
         // belong in the build log: that is where an author looks when a build fails.
-        for line in self.store.list_logs(workspace, None, Some(&run.id), None, 1000)? {
+        for line in self
+            .store
+            .list_logs(workspace, None, Some(&run.id), None, 1000)?
+        {
             log.push_str(&format!("{} {}\n", line.level.as_str(), line.message));
         }
         Ok((log, result))
