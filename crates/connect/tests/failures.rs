@@ -170,3 +170,46 @@ async fn config_validation_lists_every_problem() {
          config.pageSize: must be <= 100"
     );
 }
+
+#[tokio::test]
+async fn stored_records_come_back_with_sorted_keys_and_records_committed_counts_every_record() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let fake = Fake::new(basic(definition(json!({"type": "bearer"}), json!([]))));
+    let svc = open(dir.path(), fake.clone(), None);
+    built(&svc).await;
+    let c = svc
+        .create_connection("ws", bearer_connection("https://api.example.com", None))
+        .expect("create");
+    // The documented behaviour (sdk/README.md "Stored records"): key order is not kept, and a
+    // merge key yielded twice counts twice in recordsCommitted.
+    fake.set(Arc::new(|_: &Value, _| {
+        script(vec![
+            Act::Raw(
+                r#"{"t":"records","records":[{"z":1,"id":1,"a":{"y":1,"b":2}},{"id":1,"z":2}]}"#
+                    .into(),
+            ),
+            done(Value::Null),
+        ])
+    }));
+    let run = svc.run_sync("ws", &c.id, "items").await.expect("run");
+    assert_eq!(run.records_committed, 2);
+    let page = svc
+        .read_records("ws", &c.id, "items", &PageQuery::default())
+        .expect("records");
+    let texts: Vec<String> = page.items.iter().map(|r| r.data.to_string()).collect();
+    assert_eq!(texts, vec![r#"{"id":1,"z":2}"#]);
+    fake.set(Arc::new(|_: &Value, _| {
+        script(vec![
+            Act::Raw(r#"{"t":"records","records":[{"z":1,"id":1,"a":{"y":1,"b":2}}]}"#.into()),
+            done(Value::Null),
+        ])
+    }));
+    svc.run_sync("ws", &c.id, "events").await.expect("run");
+    let page = svc
+        .read_records("ws", &c.id, "events", &PageQuery::default())
+        .expect("records");
+    assert_eq!(
+        page.items[0].data.to_string(),
+        r#"{"a":{"b":2,"y":1},"id":1,"z":1}"#
+    );
+}
