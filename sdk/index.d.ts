@@ -83,7 +83,7 @@ export interface PaginateOptions<Body = unknown> {
   maxPages?: number;
   /** Checked against each page's whole body. */
   schema?: JsonSchema | Parser<Body>;
-  /** Extra request options for every page (headers, ...). */
+  /** Request options for every page (method, headers, retry, signal); GET with `Accept: application/json` by default. */
   init?: FetchInit;
 }
 
@@ -125,7 +125,7 @@ export type Sync<Config = JsonObject, Checkpoint extends JsonObject = JsonObject
     };
 
 export interface OAuthHooks<Config = JsonObject> {
-  /** Runs once after the user authorized; its JSON result is stored with the connection. */
+  /** Runs once after the user authorized; its JSON result is recorded with the OAuth run (nothing else reads it today). */
   afterAuthorize?(ctx: Context<Config>): Promise<JsonValue | void> | JsonValue | void;
 }
 
@@ -159,7 +159,10 @@ export class SchemaError extends Error {
   readonly issues: string[];
 }
 
-/** The platform got no HTTP answer. */
+/**
+ * The platform got no HTTP answer it can hand over. `bad_response`: the status was outside
+ * 200..599; `request_too_large`: refused before sending (over 16 MiB as a protocol line).
+ */
 export class FetchError extends Error {
   readonly name: "FetchError";
   readonly code: "denied" | "network" | "timeout" | "reauthorization_required" | "too_large" | "unsupported_encoding" | "request_too_large" | "bad_response";

@@ -19,8 +19,8 @@ import process from "node:process";
 import { pathToFileURL } from "node:url";
 import { Channel, LineTooLong, openChannel, stringifyWellFormed } from "./lib/channel.mjs";
 import { createContext } from "./lib/ctx.mjs";
-import { defineConnector, describeDefinition, isDefinition } from "./lib/definition.mjs";
-import { FetchError } from "./lib/errors.mjs";
+import { defineConnector, describeDefinition, isDefinition, isDefinitionError } from "./lib/definition.mjs";
+import { FetchError, HttpError } from "./lib/errors.mjs";
 import { applyDefaults } from "./lib/schema.mjs";
 
 const exit = process.exit.bind(process);
@@ -48,6 +48,10 @@ const SDK_URL = new URL("./index.mjs", import.meta.url).href;
 const LOG_CUT_UNITS = 16 * 1024;
 const LOG_STOP_BYTES = 4 * 1024 * 1024;
 
+// The runner's own explanations (a definition or import error) stay well below
+// the host's 4 KiB per message, so recording never stops because of them.
+const NOTE_CUT_UNITS = 2000;
+
 const EXIT_BAD_ARGS = 2;
 const EXIT_NO_CHANNEL = 3;
 
@@ -63,6 +67,28 @@ class PackageFailure extends Error {
 class BadJob extends Error {}
 
 const isPlainObject = (v) => v !== null && typeof v === "object" && !Array.isArray(v);
+
+/** An error's name and message for a log line, cut short; never throws. */
+function describeError(error) {
+  let text;
+  try {
+    text = error instanceof Error ? `${error.name}: ${error.message}` : `a thrown ${typeof error}`;
+  } catch {
+    text = "an error that cannot be shown";
+  }
+  return text.length > NOTE_CUT_UNITS ? `${text.slice(0, NOTE_CUT_UNITS)}…` : text;
+}
+
+/**
+ * The fail kind of an error the package threw: `http_<status>` for an
+ * HttpError (the status only: the run carries no message), else `threw`.
+ */
+function thrownKind(error) {
+  if (error instanceof HttpError && Number.isInteger(error.status) && error.status >= 100 && error.status <= 599) {
+    return `http_${error.status}`;
+  }
+  return "threw";
+}
 
 function parseArgs(list) {
   const out = {};
@@ -266,7 +292,15 @@ class Runner {
     let module;
     try {
       module = await import(pathToFileURL(job.entry).href);
-    } catch {
+    } catch (error) {
+      // defineConnector runs while the entry is imported: its mistakes are the definition's.
+      if (isDefinitionError(error)) {
+        await this.#transport.log("error", `Invalid connector definition: ${describeError(error).replace(/^TypeError: /, "")}`);
+        return this.#failPackage("bad_definition");
+      }
+      // A missing module, a syntax error, a throw at the top level: the author needs the
+      // message, and the log is the only place it can go (the failure carries none).
+      await this.#transport.log("error", `Importing the package entry ${job.entry} failed: ${describeError(error)}`);
       return this.#failPackage("import_failed");
     }
     let definition = module.default;
@@ -275,7 +309,7 @@ class Runner {
         definition = defineConnector(definition);
       } catch (error) {
         // Our own validation message (not the package's error), worth a log line.
-        await this.#transport.log("error", `Invalid connector definition: ${error.message}`);
+        await this.#transport.log("error", `Invalid connector definition: ${describeError(error).replace(/^TypeError: /, "")}`);
         return this.#failPackage("bad_definition");
       }
     }
@@ -303,8 +337,8 @@ class Runner {
     let result;
     try {
       result = await call();
-    } catch {
-      return this.#failPackage("threw");
+    } catch (error) {
+      return this.#failPackage(thrownKind(error));
     }
     if (this.#stopping) return;
     if (!keepResult) return this.#finish({ t: "done", result: null });
@@ -326,10 +360,13 @@ class Runner {
     let iterator;
     try {
       const iterable = sync.run(ctx, job.checkpoint ? jsonParse(jsonStringify(job.checkpoint)) : null);
-      if (!iterable || typeof iterable[asyncIteratorSymbol] !== "function") return this.#failPackage("bad_definition");
+      if (!iterable || typeof iterable[asyncIteratorSymbol] !== "function") {
+        await this.#transport.log("error", `Invalid connector definition: syncs.${job.sync}.run did not return an async iterable (write it as async *run(ctx, checkpoint))`);
+        return this.#failPackage("bad_definition");
+      }
       iterator = iterable[asyncIteratorSymbol]();
-    } catch {
-      return this.#failPackage("threw");
+    } catch (error) {
+      return this.#failPackage(thrownKind(error));
     }
 
     const output = new Output(job.limits, sync);
@@ -339,8 +376,8 @@ class Runner {
       let step;
       try {
         step = await iterator.next();
-      } catch {
-        return this.#failPackage("threw");
+      } catch (error) {
+        return this.#failPackage(thrownKind(error));
       }
       if (this.#stopping || this.#finished) return;
       if (step.done) break;
@@ -392,8 +429,9 @@ class Output {
     if (!Array.isArray(records)) throw new PackageFailure("bad_batch");
     if (records.length === 0) return null; // nothing to send, no batch used
     const limits = this.#limits;
-    if (this.#batches + 1 > limits.maxBatches) throw new PackageFailure("output_limit");
-    if (records.length > limits.maxRecordsPerBatch) throw new PackageFailure("output_limit");
+    // Each limit fails with its own kind; the host logs which limit and its value.
+    if (this.#batches + 1 > limits.maxBatches) throw new PackageFailure("max_batches");
+    if (records.length > limits.maxRecordsPerBatch) throw new PackageFailure("max_records_per_batch");
     const parts = [];
     for (const record of records) {
       if (!isPlainObject(record)) throw new PackageFailure("bad_batch");
@@ -411,16 +449,16 @@ class Output {
         throw new PackageFailure("bad_batch"); // a cycle or a BigInt
       }
       const bytes = byteLength(json, "utf8");
-      if (bytes > limits.maxRecordBytes) throw new PackageFailure("output_limit");
+      if (bytes > limits.maxRecordBytes) throw new PackageFailure("max_record_bytes");
       this.#outputBytes += bytes;
-      if (this.#outputBytes > limits.maxOutputBytes) throw new PackageFailure("output_limit");
+      if (this.#outputBytes > limits.maxOutputBytes) throw new PackageFailure("max_output_bytes");
       parts.push(json);
     }
     this.#batches += 1;
     try {
       return Channel.line(`{"t":"records","records":[${parts.join(",")}]}`);
     } catch (error) {
-      if (error instanceof LineTooLong) throw new PackageFailure("output_limit");
+      if (error instanceof LineTooLong) throw new PackageFailure("max_batch_bytes");
       throw error;
     }
   }
@@ -433,11 +471,11 @@ class Output {
     } catch {
       throw new PackageFailure("bad_batch");
     }
-    if (byteLength(json, "utf8") > this.#limits.maxCheckpointBytes) throw new PackageFailure("output_limit");
+    if (byteLength(json, "utf8") > this.#limits.maxCheckpointBytes) throw new PackageFailure("max_checkpoint_bytes");
     try {
       return Channel.line(`{"t":"checkpoint","checkpoint":${json}}`);
     } catch {
-      throw new PackageFailure("output_limit");
+      throw new PackageFailure("max_checkpoint_bytes");
     }
   }
 }

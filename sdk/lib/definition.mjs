@@ -16,8 +16,20 @@ const defined = new WeakSet();
 
 const isPlainObject = (v) => v !== null && typeof v === "object" && !Array.isArray(v);
 
+// Errors thrown by defineConnector, so the runner can tell a definition
+// mistake (reported as `bad_definition` with its message in the log) from any
+// other error while importing the package.
+const definitionErrors = new WeakSet();
+
 function fail(message) {
-  throw new TypeError(`defineConnector: ${message}`);
+  const error = new TypeError(`defineConnector: ${message}`);
+  definitionErrors.add(error);
+  throw error;
+}
+
+/** Whether `error` is a definition mistake reported by defineConnector. */
+export function isDefinitionError(error) {
+  return error !== null && typeof error === "object" && definitionErrors.has(error);
 }
 
 function onlyKeys(object, allowed, where) {

@@ -61,10 +61,10 @@ describe("channel and job kinds", () => {
     expectDone(run);
   });
 
-  test("verify fails (package, threw) when the API rejects the credentials", async () => {
+  test("verify fails (package, http_401) when the API rejects the credentials: the status, never the message", async () => {
     const broker = async () => ({ t: "fetch_result", status: 401, headers: { "content-type": "application/json" }, body: Buffer.from('{"error":"unauthorized"}').toString("base64") });
     const run = await runJob({ job: { kind: "verify" }, broker });
-    assert.deepEqual(failOf(run), { t: "fail", category: "package", kind: "threw" });
+    assert.deepEqual(failOf(run), { t: "fail", category: "package", kind: "http_401" });
     assert.equal(run.exitCode, 0);
   });
 
@@ -89,10 +89,24 @@ describe("channel and job kinds", () => {
     assert.match(logs(run.messages)[0], /^Invalid connector definition: /);
   });
 
-  test("an entry that throws while loading fails as import_failed, without the message", async () => {
+  test("an entry that throws while loading fails as import_failed, the message in the log only", async () => {
     const run = await runJob({ job: { kind: "describe", entry: `${FIXTURES}throws-on-import/index.mjs` } });
     assert.deepEqual(failOf(run), { t: "fail", category: "package", kind: "import_failed" });
-    assert.ok(!JSON.stringify(run.messages).includes("secret message"));
+    assert.match(logs(run.messages)[0], /^Importing the package entry .*throws-on-import\/index\.mjs failed: Error: top-level failure with a secret message$/);
+    assert.ok(!JSON.stringify(failOf(run)).includes("secret message"));
+  });
+
+  test("a missing dependency fails as import_failed and the log names it", async () => {
+    const run = await runJob({ job: { kind: "describe", entry: `${FIXTURES}missing-import/index.mjs` } });
+    assert.deepEqual(failOf(run), { t: "fail", category: "package", kind: "import_failed" });
+    assert.equal(logs(run.messages).length, 1);
+    assert.match(logs(run.messages)[0], /not-installed-anywhere/);
+  });
+
+  test("defineConnector's error while the entry loads fails as bad_definition with the message in the log", async () => {
+    const run = await runJob({ job: { kind: "describe", entry: `${FIXTURES}bad-schema/index.mjs` } });
+    assert.deepEqual(failOf(run), { t: "fail", category: "package", kind: "bad_definition" });
+    assert.deepEqual(logs(run.messages), ['Invalid connector definition: defineConnector: config.properties.pageSize: unsupported keyword "format"']);
   });
 
   test("an unknown message type from the host fails the run as platform/protocol", async () => {
@@ -230,13 +244,13 @@ describe("limits", () => {
   test("maxBatches: fails on the batch over the limit", async () => {
     const run = await flood({ maxBatches: 3 });
     assert.equal(ofType(run.messages, "records").length, 3);
-    assert.deepEqual(failOf(run), { t: "fail", category: "package", kind: "output_limit" });
+    assert.deepEqual(failOf(run), { t: "fail", category: "package", kind: "max_batches" });
   });
 
   test("maxRecordsPerBatch", async () => {
     const run = await flood({ maxRecordsPerBatch: 499 });
     assert.equal(ofType(run.messages, "records").length, 0);
-    assert.deepEqual(failOf(run), { t: "fail", category: "package", kind: "output_limit" });
+    assert.deepEqual(failOf(run), { t: "fail", category: "package", kind: "max_records_per_batch" });
   });
 
   test("maxRecordBytes counts a record as JSON", async () => {
@@ -245,20 +259,20 @@ describe("limits", () => {
     assert.equal(ofType(exact.messages, "records").length, 1, "records of the limit's size pass");
     const run = await flood({ maxRecordBytes: size - 1 });
     assert.equal(ofType(run.messages, "records").length, 0);
-    assert.deepEqual(failOf(run), { t: "fail", category: "package", kind: "output_limit" });
+    assert.deepEqual(failOf(run), { t: "fail", category: "package", kind: "max_record_bytes" });
   });
 
   test("maxOutputBytes", async () => {
     const run = await flood({ maxOutputBytes: 250_000 });
     // 500 records of about 220 bytes per batch: the third batch crosses 250 kB.
     assert.equal(ofType(run.messages, "records").length, 2);
-    assert.deepEqual(failOf(run), { t: "fail", category: "package", kind: "output_limit" });
+    assert.deepEqual(failOf(run), { t: "fail", category: "package", kind: "max_output_bytes" });
   });
 
   test("maxCheckpointBytes", async () => {
     const run = await flood({ maxCheckpointBytes: 1000 });
     assert.equal(ofType(run.messages, "checkpoint").length, 0);
-    assert.deepEqual(failOf(run), { t: "fail", category: "package", kind: "output_limit" });
+    assert.deepEqual(failOf(run), { t: "fail", category: "package", kind: "max_checkpoint_bytes" });
   });
 });
 
@@ -289,7 +303,7 @@ describe("retries", () => {
     const started = performance.now();
     const run = await runJob({ job: { sync: "ratelimited", deadlineMs: 5000, retry: { ...DEFAULT_RETRY, maxRetryAfterMs: 60_000 } }, broker: always429 });
     assert.equal(ofType(run.messages, "fetch").length, 1);
-    assert.deepEqual(failOf(run), { t: "fail", category: "package", kind: "threw" });
+    assert.deepEqual(failOf(run), { t: "fail", category: "package", kind: "http_429" });
     assert.ok(run.exitedAt - started < 4000, "gave up without waiting");
   });
 
@@ -297,7 +311,7 @@ describe("retries", () => {
     const always503 = async () => ({ t: "fetch_result", status: 503, headers: {}, body: "" });
     const run = await runJob({ job: { kind: "verify", retry: { maxAttempts: 3, baseDelayMs: 5, maxDelayMs: 20, maxRetryAfterMs: 1000 } }, broker: always503 });
     assert.equal(ofType(run.messages, "fetch").length, 3);
-    assert.deepEqual(failOf(run), { t: "fail", category: "package", kind: "threw" });
+    assert.deepEqual(failOf(run), { t: "fail", category: "package", kind: "http_503" });
   });
 
   test("retryable fetch errors are retried, others are not", async () => {

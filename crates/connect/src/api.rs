@@ -60,6 +60,10 @@ pub struct UpdateConnectionRequest {
     /// `active` or `disabled` (`reauthorization_required` is set by the platform only).
     #[serde(default)]
     pub status: Option<ConnectionStatus>,
+    /// Another built version of the connection's package to move to; committed records and
+    /// checkpoints are kept when every committed sync keeps its mode and primary key.
+    #[serde(default)]
+    pub version: Option<String>,
 }
 
 mod double_option {

@@ -61,6 +61,40 @@ pub struct OutputLimits {
     pub max_checkpoint_bytes: u64,
 }
 
+impl OutputLimits {
+    /// The limit behind an `output_limit` failure kind, said for people with its value (for the
+    /// run's log); `None` for a kind that names no output limit.
+    pub fn explain(&self, kind: &str) -> Option<String> {
+        let what = match kind {
+            "max_batches" => format!("at most {} batches per run", self.max_batches),
+            "max_records_per_batch" => {
+                format!("at most {} records per batch", self.max_records_per_batch)
+            }
+            "max_record_bytes" => format!(
+                "at most {} bytes per record (its JSON text)",
+                self.max_record_bytes
+            ),
+            "max_output_bytes" => format!(
+                "at most {} bytes of records per run (their JSON text)",
+                self.max_output_bytes
+            ),
+            "max_checkpoint_bytes" => format!(
+                "at most {} bytes per checkpoint (its JSON text)",
+                self.max_checkpoint_bytes
+            ),
+            "max_batch_bytes" => {
+                "a batch must serialise to less than 16 MiB (16777216 bytes)".to_string()
+            }
+            // The runner of an older SDK names no particular limit.
+            "output_limit" => "one of the run's output limits".to_string(),
+            _ => return None,
+        };
+        Some(format!(
+            "The run went over an output limit ({kind}: {what}); nothing of the run was committed."
+        ))
+    }
+}
+
 /// All Connect limits.
 #[derive(Debug, Clone)]
 pub struct Limits {
@@ -204,6 +238,21 @@ mod tests {
         // The base64 reply line of the largest body must fit the runner's 16 MiB line limit.
         assert!(l.max_response_bytes.div_ceil(3) * 4 + (1 << 20) <= 16 << 20);
         assert!(l.validate().is_ok());
+    }
+
+    #[test]
+    fn limit_failures_name_the_limit_and_its_value() {
+        let o = Limits::default().output;
+        let text = o.explain("max_records_per_batch").unwrap_or_default();
+        assert!(
+            text.contains("max_records_per_batch") && text.contains("10000"),
+            "{text}"
+        );
+        let text = o.explain("max_record_bytes").unwrap_or_default();
+        assert!(text.contains("1048576"), "{text}");
+        let text = o.explain("max_batches").unwrap_or_default();
+        assert!(text.contains("10000 batches"), "{text}");
+        assert!(o.explain("threw").is_none());
     }
 
     #[test]

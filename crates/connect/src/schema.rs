@@ -22,6 +22,44 @@ pub enum SchemaError {
         /// What is wrong.
         message: String,
     },
+    /// Several values do not match: every problem, in document order (never empty).
+    #[error("{}", join(.0))]
+    Several(Vec<SchemaError>),
+}
+
+fn join(errors: &[SchemaError]) -> String {
+    let parts: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    parts.join("; ")
+}
+
+/// Collects the problems of a value's parts so one answer lists all of them.
+#[derive(Default)]
+struct Problems(Vec<SchemaError>);
+
+impl Problems {
+    /// Keeps a mismatch; a bad schema is returned at once (nothing more can be checked).
+    fn keep(&mut self, r: Result<(), SchemaError>) -> Result<(), SchemaError> {
+        match r {
+            Ok(()) => Ok(()),
+            Err(e @ SchemaError::BadSchema { .. }) => Err(e),
+            Err(SchemaError::Several(list)) => {
+                self.0.extend(list);
+                Ok(())
+            }
+            Err(e) => {
+                self.0.push(e);
+                Ok(())
+            }
+        }
+    }
+
+    fn finish(mut self) -> Result<(), SchemaError> {
+        match self.0.len() {
+            0 => Ok(()),
+            1 => Err(self.0.remove(0)),
+            _ => Err(SchemaError::Several(self.0)),
+        }
+    }
 }
 
 fn invalid(path: &str, message: impl Into<String>) -> SchemaError {
@@ -186,12 +224,13 @@ fn check_array(
     items: &mut [Value],
     path: &str,
 ) -> Result<(), SchemaError> {
+    let mut problems = Problems::default();
     if let Some(item_schema) = schema.get("items") {
         for (i, item) in items.iter_mut().enumerate() {
-            check(item_schema, item, &format!("{path}[{i}]"))?;
+            problems.keep(check(item_schema, item, &format!("{path}[{i}]")))?;
         }
     }
-    Ok(())
+    problems.finish()
 }
 
 fn check_object(
@@ -205,6 +244,7 @@ fn check_object(
         Some(Value::Object(p)) => p,
         Some(_) => return Err(bad_schema(path, "properties must be an object")),
     };
+    let mut problems = Problems::default();
     // Defaults first, so a required property with a default is satisfied.
     for (name, prop) in properties {
         if !map.contains_key(name) {
@@ -222,24 +262,24 @@ fn check_object(
                 return Err(bad_schema(path, "required must list strings"));
             };
             if !map.contains_key(name) {
-                return Err(invalid(&format!("{path}.{name}"), "is required"));
+                problems.keep(Err(invalid(&format!("{path}.{name}"), "is required")))?;
             }
         }
     }
     if schema.get("additionalProperties") == Some(&Value::Bool(false)) {
-        if let Some(extra) = map.keys().find(|k| !properties.contains_key(*k)) {
-            return Err(invalid(
+        for extra in map.keys().filter(|k| !properties.contains_key(*k)) {
+            problems.keep(Err(invalid(
                 &format!("{path}.{extra}"),
                 "is not an allowed property",
-            ));
+            )))?;
         }
     }
     for (name, value) in map.iter_mut() {
         if let Some(prop) = properties.get(name) {
-            check(prop, value, &format!("{path}.{name}"))?;
+            problems.keep(check(prop, value, &format!("{path}.{name}")))?;
         }
     }
-    Ok(())
+    problems.finish()
 }
 
 #[cfg(test)]
@@ -324,6 +364,17 @@ mod tests {
         );
         assert_eq!(err(json!([])), "config: must be of type object, not array");
         assert_eq!(err(json!({"account": "ab"})), "ok");
+    }
+
+    #[test]
+    fn every_problem_is_listed() {
+        assert_eq!(
+            err(json!({"region": "ap", "pageSize": 0, "extra": 1, "tags": ["abcd", 1]})),
+            "config.account: is required; config.extra: is not an allowed property; \
+             config.pageSize: must be >= 1; config.region: must be one of \"eu\", \"us\"; \
+             config.tags[0]: must be at most 3 characters long; \
+             config.tags[1]: must be of type string, not integer"
+        );
     }
 
     #[test]

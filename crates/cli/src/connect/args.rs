@@ -83,6 +83,14 @@ pub enum PackageCommand {
         #[arg(value_name = "VERSION")]
         package_version: String,
     },
+    /// Delete a package version that no connection uses (with its builds).
+    Delete {
+        /// Package name.
+        name: String,
+        /// Version.
+        #[arg(value_name = "VERSION")]
+        package_version: String,
+    },
 }
 
 /// `sbx connect build ...`.
@@ -217,6 +225,10 @@ pub enum ConnectionCommand {
         /// Enable a disabled connection.
         #[arg(long)]
         enable: bool,
+        /// Move the connection to another built version of its package; committed records
+        /// and checkpoints are kept (refused when a committed sync changes mode or key).
+        #[arg(long, value_name = "VERSION")]
+        package_version: Option<String>,
         #[command(flatten)]
         credentials: CredentialArgs,
     },

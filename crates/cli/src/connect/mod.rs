@@ -36,7 +36,7 @@ pub async fn run(c: &Client, cmd: ConnectCommand) -> anyhow::Result<u8> {
                 return Ok(0);
             }
             let run = wait_run(c, run, timeout).await?;
-            print_run(&run)
+            report_run(c, &run).await
         }
         ConnectCommand::Runs { connection, limit } => runs(c, &connection, limit).await,
         ConnectCommand::Logs { run } => logs(c, &run).await,
@@ -84,6 +84,13 @@ async fn package(c: &Client, cmd: PackageCommand) -> anyhow::Result<u8> {
         } => {
             let v = c.connect_version(&name, &package_version).await?;
             println!("{}", serde_json::to_string_pretty(&v)?);
+        }
+        PackageCommand::Delete {
+            name,
+            package_version,
+        } => {
+            c.connect_version_delete(&name, &package_version).await?;
+            eprintln!("deleted {name}@{package_version}");
         }
     }
     Ok(0)
@@ -222,6 +229,7 @@ async fn connection(c: &Client, cmd: ConnectionCommand) -> anyhow::Result<u8> {
             no_schedule,
             disable,
             enable,
+            package_version,
             credentials,
         } => {
             let req = UpdateConnection {
@@ -238,6 +246,7 @@ async fn connection(c: &Client, cmd: ConnectionCommand) -> anyhow::Result<u8> {
                     (_, true) => Some("active".into()),
                     _ => None,
                 },
+                version: package_version,
             };
             let conn = c.connect_connection_update(&id, &req).await?;
             println!("{}", serde_json::to_string_pretty(&conn)?);
@@ -249,7 +258,7 @@ async fn connection(c: &Client, cmd: ConnectionCommand) -> anyhow::Result<u8> {
         }
         ConnectionCommand::Test { id } => {
             let run = c.connect_test(&id).await?;
-            print_run(&run)
+            report_run(c, &run).await
         }
         ConnectionCommand::OauthStart { id, redirect_uri } => {
             let start = c.connect_oauth_start(&id, &redirect_uri).await?;
@@ -377,10 +386,60 @@ async fn wait_run(c: &Client, mut run: Run, timeout: Duration) -> anyhow::Result
     Ok(run)
 }
 
-/// Prints a run as JSON; exit 1 if it failed.
-fn print_run(run: &Run) -> anyhow::Result<u8> {
+/// Log lines shown on stderr when a run failed.
+const LOG_TAIL_LINES: usize = 20;
+
+/// Prints a run as JSON; when it failed, its log tail goes to stderr (the run carries no
+/// message; the log says why) and the exit code is 1.
+async fn report_run(c: &Client, run: &Run) -> anyhow::Result<u8> {
     println!("{}", serde_json::to_string_pretty(run)?);
-    Ok(if run.status == "failed" { 1 } else { 0 })
+    if run.status != "failed" {
+        return Ok(0);
+    }
+    eprintln!(
+        "run {} failed: {} {}",
+        run.id,
+        run.failure_category.as_deref().unwrap_or("-"),
+        run.failure_kind.as_deref().unwrap_or("-")
+    );
+    let tail = log_tail(c, &run.id, LOG_TAIL_LINES).await?;
+    if tail.is_empty() {
+        eprintln!("(the run logged nothing)");
+    } else {
+        eprintln!("last {} log line(s) of the run:", tail.len());
+        for line in tail {
+            eprintln!("{line}");
+        }
+    }
+    Ok(1)
+}
+
+/// The last `n` log lines of a run, formatted (a run records at most 1 MiB of logs).
+async fn log_tail(c: &Client, run: &str, n: usize) -> anyhow::Result<Vec<String>> {
+    let mut tail = std::collections::VecDeque::with_capacity(n);
+    let mut cursor: Option<String> = None;
+    loop {
+        let (lines, page) = c
+            .connect_run_logs(run, Some(1000), cursor.as_deref())
+            .await?;
+        for l in lines {
+            if tail.len() == n {
+                tail.pop_front();
+            }
+            tail.push_back(log_line(&l.ts, &l.level, &l.message));
+        }
+        match page.cursor.filter(|_| page.has_more) {
+            Some(next) => cursor = Some(next),
+            None => return Ok(tail.into()),
+        }
+    }
+}
+
+/// One log message as printed: a multi-line message stays one entry, its further lines
+/// indented under the first, so they cannot be read as separate messages.
+pub fn log_line(ts: &str, level: &str, message: &str) -> String {
+    let message = message.trim_end_matches(['\n', '\r']).replace("\r\n", "\n");
+    format!("{ts} {level:<5} {}", message.replace('\n', "\n    | "))
 }
 
 async fn runs(c: &Client, connection: &str, limit: u32) -> anyhow::Result<u8> {
@@ -421,7 +480,7 @@ async fn logs(c: &Client, run: &str) -> anyhow::Result<u8> {
             .connect_run_logs(run, Some(1000), cursor.as_deref())
             .await?;
         for l in lines {
-            println!("{} {:<5} {}", l.ts, l.level, l.message);
+            println!("{}", log_line(&l.ts, &l.level, &l.message));
         }
         match page.cursor.filter(|_| page.has_more) {
             Some(next) => cursor = Some(next),
@@ -552,6 +611,39 @@ mod tests {
             panic!("not connection")
         };
         assert!(matches!(*cmd, ConnectionCommand::Create { .. }));
+    }
+
+    #[test]
+    fn a_multi_line_log_message_prints_as_one_entry() {
+        assert_eq!(
+            log_line("t", "error", "first\nsecond\r\nthird\n"),
+            "t error first\n    | second\n    | third"
+        );
+        assert_eq!(log_line("t", "info", "one"), "t info  one");
+    }
+
+    #[test]
+    fn connection_update_takes_a_package_version() {
+        let cli = Cli::parse_from([
+            "sbx",
+            "connect",
+            "connection",
+            "update",
+            "c1",
+            "--package-version",
+            "2.0.0",
+        ]);
+        let crate::Command::Connect(ConnectCommand::Connection(cmd)) = cli.command else {
+            panic!("not connection")
+        };
+        let ConnectionCommand::Update {
+            package_version, ..
+        } = *cmd
+        else {
+            panic!("not update")
+        };
+        assert_eq!(package_version.as_deref(), Some("2.0.0"));
+        assert!(Cli::try_parse_from(["sbx", "connect", "package", "delete", "p", "1.0.0"]).is_ok());
     }
 
     #[test]

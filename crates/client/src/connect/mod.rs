@@ -75,6 +75,18 @@ impl Client {
         Self::data(self.send(self.request(Method::GET, &path)).await?).await
     }
 
+    /// `DELETE /v1/connect/packages/{package}/versions/{version}`: a version no connection uses.
+    pub async fn connect_version_delete(
+        &self,
+        name: &str,
+        version: &str,
+    ) -> Result<(), ClientError> {
+        let path = ["v1", "connect", "packages", name, "versions", version];
+        self.send(self.request(Method::DELETE, &path))
+            .await
+            .map(drop)
+    }
+
     /// `POST /v1/connect/packages/{package}/versions/{version}/builds`: the queued build.
     pub async fn connect_build_start(
         &self,

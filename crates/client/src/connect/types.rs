@@ -170,6 +170,9 @@ pub struct UpdateConnection {
     /// `active` or `disabled`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,
+    /// Another built version of the connection's package to move to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
 }
 
 /// A connection (without credentials).

@@ -324,6 +324,17 @@ where
         }
         other => other,
     };
+    // A limit failure says which limit and its value in the run's log: the run itself carries
+    // only the kind. Recorded outside the log policy, like the leak notice, so it always lands.
+    if let JobOutcome::Failed {
+        category: FailureCategory::OutputLimit,
+        kind,
+    } = &outcome
+    {
+        if let Some(notice) = spec.limits.explain(kind) {
+            env.logs.record(LogLevel::Error, &notice);
+        }
+    }
     // An unfinished spool writer in `state` is dropped here, deleting its file.
     outcome
 }
@@ -414,7 +425,7 @@ async fn run<S: AsyncRead>(
             "records" => spool_records(msg, state, spec, env)?,
             "checkpoint" => spool_checkpoint(msg, state, spec, env)?,
             "done" => return finish(msg, state, env),
-            "fail" => return Ok(runner_failure(msg, deadline, spec.time_budget, env)),
+            "fail" => return Ok(runner_failure(msg, deadline, spec, env)),
             _ => return Err(Stop::protocol()),
         }
     }
@@ -508,7 +519,8 @@ pub fn signal_margin(budget: Duration) -> Duration {
         .min(budget / 2)
 }
 
-fn runner_failure(msg: Incoming, deadline: Instant, budget: Duration, env: &JobEnv) -> JobOutcome {
+fn runner_failure(msg: Incoming, deadline: Instant, spec: &JobSpec, env: &JobEnv) -> JobOutcome {
+    let (budget, spec_limits) = (spec.time_budget, spec.limits);
     // Keep only a short machine word: the runner never sends messages, and we never store one.
     let kind = msg
         .kind
@@ -532,8 +544,9 @@ fn runner_failure(msg: Incoming, deadline: Instant, budget: Duration, env: &JobE
         };
     }
     match msg.category.as_deref() {
-        // The runner checks the output limits early and reports them as package failures.
-        Some("package") if kind == "output_limit" => JobOutcome::Failed {
+        // The runner checks the output limits early and reports them as package failures, named
+        // by the limit (`max_records_per_batch`, ...; `output_limit` from older runners).
+        Some("package") if spec_limits.explain(&kind).is_some() => JobOutcome::Failed {
             category: FailureCategory::OutputLimit,
             kind,
         },

@@ -157,9 +157,33 @@ impl ConnectService {
             check_name(name)?;
         }
         let current = self.store.get_connection(workspace, id)?;
-        let (_, def, _) = self.built_version(workspace, &current.package, &current.version)?;
+        let (_, old_def, _) = self.built_version(workspace, &current.package, &current.version)?;
+        // A version change is checked first: the config and credentials below are checked
+        // against the definition the connection will have.
+        let def = match req.version.as_deref() {
+            Some(v) if v != current.version => {
+                let (_, new_def, _) = self.built_version(workspace, &current.package, v)?;
+                self.check_upgrade(workspace, &current, &old_def, &new_def, v)?;
+                // The stored credentials (and the connection's auth kind) are of the old kind.
+                if new_def.auth.kind() != old_def.auth.kind() {
+                    return Err(ServiceError::Conflict(format!(
+                        "{}@{v} authenticates with {} instead of {}: create a new connection \
+                         for it",
+                        current.package,
+                        new_def.auth.kind().as_str(),
+                        old_def.auth.kind().as_str()
+                    )));
+                }
+                new_def
+            }
+            _ => old_def,
+        };
         let config = match req.config {
             Some(c) => Self::check_config(&def, c)?,
+            // The kept config must still fit: a new version may add required settings.
+            None if req.version.as_deref().is_some_and(|v| v != current.version) => {
+                Self::check_config(&def, current.config.clone())?
+            }
             None => current.config.clone(),
         };
         let schedule = req
@@ -200,6 +224,10 @@ impl ConnectService {
                     "status reauthorization_required is set by the platform".into(),
                 ))
             }
+        }
+        if let Some(v) = req.version.as_deref().filter(|v| *v != current.version) {
+            self.store
+                .set_connection_version(workspace, id, v, &config)?;
         }
         let name = req.name.unwrap_or(current.name);
         Ok(self

@@ -5,6 +5,7 @@ mod connections;
 mod execute;
 mod packages;
 mod runs;
+mod upgrade;
 
 pub use runs::DueSync;
 

@@ -437,9 +437,9 @@ impl ConnectService {
                 }
             }
             JobResult::Failed { category, kind } => Err(format!(
-                "reading the package definition failed ({}, {kind}); see the logs of run {}",
+                "reading the package definition failed ({}, {kind}); the describe run's log \
+                 is at the end of the build log",
                 category.as_str(),
-                run.id
             )),
         };
         log.push_str(&format!(
@@ -447,6 +447,14 @@ impl ConnectService {
             run.id,
             if result.is_ok() { "ok" } else { "failed" }
         ));
+        // The describe run's own lines (a definition or import error says what is wrong there)
+        // belong in the build log: that is where an author looks when a build fails.
+        for line in self
+            .store
+            .list_logs(workspace, None, Some(&run.id), None, 1000)?
+        {
+            log.push_str(&format!("{} {}\n", line.level.as_str(), line.message));
+        }
         Ok((log, result))
     }
 }

@@ -314,6 +314,22 @@ impl ConnectService {
         Ok(page(items, limit, |l| l.id.to_string()))
     }
 
+    /// The connection, if it exists and its package version has a sync of this name: an unknown
+    /// sync is a 404 on every route, not an empty answer that looks like "nothing synced yet".
+    fn check_sync(
+        &self,
+        workspace: &str,
+        connection_id: &str,
+        sync: &str,
+    ) -> Result<Connection, ServiceError> {
+        let c = self.store.get_connection(workspace, connection_id)?;
+        let (_, def, _) = self.built_version(workspace, &c.package, &c.version)?;
+        if def.sync(sync).is_none() {
+            return Err(ServiceError::NotFound("sync"));
+        }
+        Ok(c)
+    }
+
     /// Committed records of a sync, in commit order.
     pub fn read_records(
         &self,
@@ -322,7 +338,7 @@ impl ConnectService {
         sync: &str,
         q: &PageQuery,
     ) -> Result<RecordsPage, ServiceError> {
-        self.store.get_connection(workspace, connection_id)?;
+        self.check_sync(workspace, connection_id, sync)?;
         let after = numeric_cursor(q)?;
         let limit = q.limit();
         let items = self
@@ -338,7 +354,7 @@ impl ConnectService {
         connection_id: &str,
         sync: &str,
     ) -> Result<Option<serde_json::Value>, ServiceError> {
-        self.store.get_connection(workspace, connection_id)?;
+        self.check_sync(workspace, connection_id, sync)?;
         Ok(self.store.get_checkpoint(workspace, connection_id, sync)?)
     }
 }

@@ -187,6 +187,47 @@ impl Store {
         self.get_connection(workspace, id)
     }
 
+    /// Moves a connection to another version of its package with the config validated for it;
+    /// committed records and checkpoints stay (they are kept per connection and sync name).
+    pub fn set_connection_version(
+        &self,
+        workspace: &str,
+        id: &str,
+        version: &str,
+        config: &serde_json::Value,
+    ) -> Result<(), StoreError> {
+        let conn = self.lock();
+        let n = conn.execute(
+            "UPDATE connections SET version = ?3, config = ?4, updated_at = ?5
+             WHERE workspace = ?1 AND id = ?2",
+            params![
+                workspace,
+                id,
+                version,
+                serde_json::to_string(config)?,
+                ts(Utc::now())
+            ],
+        )?;
+        if n == 0 {
+            return Err(StoreError::NotFound("connection"));
+        }
+        Ok(())
+    }
+
+    /// Names of the connection's syncs that committed at least once (records or checkpoint).
+    pub fn committed_syncs(
+        &self,
+        workspace: &str,
+        connection_id: &str,
+    ) -> Result<Vec<String>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare(
+            "SELECT sync FROM sync_state WHERE workspace = ?1 AND connection_id = ?2 ORDER BY sync",
+        )?;
+        let rows = stmt.query_map(params![workspace, connection_id], |r| r.get(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     /// Sets a connection's status.
     pub fn set_connection_status(
         &self,

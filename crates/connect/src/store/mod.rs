@@ -6,7 +6,7 @@ mod records;
 mod runs;
 
 pub use connections::{NewConnection, OauthPending};
-pub use packages::NewPackageVersion;
+pub use packages::{NewPackageVersion, VersionDeletion};
 pub use runs::NewRun;
 
 use chrono::{DateTime, Utc};

@@ -5,6 +5,20 @@ use crate::model::{Build, BuildStatus, Definition, Package, PackageVersion};
 use chrono::Utc;
 use rusqlite::{params, OptionalExtension, Row};
 
+/// What deleting a package version did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VersionDeletion {
+    /// The version, its builds and (if it was its last version) the package are gone.
+    Deleted {
+        /// Ids of the deleted builds (their artifact directories can go).
+        build_ids: Vec<String>,
+    },
+    /// Nothing changed: these connections use the version.
+    UsedBy(Vec<String>),
+    /// Nothing changed: a build of the version is queued or running.
+    Building,
+}
+
 /// A version to insert.
 #[derive(Debug, Clone)]
 pub struct NewPackageVersion {
@@ -160,6 +174,64 @@ impl Store {
         ))?;
         let rows = stmt.query_map(params![workspace, name], version_from_row)?;
         rows.map(|r| with_definition(r?)).collect()
+    }
+
+    /// Deletes a version with its builds, unless a connection uses it or a build of it is going
+    /// (checked in the same transaction, so a connection created meanwhile cannot lose it).
+    pub fn delete_package_version(
+        &self,
+        workspace: &str,
+        name: &str,
+        version: &str,
+    ) -> Result<VersionDeletion, StoreError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        tx.query_row(
+            "SELECT 1 FROM package_versions WHERE workspace = ?1 AND name = ?2 AND version = ?3",
+            params![workspace, name, version],
+            |_| Ok(()),
+        )
+        .optional()?
+        .ok_or(StoreError::NotFound("package version"))?;
+        let users: Vec<String> = tx
+            .prepare(
+                "SELECT id FROM connections WHERE workspace = ?1 AND package = ?2 AND version = ?3
+                 ORDER BY created_at",
+            )?
+            .query_map(params![workspace, name, version], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        if !users.is_empty() {
+            return Ok(VersionDeletion::UsedBy(users));
+        }
+        let building: i64 = tx.query_row(
+            "SELECT COUNT(*) FROM builds WHERE workspace = ?1 AND name = ?2 AND version = ?3
+             AND status IN ('queued', 'running')",
+            params![workspace, name, version],
+            |r| r.get(0),
+        )?;
+        if building > 0 {
+            return Ok(VersionDeletion::Building);
+        }
+        let build_ids: Vec<String> = tx
+            .prepare("SELECT id FROM builds WHERE workspace = ?1 AND name = ?2 AND version = ?3")?
+            .query_map(params![workspace, name, version], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        tx.execute(
+            "DELETE FROM builds WHERE workspace = ?1 AND name = ?2 AND version = ?3",
+            params![workspace, name, version],
+        )?;
+        tx.execute(
+            "DELETE FROM package_versions WHERE workspace = ?1 AND name = ?2 AND version = ?3",
+            params![workspace, name, version],
+        )?;
+        // A package without versions would list as an empty entry: it goes with its last one.
+        tx.execute(
+            "DELETE FROM packages WHERE workspace = ?1 AND name = ?2
+             AND NOT EXISTS (SELECT 1 FROM package_versions WHERE workspace = ?1 AND name = ?2)",
+            params![workspace, name],
+        )?;
+        tx.commit()?;
+        Ok(VersionDeletion::Deleted { build_ids })
     }
 
     /// Records a successful build and its definition on the version.

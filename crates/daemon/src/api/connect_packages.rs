@@ -5,7 +5,7 @@ use super::{connect_views as views, envelope, ApiError, AppState, Workspace};
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::Extension;
 
 /// `POST /v1/connect/packages` (201 new version, 200 the same bytes again)
@@ -101,4 +101,20 @@ pub async fn build_get(
         .get_build(&ws.0, &id)
         .map_err(views::other)?;
     Ok(envelope::data(StatusCode::OK, views::build(b)))
+}
+
+/// `DELETE /v1/connect/packages/{package}/versions/{version}` (204; 409 while a connection
+/// uses the version or a build of it runs)
+// Registered by the router in api/mod.rs (outside this slice): until that line lands the
+// handler is unused. Remove this allow with it.
+#[allow(dead_code)]
+pub async fn delete_version(
+    State(svc): State<AppState>,
+    Extension(ws): Extension<Workspace>,
+    Path((package, version)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    views::runtime(&svc)?
+        .delete_package_version(&ws.0, &package, &version)
+        .map_err(views::other)?;
+    Ok(StatusCode::NO_CONTENT.into_response())
 }

@@ -1,0 +1,112 @@
+//! Connection upgrades and package version deletion: moving a connection to another built
+//! version of its package keeps its committed data only when that data still means the same.
+
+use super::{ConnectService, ServiceError};
+use crate::model::{Connection, Definition, SyncDefinition};
+use crate::store::VersionDeletion;
+
+/// Why a committed sync cannot move to the new definition; `None` when it can.
+fn sync_change(
+    name: &str,
+    old: Option<&SyncDefinition>,
+    new: Option<&SyncDefinition>,
+) -> Option<String> {
+    let new = match new {
+        None => {
+            return Some(format!(
+                "sync {name:?} has committed data and is not in the new version"
+            ))
+        }
+        Some(n) => n,
+    };
+    let old = old?;
+    if old.mode != new.mode {
+        return Some(format!(
+            "sync {name:?} changes mode from {} to {}",
+            old.mode.as_str(),
+            new.mode.as_str()
+        ));
+    }
+    if old.primary_key != new.primary_key {
+        return Some(format!("sync {name:?} changes its primary key"));
+    }
+    None
+}
+
+impl ConnectService {
+    /// Refuses a version change that would leave committed records or checkpoints meaning
+    /// something else: a committed sync must exist in the new version with the same mode and
+    /// primary key (merge upserts by the key; a replace or append dataset would change rules).
+    /// Syncs that never committed may change freely.
+    pub(super) fn check_upgrade(
+        &self,
+        workspace: &str,
+        c: &Connection,
+        old: &Definition,
+        new: &Definition,
+        version: &str,
+    ) -> Result<(), ServiceError> {
+        let busy = self
+            .active_syncs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .any(|(ws, id, _)| ws == workspace && *id == c.id);
+        if busy {
+            return Err(ServiceError::Conflict(
+                "a sync of this connection is running; change the version when it ended".into(),
+            ));
+        }
+        let problems: Vec<String> = self
+            .store
+            .committed_syncs(workspace, &c.id)?
+            .iter()
+            .filter_map(|name| sync_change(name, old.sync(name), new.sync(name)))
+            .collect();
+        if problems.is_empty() {
+            return Ok(());
+        }
+        Err(ServiceError::Conflict(format!(
+            "cannot move the connection to {}@{version} and keep its committed data: {}; \
+             create a new connection for that version instead",
+            c.package,
+            problems.join("; ")
+        )))
+    }
+
+    /// Deletes a package version nobody uses, with its builds and their artifacts. The
+    /// content-addressed tarball stays: an upload of the same bytes may be reusing it right now.
+    pub fn delete_package_version(
+        &self,
+        workspace: &str,
+        name: &str,
+        version: &str,
+    ) -> Result<(), ServiceError> {
+        match self
+            .store
+            .delete_package_version(workspace, name, version)?
+        {
+            VersionDeletion::UsedBy(ids) => Err(ServiceError::Conflict(format!(
+                "{name}@{version} is used by connection{} {}; move or delete {} first",
+                if ids.len() == 1 { "" } else { "s" },
+                ids.join(", "),
+                if ids.len() == 1 { "it" } else { "them" }
+            ))),
+            VersionDeletion::Building => Err(ServiceError::Conflict(format!(
+                "a build of {name}@{version} is running; delete the version when it ended"
+            ))),
+            VersionDeletion::Deleted { build_ids } => {
+                // The rows are gone; leftover files only cost space, so failures are logged.
+                for id in build_ids {
+                    let dir = self.artifact_dir(&id);
+                    if let Err(e) = std::fs::remove_dir_all(&dir) {
+                        if e.kind() != std::io::ErrorKind::NotFound {
+                            tracing::warn!(error = %e, dir = %dir.display(), "removing an artifact failed");
+                        }
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+}
