@@ -91,6 +91,8 @@ struct State {
 pub struct FakeRuntime {
     state: Mutex<State>,
     calls: Mutex<Vec<(Op, Uuid)>>,
+    /// Sandboxes whose hello was not answered in time, once per failed handshake.
+    failed_handshakes: Mutex<Vec<Uuid>>,
     /// How long a new connection's hello may take (the real one: 10 s).
     handshake_timeout: Duration,
     /// How long `wait_ready` retries (the real one: 30 s).
@@ -111,6 +113,7 @@ impl FakeRuntime {
         FakeRuntime {
             state: Mutex::new(State::default()),
             calls: Mutex::new(Vec::new()),
+            failed_handshakes: Mutex::new(Vec::new()),
             handshake_timeout: Duration::from_millis(300),
             ready_timeout: Duration::from_secs(2),
             console_dir: std::env::temp_dir().join("sbx-fake-runtime"),
@@ -217,6 +220,15 @@ impl FakeRuntime {
         calls.iter().filter(|c| **c == (op, id)).count()
     }
 
+    /// How many connection attempts to sandbox `id` failed their handshake.
+    pub fn failed_handshakes(&self, id: Uuid) -> usize {
+        let failed = self
+            .failed_handshakes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        failed.iter().filter(|f| **f == id).count()
+    }
+
     /// Every call so far, in order.
     pub fn call_log(&self) -> Vec<(Op, Uuid)> {
         self.calls.lock().unwrap_or_else(|p| p.into_inner()).clone()
@@ -257,6 +269,10 @@ impl FakeRuntime {
             Err(e) => e.to_string(),
         };
         conn.shutdown().await;
+        self.failed_handshakes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(id);
         Err(RuntimeError::AgentNotReady(failure))
     }
 
