@@ -101,3 +101,29 @@ async fn same_name_creates_boot_one_sandbox() {
     h.wait_status(ids[0], SandboxStatus::Running).await;
     assert_eq!(h.runtime.life(ids[0]), Some(Life::Running));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_racing_pause_and_destroy_ends_consistent() {
+    let h = Harness::with(|c| c.limits.snapshot_verify = false);
+    h.runtime
+        .set_delay(Op::Checkpoint, Duration::from_millis(100));
+    let r = h.running("snapped").await;
+    let (s1, s2, s3) = (h.service.clone(), h.service.clone(), h.service.clone());
+    let snap = tokio::spawn(async move { s1.snapshot_create(WS, r.id, None).await });
+    eventually("the checkpoint is under way", || {
+        h.runtime.calls_for(Op::Checkpoint, r.id) == 1
+    })
+    .await;
+    let pause = tokio::spawn(async move { s2.pause(WS, r.id).await });
+    let destroy = tokio::spawn(async move { s3.destroy(WS, r.id).await });
+    let snap = snap.await.unwrap().expect("snapshot answered");
+    let _ = pause.await.unwrap();
+    destroy.await.unwrap().expect("destroy answered");
+    // The checkpoint held the transition lock: it finished first, on a running sandbox.
+    assert_eq!(snap.status, sbx_store::SnapshotStatus::Ready, "{snap:?}");
+    h.wait_status(r.id, SandboxStatus::Terminated).await;
+    assert_eq!(h.runtime.calls_for(Op::Checkpoint, r.id), 1);
+    assert!(h.runtime.calls_for(Op::Pause, r.id) <= 1);
+    assert_eq!(h.runtime.calls_for(Op::Destroy, r.id), 1);
+    assert_eq!(h.runtime.life(r.id), None);
+}

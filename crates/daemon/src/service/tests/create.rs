@@ -84,3 +84,21 @@ async fn a_boot_slower_than_the_sync_wait_answers_starting() {
     h.wait_status(r.id, SandboxStatus::Running).await;
     assert_eq!(h.runtime.calls_for(Op::Start, r.id), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_destroy_during_the_boot_leaves_nothing_on_the_host() {
+    let h = Harness::with(|c| c.limits.create_sync_wait = Duration::from_millis(20));
+    h.runtime.set_delay(Op::Start, Duration::from_millis(300));
+    let r = h.create("short-boot").await;
+    assert_eq!(r.status, SandboxStatus::Starting);
+    h.service.destroy(WS, r.id).await.unwrap();
+    h.wait_status(r.id, SandboxStatus::Terminated).await;
+    // The teardown ran before the container existed; the boot removes what it made.
+    eventually("the late container is removed", || {
+        h.runtime.calls_for(Op::Start, r.id) == 1
+            && h.runtime.calls_for(Op::Destroy, r.id) == 2
+            && h.runtime.life(r.id).is_none()
+    })
+    .await;
+    assert_eq!(h.get(r.id).status, SandboxStatus::Terminated);
+}

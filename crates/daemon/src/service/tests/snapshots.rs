@@ -120,3 +120,31 @@ async fn only_a_running_sandbox_is_snapshotted() {
     ));
     assert_eq!(h.runtime.calls(Op::Checkpoint), 0);
 }
+
+#[tokio::test]
+async fn a_clone_whose_restore_fails_is_failed_and_cleaned_up() {
+    let h = Harness::with(|c| c.limits.snapshot_verify = false);
+    let source = h.running("source").await;
+    let snap = h
+        .service
+        .snapshot_create(WS, source.id, None)
+        .await
+        .unwrap();
+    h.runtime.fail_next(Op::Restore, "restore: image corrupt");
+    let clone_req = CreateSandboxRequest {
+        name: Some("clone".into()),
+        snapshot_id: Some(snap.id),
+        ..CreateSandboxRequest::default()
+    };
+    let clone = match h.service.create(WS, clone_req).await.unwrap() {
+        CreateOutcome::Created(r) => r,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(clone.status, SandboxStatus::Failed, "{clone:?}");
+    assert!(clone.error.unwrap_or_default().contains("image corrupt"));
+    eventually("the failed clone is cleaned up", || {
+        h.runtime.calls_for(Op::Destroy, clone.id) == 1
+    })
+    .await;
+    assert_eq!(h.get(source.id).status, SandboxStatus::Running);
+}
