@@ -84,7 +84,6 @@ struct State {
     hang_next_start: bool,
     /// The next start's agent never answers (not even its hello).
     stall_next_start: bool,
-    exec: Option<ExecHandler>,
 }
 
 /// In-process [`Runtime`]; see the module documentation.
@@ -93,6 +92,8 @@ pub struct FakeRuntime {
     calls: Mutex<Vec<(Op, Uuid)>>,
     /// Sandboxes whose hello was not answered in time, once per failed handshake.
     failed_handshakes: Mutex<Vec<Uuid>>,
+    /// The test's exec handler, read by every agent connection at each exec.
+    exec: agent::SharedExec,
     /// How long a new connection's hello may take (the real one: 10 s).
     handshake_timeout: Duration,
     /// How long `wait_ready` retries (the real one: 30 s).
@@ -114,6 +115,7 @@ impl FakeRuntime {
             state: Mutex::new(State::default()),
             calls: Mutex::new(Vec::new()),
             failed_handshakes: Mutex::new(Vec::new()),
+            exec: Arc::default(),
             handshake_timeout: Duration::from_millis(300),
             ready_timeout: Duration::from_secs(2),
             console_dir: std::env::temp_dir().join("sbx-fake-runtime"),
@@ -179,9 +181,9 @@ impl FakeRuntime {
         }
     }
 
-    /// Answers every exec with `handler` instead of the built-in commands.
+    /// Answers every exec (on open connections too) with `handler` instead of the built-in commands.
     pub fn set_exec(&self, handler: ExecHandler) {
-        self.state().exec = Some(handler);
+        *self.exec.lock().unwrap_or_else(|p| p.into_inner()) = Some(handler);
     }
 
     /// Puts a sandbox on the "host" without a start (state left by an earlier sbxd).
@@ -258,8 +260,7 @@ impl FakeRuntime {
             Some(g) if g.life() != Life::Stopped => g,
             _ => return Err(RuntimeError::NotRunning),
         };
-        let exec = self.state().exec.clone();
-        let conn = agent::connect(guest, exec);
+        let conn = agent::connect(guest, self.exec.clone());
         let failure = match conn
             .call_within(Request::Hello, self.handshake_timeout)
             .await

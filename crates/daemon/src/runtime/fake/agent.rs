@@ -28,6 +28,9 @@ pub enum Life {
 /// Answers an exec: `(exit code, stdout, stderr)` for an argv.
 pub type ExecHandler = Arc<dyn Fn(&[String]) -> (i32, Vec<u8>, Vec<u8>) + Send + Sync>;
 
+/// The runtime's exec handler, shared with every connection (`None`: built-in commands).
+pub(super) type SharedExec = Arc<Mutex<Option<ExecHandler>>>;
+
 /// What lives in the guest's memory (and so survives a checkpoint).
 #[derive(Debug, Clone, Default)]
 pub(super) struct GuestData {
@@ -79,7 +82,7 @@ impl Guest {
 }
 
 /// Opens a connection to `guest`'s agent (no handshake yet).
-pub(super) fn connect(guest: Arc<Guest>, exec: Option<ExecHandler>) -> AgentConn {
+pub(super) fn connect(guest: Arc<Guest>, exec: SharedExec) -> AgentConn {
     let (client, server) = tokio::io::duplex(1 << 20);
     let (cr, cw) = tokio::io::split(client);
     let (conn, closing) = AgentConn::with_closer(cr, cw);
@@ -98,7 +101,7 @@ struct Upload {
 /// Per-connection state of the agent task.
 struct Session {
     guest: Arc<Guest>,
-    exec: Option<ExecHandler>,
+    exec: SharedExec,
     uploads: HashMap<u64, Upload>,
     /// Id of the open `net_serve`, ended by a newer one or by `quiesce`.
     net_serve: Option<u64>,
@@ -108,7 +111,7 @@ async fn serve(
     guest: Arc<Guest>,
     server: tokio::io::DuplexStream,
     mut closing: oneshot::Receiver<Closing>,
-    exec: Option<ExecHandler>,
+    exec: SharedExec,
 ) {
     let (mut rd, mut wr) = tokio::io::split(server);
     let mut life = guest.life.subscribe();
@@ -415,7 +418,8 @@ impl Session {
     /// `cat PATH` read the guest state; anything else exits 0 with the argv
     /// joined by spaces as stdout.
     fn exec(&self, argv: &[String]) -> (i32, Vec<u8>, Vec<u8>) {
-        if let Some(handler) = &self.exec {
+        let handler = self.exec.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(handler) = handler {
             return handler(argv);
         }
         let data = self.guest.data();

@@ -3,6 +3,7 @@
 //! temporary directory. Waiting is always polling with a deadline
 //! ([`eventually`]), never a sleep that hopes something happened.
 
+mod agent;
 mod concurrency;
 mod create;
 mod lifecycle;
@@ -42,11 +43,11 @@ impl Harness {
 
     /// Like `new`, with the configuration changed by `tune` first.
     fn with(tune: impl FnOnce(&mut Config)) -> Harness {
-        Harness::with_runtime(FakeRuntime::new(), tune)
+        Harness::with_runtime(Arc::new(FakeRuntime::new()), tune)
     }
 
-    /// Like `with`, on the given fake runtime.
-    fn with_runtime(runtime: FakeRuntime, tune: impl FnOnce(&mut Config)) -> Harness {
+    /// Like `with`, on the given fake runtime (which other services may share).
+    fn with_runtime(runtime: Arc<FakeRuntime>, tune: impl FnOnce(&mut Config)) -> Harness {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut config = Config::for_tests(dir.path().to_path_buf());
         tune(&mut config);
@@ -54,7 +55,6 @@ impl Harness {
             Arc::new(SqliteStore::open(&config.database_path()).expect("open store"));
         let secrets =
             super::SecretBox::load_or_create(&config.secret_key_path()).expect("secret key");
-        let runtime = Arc::new(runtime);
         let service = Service::new(config, store.clone(), runtime.clone(), secrets);
         Harness {
             service,

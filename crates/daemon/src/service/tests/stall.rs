@@ -36,7 +36,7 @@ async fn a_hello_never_answered_fails_the_boot_only() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn destroy_answers_promptly_while_a_command_and_a_reconnect_stall() {
     let h = Harness::with_runtime(
-        FakeRuntime::new().with_handshake_timeout(Duration::from_secs(30)),
+        Arc::new(FakeRuntime::new().with_handshake_timeout(Duration::from_secs(30))),
         |_| {},
     );
     let stuck = h.running("stuck").await;
