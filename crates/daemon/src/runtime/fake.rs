@@ -109,15 +109,16 @@ impl Default for FakeRuntime {
 }
 
 impl FakeRuntime {
-    /// A fake runtime with no sandboxes and short deadlines (handshake 300 ms, ready 2 s).
+    /// A fake runtime with no sandboxes and short deadlines (handshake 1 s, ready 3 s):
+    /// short for tests, long enough for a loaded machine.
     pub fn new() -> FakeRuntime {
         FakeRuntime {
             state: Mutex::new(State::default()),
             calls: Mutex::new(Vec::new()),
             failed_handshakes: Mutex::new(Vec::new()),
             exec: Arc::default(),
-            handshake_timeout: Duration::from_millis(300),
-            ready_timeout: Duration::from_secs(2),
+            handshake_timeout: Duration::from_secs(1),
+            ready_timeout: Duration::from_secs(3),
             console_dir: std::env::temp_dir().join("sbx-fake-runtime"),
         }
     }

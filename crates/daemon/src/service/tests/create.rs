@@ -77,8 +77,9 @@ async fn a_boot_that_hangs_times_out() {
 
 #[tokio::test]
 async fn a_boot_slower_than_the_sync_wait_answers_starting() {
-    let h = Harness::with(|c| c.limits.create_sync_wait = Duration::from_millis(50));
-    h.runtime.set_delay(Op::Start, Duration::from_millis(300));
+    let h = Harness::with(|c| c.limits.create_sync_wait = Duration::from_millis(20));
+    // Far longer than the sync wait, so that the order holds on a loaded machine.
+    h.runtime.set_delay(Op::Start, Duration::from_secs(1));
     let r = h.create("patient").await;
     assert_eq!(r.status, SandboxStatus::Starting);
     h.wait_status(r.id, SandboxStatus::Running).await;
@@ -88,7 +89,7 @@ async fn a_boot_slower_than_the_sync_wait_answers_starting() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_destroy_during_the_boot_leaves_nothing_on_the_host() {
     let h = Harness::with(|c| c.limits.create_sync_wait = Duration::from_millis(20));
-    h.runtime.set_delay(Op::Start, Duration::from_millis(300));
+    h.runtime.set_delay(Op::Start, Duration::from_secs(1));
     let r = h.create("short-boot").await;
     assert_eq!(r.status, SandboxStatus::Starting);
     h.service.destroy(WS, r.id).await.unwrap();
