@@ -230,6 +230,38 @@ impl Config {
     pub fn runsc_root(&self) -> PathBuf {
         self.data_dir.join("runsc")
     }
+
+    /// A dev-mode configuration for tests on the fake runtime: state in
+    /// `data_dir`, a fixed capacity (no host probing, no free-disk floor),
+    /// short start timeout and sync wait.
+    pub fn for_tests(data_dir: PathBuf) -> Config {
+        Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            data_dir,
+            dev: true,
+            signing_keys: Vec::new(),
+            runsc_binary: "runsc".into(),
+            agent_dir: "/nonexistent".into(),
+            image_rootfs: "/nonexistent".into(),
+            image_ref: "default".into(),
+            limits: Limits {
+                start_timeout: Duration::from_secs(3),
+                create_sync_wait: Duration::from_secs(5),
+                ..Limits::default()
+            },
+            runsc_extra_flags: Vec::new(),
+            default_network: sbx_api_types::NetworkMode::Public,
+            network_test_public: Vec::new(),
+            warm_pool: Default::default(),
+            capacity: CapacityConfig {
+                memory_mb: Some(1 << 20),
+                vcpus: Some(1024),
+                min_free_disk_mb: 0,
+                ..CapacityConfig::default()
+            },
+            http: HttpConfig::default(),
+        }
+    }
 }
 
 /// Largest warm pool per shape.

@@ -6,6 +6,7 @@
 pub mod agent_conn;
 pub mod console_log;
 pub mod disk;
+pub mod fake;
 pub mod gvisor;
 mod leftovers;
 mod oom;

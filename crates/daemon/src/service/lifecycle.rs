@@ -453,8 +453,15 @@ impl Service {
                         .unwrap_or_else(|| "sandbox stopped unexpectedly".to_string()),
                 }
             };
+            // A pause or destroy that came while the reconnect waited owns the
+            // sandbox now: a frozen or removed agent does not answer, and that
+            // is no reason to fail (and destroy) it.
+            let still_running = matches!(this.store.get_sandbox(id),
+                Ok(Some(r)) if r.status == SandboxStatus::Running);
             drop(gate);
-            this.fail(id, reason).await;
+            if still_running {
+                this.fail(id, reason).await;
+            }
         });
     }
 

@@ -23,6 +23,8 @@ mod pool;
 mod reconcile;
 mod secrets;
 mod snapshots;
+#[cfg(test)]
+mod tests;
 
 pub use admission::{Capacity, Reservation};
 pub use commands::{ExecOutcome, OutputSelection};
