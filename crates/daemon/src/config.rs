@@ -170,6 +170,9 @@ pub enum ConfigError {
     /// A sandbox disk too small to format.
     #[error("--sandbox-disk-mb {0} is too small: use 0 (no limit) or at least {min}", min = crate::runtime::disk::MIN_DISK_MB)]
     DiskTooSmall(u64),
+    /// A test-only network option outside dev mode.
+    #[error("{0} is for testing against one's own hosts and is refused outside --dev")]
+    TestOnlyOption(&'static str),
     /// An HTTP timeout or connection cap of zero would refuse every request.
     #[error("{0} must be at least 1")]
     HttpZero(&'static str),
@@ -183,6 +186,11 @@ impl Config {
         }
         if !self.dev && self.signing_keys.is_empty() {
             return Err(ConfigError::NoKeys);
+        }
+        // Marking private ranges public is how tests reach their own hosts;
+        // on a production node it would open the local network to guests.
+        if !self.dev && !self.network_test_public.is_empty() {
+            return Err(ConfigError::TestOnlyOption("--network-test-public-cidr"));
         }
         let disk = self.limits.sandbox_disk_mb;
         if disk != 0 && disk < crate::runtime::disk::MIN_DISK_MB {
@@ -356,6 +364,14 @@ mod tests {
         c.dev = false;
         assert!(matches!(c.validate(), Err(ConfigError::NoKeys)));
         c.signing_keys = vec!["signkey-prod-00".into()];
+        assert!(c.validate().is_ok());
+        c.network_test_public = vec!["10.213.0.0/30".into()];
+        assert!(matches!(
+            c.validate(),
+            Err(ConfigError::TestOnlyOption("--network-test-public-cidr"))
+        ));
+        c.dev = true;
+        c.listen = "127.0.0.1:8731".parse().unwrap();
         assert!(c.validate().is_ok());
     }
 

@@ -452,6 +452,12 @@ fn open_connect(
         sbx_daemon::network::policy::check_addr(&facts, ip).is_ok()
     });
     let mut broker = sbx_connect::egress::BrokerConfig::new(public);
+    if !config.dev && (args.connect_test_port.is_some() || !args.connect_extra_ca.is_empty()) {
+        anyhow::bail!(
+            "--connect-test-port and --connect-extra-ca are for testing against one's own API \
+             and are refused outside --dev"
+        );
+    }
     if let Some(port) = args.connect_test_port {
         tracing::warn!(
             port,

@@ -107,7 +107,6 @@ pub async fn build_get(
 /// uses the version or a build of it runs)
 // Registered by the router in api/mod.rs (outside this slice): until that line lands the
 // handler is unused. Remove this allow with it.
-#[allow(dead_code)]
 pub async fn delete_version(
     State(svc): State<AppState>,
     Extension(ws): Extension<Workspace>,

@@ -112,7 +112,7 @@ pub fn router(service: Arc<Service>) -> Router {
         )
         .route(
             "/v1/connect/packages/{package}/versions/{version}",
-            get(connect_packages::version),
+            get(connect_packages::version).delete(connect_packages::delete_version),
         )
         .route(
             "/v1/connect/packages/{package}/versions/{version}/builds",
