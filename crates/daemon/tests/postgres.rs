@@ -124,7 +124,10 @@ async fn a_database_that_cannot_be_used_stops_sbxd_at_start() {
         stderr.contains(&format!("postgres://sbx:***@{host}/sbx")),
         "names the database: {stderr}"
     );
-    assert!(stderr.contains("unavailable"), "says why: {stderr}");
+    assert!(
+        stderr.contains("unavailable") && stderr.contains("error connecting to server"),
+        "says why: {stderr}"
+    );
     assert!(!stderr.contains("hunter2"), "leaks the password: {stderr}");
 
     // A schema written by a newer sbxd.

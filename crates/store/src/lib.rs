@@ -26,18 +26,18 @@ pub type Source = Box<dyn std::error::Error + Send + Sync>;
 pub enum StoreError {
     /// The disk holding the database is full. The write was rolled back whole:
     /// stored rows are intact and the same write succeeds once space returns.
-    #[error("the disk holding the database is full: {0}")]
+    #[error("the disk holding the database is full: {}", chain(.0.as_ref()))]
     Full(Source),
     /// The database could not be reached, or the connection was lost, or it is
     /// busy: nothing is known to have changed and the call may be repeated.
-    #[error("the database is unavailable: {0}")]
+    #[error("the database is unavailable: {}", chain(.0.as_ref()))]
     Unavailable(Source),
     /// Another writer got there first (a unique row exists already, or a
     /// conditional update found the row changed).
-    #[error("conflicting change: {0}")]
+    #[error("conflicting change: {}", chain(.0.as_ref()))]
     Conflict(Source),
     /// A stored row could not be decoded, or the database reports damage.
-    #[error("corrupt data: {0}")]
+    #[error("corrupt data: {}", chain(.0.as_ref()))]
     Corrupt(Source),
     /// The database was written by a newer sbxd; this one refuses to touch it.
     #[error("database schema version {found} is newer than this sbxd ({supported}); upgrade sbxd")]
@@ -48,11 +48,28 @@ pub enum StoreError {
         supported: u32,
     },
     /// The database refused or failed an operation for another reason.
-    #[error("database error: {0}")]
+    #[error("database error: {}", chain(.0.as_ref()))]
     Database(Source),
     /// The row to update does not exist.
     #[error("not found")]
     NotFound,
+}
+
+/// An error and its causes on one line (`connecting: No such file or directory`), so
+/// that the message of a store failure says why even where only it is shown.
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let text = cause.to_string();
+        // Some errors repeat their cause in their own message.
+        if !out.ends_with(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        next = cause.source();
+    }
+    out
 }
 
 impl StoreError {
