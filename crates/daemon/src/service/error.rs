@@ -103,8 +103,8 @@ pub const STORE_FULL: &str = "the data disk is full: the metadata store could no
      the change, so nothing changed; free space in the data dir, then retry";
 
 /// The message of a store call that could not reach the database.
-pub const STORE_UNAVAILABLE: &str = "the metadata store is unavailable, so nothing changed; \
-     retry shortly";
+pub const STORE_UNAVAILABLE: &str =
+    "the metadata store is unavailable (database unreachable or connection lost); retry shortly";
 
 impl From<sbx_store::StoreError> for ServiceError {
     fn from(e: sbx_store::StoreError) -> Self {

@@ -169,6 +169,65 @@ mod schema {
     }
 
     #[test]
+    #[ignore = "needs PostgreSQL; run ./scripts/test"]
+    fn postgres_connections_lost_are_unavailable_then_replaced() {
+        let db = postgres_database();
+        let store = PostgresStore::open(db.url()).expect("open");
+        behaviours::insert_one(&store);
+        // Wake every worker's connection, then end them all from the server side,
+        // as a restart or failover of the database would.
+        let url = db.url().to_string();
+        let hold = std::sync::Arc::new(store);
+        let racers: Vec<_> = (0..8)
+            .map(|_| {
+                let s = std::sync::Arc::clone(&hold);
+                std::thread::spawn(move || s.list_sandboxes("default", 10, None).map(|v| v.len()))
+            })
+            .collect();
+        for r in racers {
+            assert_eq!(r.join().expect("reader").expect("read"), 1);
+        }
+        let ended = std::thread::spawn(move || -> i64 {
+            let mut c = ::postgres::Client::connect(&url, ::postgres::NoTls).expect("connect");
+            let rows = c
+                .query(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                     WHERE datname = current_database() AND pid <> pg_backend_pid()",
+                    &[],
+                )
+                .expect("terminate");
+            rows.len() as i64
+        })
+        .join()
+        .expect("thread");
+        assert!(ended >= 1, "the store had connections to end");
+        // Each worker whose connection died fails its next call as unavailable (the
+        // outcome of that call is not known), then reconnects: the data is all there.
+        let mut unavailable = 0;
+        let mut answered = 0;
+        for _ in 0..20 {
+            match hold.list_sandboxes("default", 10, None) {
+                Ok(rows) => {
+                    assert_eq!(rows.len(), 1);
+                    answered += 1;
+                }
+                Err(e) => {
+                    assert!(matches!(e, sbx_store::StoreError::Unavailable(_)), "{e:?}");
+                    unavailable += 1;
+                }
+            }
+        }
+        assert!(
+            unavailable <= ended,
+            "{unavailable} failures for {ended} lost connections"
+        );
+        assert!(
+            answered >= 20 - ended,
+            "the store recovered: {answered} answers"
+        );
+    }
+
+    #[test]
     fn postgres_that_cannot_be_reached_is_unavailable() {
         let dir = tempfile::tempdir().expect("tempdir");
         let url = format!(
