@@ -7,7 +7,7 @@
 # process is gone) are stopped and removed first; clusters of runs still going
 # are left alone, so that two runs on one machine do not disturb each other.
 
-SBX_PG_BIN=${SBX_PG_BIN:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)}
+SBX_PG_BIN=${SBX_PG_BIN:-$( (ls -d /usr/lib/postgresql/*/bin 2>/dev/null || true) | sort -V | tail -1)}
 
 # Runs a command as the `postgres` user (Debian's package creates it); PostgreSQL
 # refuses to run as root.
