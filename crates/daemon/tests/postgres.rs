@@ -157,3 +157,64 @@ async fn a_database_that_cannot_be_used_stops_sbxd_at_start() {
         "{stderr}"
     );
 }
+
+/// Runs one statement on the server of `url` (as its admin), off the async runtime.
+fn admin(url: &str, sql: String) {
+    let url = url.to_string();
+    std::thread::spawn(move || {
+        let mut c = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
+        c.batch_execute(&sql).expect("admin statement");
+    })
+    .join()
+    .expect("thread");
+}
+
+#[tokio::test]
+#[ignore = "needs root, runsc, the image and PostgreSQL; run ./scripts/test"]
+async fn a_database_that_goes_away_is_503_then_sbxd_recovers() {
+    let admin_url = std::env::var("SBX_TEST_DATABASE_URL").expect("SBX_TEST_DATABASE_URL");
+    let db = database();
+    let d = Daemon::start(&["--database-url", db.url()]).await;
+    let id = d.create_running("outlives-the-outage").await;
+    let name = db
+        .url()
+        .rsplit("dbname=")
+        .next()
+        .expect("test database name")
+        .to_string();
+    // The database refuses new connections and drops the ones sbxd holds.
+    admin(
+        &admin_url,
+        format!(
+            "ALTER DATABASE {name} ALLOW_CONNECTIONS false; \
+             SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'"
+        ),
+    );
+    for _ in 0..6 {
+        let got = d.call("GET", &format!("/v2/sandboxes/{id}"), None).await;
+        common::assert_error(&got, 503, "compute_unavailable");
+    }
+    admin(
+        &admin_url,
+        format!("ALTER DATABASE {name} ALLOW_CONNECTIONS true"),
+    );
+    // Back: every connection is replaced on its next use, nothing was lost.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, body) = d.call("GET", &format!("/v2/sandboxes/{id}"), None).await;
+        if status == 200 {
+            assert_eq!(body["data"]["status"], "RUNNING", "{body}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "sbxd did not recover: {status} {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (code, out, _) = d.exec(&id, &["echo", "still here"]).await;
+    assert_eq!((code, out.as_str()), (0, "still here\n"));
+    d.destroy_all(Duration::from_secs(30)).await;
+    drop(d);
+    drop(db);
+}

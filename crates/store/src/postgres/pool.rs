@@ -20,9 +20,24 @@ impl Connection {
             Some(c) if !c.is_closed() => c,
             // A closed client (server restarted, connection reset) is replaced:
             // this is how sbxd recovers once the database returns.
-            _ => self.config.connect(NoTls)?,
+            _ => self.config.connect(NoTls).map_err(connect_error)?,
         };
         Ok(self.client.insert(client))
+    }
+}
+
+/// A failure to connect: unavailable (retryable) unless the server refused who we
+/// are or what we asked for, which no retry mends.
+fn connect_error(e: postgres::Error) -> StoreError {
+    let refused = e.as_db_error().is_some_and(|db| {
+        let code = db.code().code();
+        // 28: invalid authorization (wrong user or password); 3D000: no such database.
+        code.starts_with("28") || code == "3D000"
+    });
+    if refused {
+        StoreError::Database(Box::new(e))
+    } else {
+        StoreError::Unavailable(Box::new(e))
     }
 }
 
