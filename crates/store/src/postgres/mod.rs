@@ -68,6 +68,8 @@ impl PostgresStore {
 fn migrate(client: &mut postgres::Client) -> Result<(), StoreError> {
     let mut tx = client.transaction()?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
+    // No "relation already exists, skipping" notice in sbxd's log at every start.
+    tx.batch_execute("SET LOCAL client_min_messages = warning")?;
     tx.batch_execute(
         "CREATE TABLE IF NOT EXISTS schema_version (
              version    integer PRIMARY KEY,
