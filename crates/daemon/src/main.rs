@@ -21,6 +21,11 @@ struct Args {
     /// Data directory (database, sandboxes, runsc state).
     #[arg(long, env = "SBX_DATA_DIR", default_value = "/var/lib/sbx")]
     data_dir: PathBuf,
+    /// PostgreSQL for the sandbox store (`postgres://user:password@host/db`, or
+    /// `host=/run/postgresql dbname=sbx`); without it, SQLite in the data dir.
+    /// Connect's store stays in the data dir's SQLite for now.
+    #[arg(long, env = "SBX_DATABASE_URL", hide_env_values = true)]
+    database_url: Option<String>,
     /// Dev mode: no key needed; loopback only.
     #[arg(long, env = "SBX_DEV")]
     dev: bool,
@@ -185,6 +190,9 @@ struct KeysArgs {
         global = true
     )]
     data_dir: PathBuf,
+    /// PostgreSQL holding the keys, as given to sbxd (then the data dir's SQLite is not used).
+    #[arg(long, env = "SBX_DATABASE_URL", hide_env_values = true, global = true)]
+    database_url: Option<String>,
     #[command(subcommand)]
     command: KeysCommand,
 }
@@ -212,9 +220,39 @@ enum KeysCommand {
     },
 }
 
+/// The sandbox store: PostgreSQL at `database_url` if given, else SQLite at `sqlite_path`.
+///
+/// A failure names the database (a URL without its password) and why, so that a
+/// wrong URL, a server that is down or a schema from a newer sbxd stops sbxd at start.
+fn open_store(
+    sqlite_path: &std::path::Path,
+    database_url: Option<&str>,
+) -> anyhow::Result<Arc<dyn sbx_store::Store>> {
+    match database_url.map(str::trim).filter(|u| !u.is_empty()) {
+        Some(url) => {
+            let store = sbx_store::PostgresStore::open(url).with_context(|| {
+                format!(
+                    "opening the PostgreSQL store at {}",
+                    sbx_store::redact_url(url)
+                )
+            })?;
+            tracing::info!(database = %sbx_store::redact_url(url), "store on PostgreSQL");
+            Ok(Arc::new(store))
+        }
+        None => Ok(Arc::new(
+            sbx_store::SqliteStore::open(sqlite_path).with_context(|| {
+                format!("opening the SQLite store at {}", sqlite_path.display())
+            })?,
+        )),
+    }
+}
+
 fn keys_main(args: KeysArgs) -> anyhow::Result<()> {
-    let store = sbx_store::SqliteStore::open(&args.data_dir.join("sbx.sqlite"))
-        .context("opening the store")?;
+    let store = open_store(
+        &args.data_dir.join("sbx.sqlite"),
+        args.database_url.as_deref(),
+    )?;
+    let store = &*store;
     match args.command {
         KeysCommand::Create {
             workspace,
@@ -222,7 +260,7 @@ fn keys_main(args: KeysArgs) -> anyhow::Result<()> {
             name,
         } => {
             let (record, key) = sbx_daemon::tenants::create_key(
-                &store,
+                store,
                 &workspace,
                 env.as_deref(),
                 name.as_deref(),
@@ -242,7 +280,7 @@ fn keys_main(args: KeysArgs) -> anyhow::Result<()> {
         }
         KeysCommand::List => {
             println!("ID\tWORKSPACE\tENV\tNAME\tCREATED\tREVOKED");
-            for k in sbx_store::Store::list_api_keys(&store)? {
+            for k in store.list_api_keys()? {
                 println!(
                     "{}\t{}\t{}\t{}\t{}\t{}",
                     k.id,
@@ -256,7 +294,7 @@ fn keys_main(args: KeysArgs) -> anyhow::Result<()> {
             }
         }
         KeysCommand::Revoke { id } => {
-            sbx_daemon::tenants::revoke_key(&store, id)?;
+            sbx_daemon::tenants::revoke_key(store, id)?;
             eprintln!("key {id} revoked");
         }
     }
@@ -336,9 +374,7 @@ async fn main() -> anyhow::Result<()> {
         .map_err(anyhow::Error::msg)?;
     config.validate()?;
     std::fs::create_dir_all(&config.data_dir).context("creating data dir")?;
-    let store = Arc::new(
-        sbx_store::SqliteStore::open(&config.database_path()).context("opening the store")?,
-    );
+    let store = open_store(&config.database_path(), args.database_url.as_deref())?;
     let runtime: Arc<GvisorRuntime> = Arc::new(
         GvisorRuntime::new(GvisorConfig {
             runsc_binary: config.runsc_binary.clone(),

@@ -1,46 +1,81 @@
 //! Metadata store of sbxd.
 //!
 //! [`Store`] is the seam: the embedded SQLite implementation ([`SqliteStore`]) serves a
-//! single node; a PostgreSQL implementation fills the same trait for several nodes.
+//! single node; the PostgreSQL implementation ([`PostgresStore`]) fills the same trait
+//! so that several nodes can share one database. Both apply their forward-only
+//! migrations at open and refuse a schema newer than themselves.
 
+mod postgres;
 mod records;
 mod snapshots;
 mod sqlite;
 mod tenants;
 
+pub use postgres::{redact_url, PostgresStore, TestDatabase};
 pub use records::*;
 pub use sqlite::SqliteStore;
 
 use uuid::Uuid;
 
-/// Store failures.
+/// The boxed cause of a [`StoreError`]: whatever the backend reported.
+pub type Source = Box<dyn std::error::Error + Send + Sync>;
+
+/// Store failures. No variant names a backend: each backend module turns its
+/// own errors into these, keeping the original as the source.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// The disk holding the database is full (SQLITE_FULL). The write was
-    /// rolled back whole: stored rows are intact and the same write succeeds
-    /// once space returns.
-    #[error("the disk holding the database is full: {0}")]
-    Full(rusqlite::Error),
-    /// The database refused or failed an operation.
-    #[error("database error: {0}")]
-    Database(rusqlite::Error),
-    /// A stored row could not be decoded (corruption or a newer schema).
-    #[error("corrupt row: {0}")]
-    Corrupt(String),
+    /// The disk holding the database is full. The write was rolled back whole:
+    /// stored rows are intact and the same write succeeds once space returns.
+    #[error("the disk holding the database is full: {}", chain(.0.as_ref()))]
+    Full(Source),
+    /// The database could not be reached, or the connection was lost, or it is
+    /// busy: nothing is known to have changed and the call may be repeated.
+    #[error("the database is unavailable: {}", chain(.0.as_ref()))]
+    Unavailable(Source),
+    /// Another writer got there first (a unique row exists already, or a
+    /// conditional update found the row changed).
+    #[error("conflicting change: {}", chain(.0.as_ref()))]
+    Conflict(Source),
+    /// A stored row could not be decoded, or the database reports damage.
+    #[error("corrupt data: {}", chain(.0.as_ref()))]
+    Corrupt(Source),
+    /// The database was written by a newer sbxd; this one refuses to touch it.
+    #[error("database schema version {found} is newer than this sbxd ({supported}); upgrade sbxd")]
+    SchemaTooNew {
+        /// Schema version recorded in the database.
+        found: u32,
+        /// Newest schema version this build knows.
+        supported: u32,
+    },
+    /// The database refused or failed an operation for another reason.
+    #[error("database error: {}", chain(.0.as_ref()))]
+    Database(Source),
     /// The row to update does not exist.
     #[error("not found")]
     NotFound,
 }
 
-impl From<rusqlite::Error> for StoreError {
-    fn from(e: rusqlite::Error) -> Self {
-        // SQLite answers SQLITE_FULL when a write needs a page the disk cannot
-        // give (ENOSPC); callers tell that apart because it heals by itself.
-        if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull) {
-            StoreError::Full(e)
-        } else {
-            StoreError::Database(e)
+/// An error and its causes on one line (`connecting: No such file or directory`), so
+/// that the message of a store failure says why even where only it is shown.
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let text = cause.to_string();
+        // Some errors repeat their cause in their own message.
+        if !out.ends_with(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
         }
+        next = cause.source();
+    }
+    out
+}
+
+impl StoreError {
+    /// Whether the same call may succeed if repeated later (space or the database returns).
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, StoreError::Full(_) | StoreError::Unavailable(_))
     }
 }
 

@@ -288,6 +288,17 @@ mod tests {
     }
 
     #[test]
+    fn an_unreachable_store_is_a_retryable_503() {
+        let e = sbx_store::StoreError::Unavailable("connection refused".into());
+        let a = ApiError::from(ServiceError::from(e));
+        assert_eq!(
+            (a.code.as_str(), a.code.http_status()),
+            ("compute_unavailable", 503)
+        );
+        assert!(a.message.contains("retry"), "{}", a.message);
+    }
+
+    #[test]
     fn browser_guard_refusals_are_403_or_415_envelopes() {
         for (e, status, code) in [
             (

@@ -102,14 +102,49 @@ impl ServiceError {
 pub const STORE_FULL: &str = "the data disk is full: the metadata store could not record \
      the change, so nothing changed; free space in the data dir, then retry";
 
+/// The message of a store call that could not reach the database.
+pub const STORE_UNAVAILABLE: &str =
+    "the metadata store is unavailable (database unreachable or connection lost); retry shortly";
+
 impl From<sbx_store::StoreError> for ServiceError {
     fn from(e: sbx_store::StoreError) -> Self {
+        use sbx_store::StoreError as E;
         match e {
-            // SQLite rolled the write back whole: nothing happened, and the same
+            // The write was rolled back whole: nothing happened, and the same
             // call succeeds once space is freed.
-            sbx_store::StoreError::Full(_) => ServiceError::StorageFull(STORE_FULL.into()),
-            // Other store failures (locked, I/O) are transient from the caller's view.
-            other => ServiceError::Unavailable(format!("metadata store unavailable: {other}")),
+            E::Full(_) => ServiceError::StorageFull(STORE_FULL.into()),
+            // Connection refused or lost, or the database busy: retryable (503).
+            E::Unavailable(source) => {
+                tracing::warn!(error = %source, "metadata store unavailable");
+                ServiceError::Unavailable(STORE_UNAVAILABLE.into())
+            }
+            // Another writer changed the row first; a retry sees its result.
+            E::Conflict(source) => ServiceError::Unavailable(format!(
+                "the metadata store saw a concurrent change ({source}); retry"
+            )),
+            // Other failures are transient from the caller's view, as before.
+            other @ (E::Corrupt(_) | E::SchemaTooNew { .. } | E::Database(_) | E::NotFound) => {
+                ServiceError::Unavailable(format!("metadata store unavailable: {other}"))
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_failures_become_retryable_service_errors() {
+        let full = ServiceError::from(sbx_store::StoreError::Full("no space".into()));
+        assert!(matches!(full, ServiceError::StorageFull(_)));
+        let gone = ServiceError::from(sbx_store::StoreError::Unavailable(
+            "connection refused: postgres://sbx:***@db/sbx".into(),
+        ));
+        let ServiceError::Unavailable(message) = gone else {
+            panic!("unavailable store is a 503");
+        };
+        // The client is told what to do, not where the database is.
+        assert_eq!(message, STORE_UNAVAILABLE);
     }
 }

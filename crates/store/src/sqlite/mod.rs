@@ -11,100 +11,15 @@ use std::path::Path;
 use std::sync::Mutex;
 use uuid::Uuid;
 
-/// Schema versions, applied in order; `PRAGMA user_version` records how many ran.
+/// Schema versions, applied in order at open. Version N is `MIGRATIONS[N-1]`;
+/// the `schema_version` table (and `PRAGMA user_version`, which sbxd releases
+/// before that table read) records how many ran. Forward-only: a shipped file
+/// never changes, a change is a new file.
 pub(crate) const MIGRATIONS: &[&str] = &[
-    r#"
-CREATE TABLE sandboxes (
-    id            TEXT PRIMARY KEY,
-    workspace     TEXT NOT NULL,
-    name          TEXT NOT NULL,
-    status        TEXT NOT NULL,
-    vcpu          INTEGER NOT NULL,
-    memory_mb     INTEGER NOT NULL,
-    environment   TEXT NOT NULL,
-    secrets       TEXT NOT NULL,
-    snapshot_id   TEXT,
-    image_ref     TEXT NOT NULL,
-    created_at_ms INTEGER NOT NULL,
-    started_at_ms INTEGER,
-    ended_at_ms   INTEGER,
-    error         TEXT,
-    active_ms     INTEGER NOT NULL DEFAULT 0,
-    running_since_ms INTEGER,
-    active        INTEGER NOT NULL
-);
-CREATE UNIQUE INDEX sandboxes_active_name ON sandboxes (workspace, name) WHERE active = 1;
-CREATE INDEX sandboxes_list ON sandboxes (workspace, created_at_ms DESC, id DESC);
-CREATE INDEX sandboxes_status ON sandboxes (status);
-"#,
-    r#"
-CREATE TABLE snapshots (
-    id              TEXT PRIMARY KEY,
-    workspace       TEXT NOT NULL,
-    name            TEXT,
-    source_sandbox  TEXT NOT NULL,
-    status          TEXT NOT NULL,
-    vcpu            INTEGER NOT NULL,
-    memory_mb       INTEGER NOT NULL,
-    environment     TEXT NOT NULL,
-    secrets         TEXT NOT NULL,
-    image_ref       TEXT NOT NULL,
-    source_image_id TEXT NOT NULL,
-    compatibility_id TEXT NOT NULL,
-    stored_bytes    INTEGER NOT NULL DEFAULT 0,
-    created_at_ms   INTEGER NOT NULL,
-    updated_at_ms   INTEGER NOT NULL,
-    expires_at_ms   INTEGER NOT NULL,
-    error           TEXT
-);
-CREATE INDEX snapshots_list ON snapshots (workspace, created_at_ms DESC, id DESC);
-CREATE INDEX snapshots_name ON snapshots (workspace, name);
-CREATE INDEX snapshots_status ON snapshots (status);
-CREATE TABLE secrets (
-    workspace     TEXT NOT NULL,
-    name          TEXT NOT NULL,
-    nonce         BLOB NOT NULL,
-    ciphertext    BLOB NOT NULL,
-    created_at_ms INTEGER NOT NULL,
-    updated_at_ms INTEGER NOT NULL,
-    PRIMARY KEY (workspace, name)
-);
-"#,
-    // 3: egress policy (JSON `NetworkPolicy`; NULL = `none`, the behaviour before policies existed).
-    r#"
-ALTER TABLE sandboxes ADD COLUMN network TEXT;
-ALTER TABLE snapshots ADD COLUMN network TEXT;
-"#,
-    // 4: tenants. Rows are scoped by `workspace/env`; rows written before tenants
-    // belong to the `default` workspace's `production` environment. Signing keys
-    // (digests only) and `Idempotency-Key` claims.
-    r#"
-UPDATE sandboxes SET workspace = workspace || '/production' WHERE instr(workspace, '/') = 0;
-UPDATE snapshots SET workspace = workspace || '/production' WHERE instr(workspace, '/') = 0;
-UPDATE secrets SET workspace = workspace || '/production' WHERE instr(workspace, '/') = 0;
-CREATE TABLE api_keys (
-    id            TEXT PRIMARY KEY,
-    workspace     TEXT NOT NULL,
-    env           TEXT,
-    name          TEXT,
-    digest        TEXT NOT NULL UNIQUE,
-    created_at_ms INTEGER NOT NULL,
-    revoked_at_ms INTEGER
-);
-CREATE TABLE idempotency (
-    tenant        TEXT NOT NULL,
-    path          TEXT NOT NULL,
-    key           TEXT NOT NULL,
-    fingerprint   TEXT NOT NULL,
-    owner         TEXT NOT NULL,
-    created_at_ms INTEGER NOT NULL,
-    expires_at_ms INTEGER NOT NULL,
-    status        INTEGER,
-    body          BLOB,
-    PRIMARY KEY (tenant, path, key)
-);
-CREATE INDEX idempotency_expiry ON idempotency (expires_at_ms);
-"#,
+    include_str!("../../migrations/sqlite/0001_sandboxes.sql"),
+    include_str!("../../migrations/sqlite/0002_snapshots_secrets.sql"),
+    include_str!("../../migrations/sqlite/0003_network.sql"),
+    include_str!("../../migrations/sqlite/0004_tenants.sql"),
 ];
 
 /// SQLite-backed [`Store`].
@@ -128,28 +43,81 @@ impl SqliteStore {
     }
 
     fn migrate(mut conn: Connection) -> Result<Self, StoreError> {
-        let version: usize = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-        if version > MIGRATIONS.len() {
-            return Err(StoreError::Corrupt(format!(
-                "database schema version {version} is newer than this sbxd ({})",
-                MIGRATIONS.len()
-            )));
+        let tx = conn.transaction()?;
+        // Bookkeeping, not a numbered migration: created by whichever sbxd first opens the file.
+        tx.execute_batch(
+            "CREATE TABLE IF NOT EXISTS schema_version (
+                 version       INTEGER PRIMARY KEY,
+                 applied_at_ms INTEGER NOT NULL
+             )",
+        )?;
+        let recorded: Option<i64> =
+            tx.query_row("SELECT MAX(version) FROM schema_version", [], |r| r.get(0))?;
+        // Databases from before the table counted in `user_version` only.
+        let legacy: i64 = tx.pragma_query_value(None, "user_version", |r| r.get(0))?;
+        let found = recorded.unwrap_or(0).max(legacy).max(0) as usize;
+        let supported = MIGRATIONS.len();
+        if found > supported {
+            return Err(StoreError::SchemaTooNew {
+                found: found as u32,
+                supported: supported as u32,
+            });
         }
-        for (i, sql) in MIGRATIONS.iter().enumerate().skip(version) {
-            let tx = conn.transaction()?;
+        let now = ms(Utc::now());
+        for version in (recorded.unwrap_or(0).max(0) as usize + 1)..=found {
+            // Versions applied by an sbxd that only knew `user_version`.
+            tx.execute(
+                "INSERT INTO schema_version (version, applied_at_ms) VALUES (?1, ?2)",
+                params![version as i64, now],
+            )?;
+        }
+        for (i, sql) in MIGRATIONS.iter().enumerate().skip(found) {
             tx.execute_batch(sql)?;
+            tx.execute(
+                "INSERT INTO schema_version (version, applied_at_ms) VALUES (?1, ?2)",
+                params![(i + 1) as i64, now],
+            )?;
+            // Kept in step so that an older sbxd, which reads only this, refuses too.
             tx.pragma_update(None, "user_version", i + 1)?;
-            tx.commit()?;
         }
+        tx.commit()?;
         Ok(SqliteStore {
             conn: Mutex::new(conn),
         })
+    }
+
+    /// The schema version the database is at (tests).
+    pub fn schema_version(&self) -> Result<u32, StoreError> {
+        let conn = self.lock();
+        let v: i64 = conn.query_row("SELECT MAX(version) FROM schema_version", [], |r| r.get(0))?;
+        Ok(v.max(0) as u32)
     }
 
     pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, Connection> {
         // A panic while holding the lock cannot leave a half-written row (SQLite
         // transactions roll back), so a poisoned lock is safe to reuse.
         self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        use rusqlite::ErrorCode as C;
+        match e.sqlite_error_code() {
+            // SQLite answers SQLITE_FULL when a write needs a page the disk cannot
+            // give (ENOSPC); callers tell that apart because it heals by itself.
+            Some(C::DiskFull) => StoreError::Full(Box::new(e)),
+            // Another connection holds the lock past the busy timeout: try again.
+            Some(C::DatabaseBusy | C::DatabaseLocked) => StoreError::Unavailable(Box::new(e)),
+            Some(C::DatabaseCorrupt | C::NotADatabase) => StoreError::Corrupt(Box::new(e)),
+            Some(C::ConstraintViolation) => StoreError::Conflict(Box::new(e)),
+            _ => match e {
+                rusqlite::Error::FromSqlConversionFailure(..)
+                | rusqlite::Error::InvalidColumnType(..)
+                | rusqlite::Error::IntegralValueOutOfRange(..) => StoreError::Corrupt(Box::new(e)),
+                other => StoreError::Database(Box::new(other)),
+            },
+        }
     }
 }
 

@@ -1,0 +1,220 @@
+//! sbxd with its sandbox store on PostgreSQL (`--database-url`): the lifecycle
+//! across a kill -9, and the start-up refusals (unreachable server, schema from
+//! the future).
+//!
+//! Needs what the other integration tests need, plus a PostgreSQL server whose
+//! URL `./scripts/test` exports as `SBX_TEST_DATABASE_URL`; each test gets a
+//! database of its own.
+
+mod common;
+
+use common::Daemon;
+use sbx_store::{PostgresStore, Store, TestDatabase};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn database() -> TestDatabase {
+    let url = std::env::var("SBX_TEST_DATABASE_URL").unwrap_or_else(|_| {
+        panic!("SBX_TEST_DATABASE_URL is not set: run ./scripts/test, which starts PostgreSQL")
+    });
+    TestDatabase::create(&url).unwrap_or_else(|e| panic!("creating a test database: {e}"))
+}
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!("{name} is not set: run the integration tests through ./scripts/test")
+    })
+}
+
+/// Starts sbxd expecting it to refuse: returns its exit code and stderr.
+fn start_refused(database_url: &str) -> (Option<i32>, String) {
+    let dir = tempfile::Builder::new()
+        .prefix("sbx-it-")
+        .tempdir_in("/var/tmp")
+        .expect("data dir");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sbxd"))
+        .args(["--dev", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path())
+        .arg("--image-rootfs")
+        .arg(env("SBX_TEST_IMAGE_ROOTFS"))
+        .arg("--agent-dir")
+        .arg(env("SBX_TEST_AGENT_DIR"))
+        .arg("--database-url")
+        .arg(database_url)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn sbxd");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().expect("wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("sbxd kept running with database URL {database_url}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().expect("output");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+#[ignore = "needs root, runsc, the image and PostgreSQL; run ./scripts/test"]
+async fn sandboxes_live_in_postgres_and_survive_a_kill9() {
+    let db = database();
+    let mut d = Daemon::start(&["--database-url", db.url()]).await;
+    let id = d.create_running("on-postgres").await;
+    let (code, out, _) = d
+        .exec(&id, &["sh", "-c", "echo hello > /tmp/f; cat /tmp/f"])
+        .await;
+    assert_eq!((code, out.as_str()), (0, "hello\n"));
+    // The row is in PostgreSQL, and sbxd made no SQLite sandbox store beside it.
+    let store = PostgresStore::open(db.url()).expect("open the test database");
+    let uuid = id.parse().expect("uuid id");
+    let row = store
+        .get_sandbox(uuid)
+        .expect("read")
+        .expect("row in PostgreSQL");
+    assert_eq!(row.name, "on-postgres");
+    assert!(
+        !d.data_dir().join("sbx.sqlite").exists(),
+        "sandbox store went to SQLite"
+    );
+
+    d.kill9();
+    d.spawn().await;
+    assert_eq!(
+        d.assert_truthful(&id, Duration::from_secs(60)).await,
+        "RUNNING"
+    );
+    let (_, out, _) = d.exec(&id, &["cat", "/tmp/f"]).await;
+    assert_eq!(out, "hello\n", "the same sandbox, reattached");
+
+    let (status, _) = d.call("DELETE", &format!("/v2/sandboxes/{id}"), None).await;
+    assert!(status == 204 || status == 202, "destroy status {status}");
+    d.wait_status(&id, "TERMINATED", Duration::from_secs(30))
+        .await;
+    d.assert_no_containers(Duration::from_secs(30), "after destroy")
+        .await;
+    let row = store.get_sandbox(uuid).expect("read").expect("row kept");
+    assert_eq!(row.status, sbx_api_types::SandboxStatus::Terminated);
+    // The name is free again, in the shared store.
+    assert!(store
+        .active_sandbox_named(&row.workspace, "on-postgres")
+        .expect("read")
+        .is_none());
+    d.kill9();
+    drop(store);
+    drop(db);
+}
+
+#[tokio::test]
+#[ignore = "needs the image, the agent and PostgreSQL; run ./scripts/test"]
+async fn a_database_that_cannot_be_used_stops_sbxd_at_start() {
+    // Nothing listens in an empty directory; the password must not be printed.
+    let empty = tempfile::tempdir().expect("tempdir");
+    let host = empty.path().display().to_string().replace('/', "%2F");
+    let url = format!("postgres://sbx:hunter2@{host}/sbx");
+    let (code, stderr) = start_refused(&url);
+    assert_ne!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains(&format!("postgres://sbx:***@{host}/sbx")),
+        "names the database: {stderr}"
+    );
+    assert!(
+        stderr.contains("unavailable") && stderr.contains("error connecting to server"),
+        "says why: {stderr}"
+    );
+    assert!(!stderr.contains("hunter2"), "leaks the password: {stderr}");
+
+    // A schema written by a newer sbxd.
+    let db = database();
+    let current = PostgresStore::open(db.url())
+        .expect("migrate")
+        .schema_version()
+        .expect("version");
+    let url = db.url().to_string();
+    std::thread::spawn(move || {
+        let mut c = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
+        c.execute(
+            "INSERT INTO schema_version (version) VALUES ($1)",
+            &[&((current + 1) as i32)],
+        )
+        .expect("future version");
+    })
+    .join()
+    .expect("thread");
+    let (code, stderr) = start_refused(db.url());
+    assert_ne!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "database schema version {} is newer than this sbxd ({current}); upgrade sbxd",
+            current + 1
+        )),
+        "{stderr}"
+    );
+}
+
+/// Runs one statement on the server of `url` (as its admin), off the async runtime.
+fn admin(url: &str, sql: String) {
+    let url = url.to_string();
+    std::thread::spawn(move || {
+        let mut c = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
+        c.batch_execute(&sql).expect("admin statement");
+    })
+    .join()
+    .expect("thread");
+}
+
+#[tokio::test]
+#[ignore = "needs root, runsc, the image and PostgreSQL; run ./scripts/test"]
+async fn a_database_that_goes_away_is_503_then_sbxd_recovers() {
+    let admin_url = std::env::var("SBX_TEST_DATABASE_URL").expect("SBX_TEST_DATABASE_URL");
+    let db = database();
+    let d = Daemon::start(&["--database-url", db.url()]).await;
+    let id = d.create_running("outlives-the-outage").await;
+    let name = db
+        .url()
+        .rsplit("dbname=")
+        .next()
+        .expect("test database name")
+        .to_string();
+    // The database refuses new connections and drops the ones sbxd holds.
+    admin(
+        &admin_url,
+        format!(
+            "ALTER DATABASE {name} ALLOW_CONNECTIONS false; \
+             SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'"
+        ),
+    );
+    for _ in 0..6 {
+        let got = d.call("GET", &format!("/v2/sandboxes/{id}"), None).await;
+        common::assert_error(&got, 503, "compute_unavailable");
+    }
+    admin(
+        &admin_url,
+        format!("ALTER DATABASE {name} ALLOW_CONNECTIONS true"),
+    );
+    // Back: every connection is replaced on its next use, nothing was lost.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, body) = d.call("GET", &format!("/v2/sandboxes/{id}"), None).await;
+        if status == 200 {
+            assert_eq!(body["data"]["status"], "RUNNING", "{body}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "sbxd did not recover: {status} {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (code, out, _) = d.exec(&id, &["echo", "still here"]).await;
+    assert_eq!((code, out.as_str()), (0, "still here\n"));
+    d.destroy_all(Duration::from_secs(30)).await;
+    drop(d);
+    drop(db);
+}

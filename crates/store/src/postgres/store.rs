@@ -1,0 +1,548 @@
+//! [`Store`] on PostgreSQL: every method one statement or one transaction.
+//!
+//! Check-then-insert sequences that SQLite makes atomic with its single writer
+//! are made atomic here by the database itself: `ON CONFLICT` on the unique
+//! indexes, or a transaction-scoped advisory lock where a count decides.
+
+use super::rows::{
+    self, json, ms, IDEM_COLUMNS, KEY_COLUMNS, SANDBOX_COLUMNS, SECRET_COLUMNS, SNAPSHOT_COLUMNS,
+};
+use super::PostgresStore;
+use crate::{
+    ApiKeyRecord, CreateOutcome, IdempotencyBegin, IdempotencyRecord, SandboxCursor, SandboxRecord,
+    SecretRecord, SnapshotCreateOutcome, SnapshotRecord, SnapshotStatus, Store, StoreError,
+};
+use chrono::{DateTime, Utc};
+use sbx_api_types::SandboxStatus;
+use uuid::Uuid;
+
+/// How often an insert that lost a race to a row that then vanished is retried.
+const RACE_RETRIES: usize = 8;
+
+fn lost_race(what: &str) -> StoreError {
+    StoreError::Conflict(format!("{what}: the conflicting row kept changing; retry").into())
+}
+
+/// The cursor as query parameters: (has cursor, created_at_ms, id).
+fn cursor(after: Option<&SandboxCursor>) -> (bool, i64, Uuid) {
+    match after {
+        Some(c) => (true, c.created_at_ms, c.id),
+        None => (false, 0, Uuid::nil()),
+    }
+}
+
+impl Store for PostgresStore {
+    fn create_sandbox(&self, record: &SandboxRecord) -> Result<CreateOutcome, StoreError> {
+        let r = record.clone();
+        self.pool.run(move |c| {
+            let insert = format!(
+                "INSERT INTO sandboxes ({SANDBOX_COLUMNS}, active) \
+                 VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18) \
+                 ON CONFLICT (workspace, name) WHERE active DO NOTHING"
+            );
+            let holder = format!(
+                "SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE workspace = $1 AND name = $2 AND active"
+            );
+            for _ in 0..RACE_RETRIES {
+                let n = c.execute(
+                    &insert,
+                    &[
+                        &r.id,
+                        &r.workspace,
+                        &r.name,
+                        &r.status.as_str(),
+                        &i64::from(r.vcpu),
+                        &i64::from(r.memory_mb),
+                        &json(&r.environment),
+                        &json(&r.secrets),
+                        &r.snapshot_id,
+                        &r.image_ref,
+                        &ms(r.created_at),
+                        &r.started_at.map(ms),
+                        &r.ended_at.map(ms),
+                        &r.error,
+                        &(r.active_ms as i64),
+                        &r.running_since.map(ms),
+                        &json(&r.network),
+                        &r.status.is_active(),
+                    ],
+                )?;
+                if n == 1 {
+                    return Ok(CreateOutcome::Created);
+                }
+                // The holder may have ended between the insert and this read: then try again.
+                if let Some(row) = c.query_opt(&holder, &[&r.workspace, &r.name])? {
+                    return Ok(CreateOutcome::NameHeld(Box::new(rows::sandbox(&row)?)));
+                }
+            }
+            Err(lost_race("create sandbox"))
+        })
+    }
+
+    fn active_sandbox_named(
+        &self,
+        workspace: &str,
+        name: &str,
+    ) -> Result<Option<SandboxRecord>, StoreError> {
+        let (workspace, name) = (workspace.to_string(), name.to_string());
+        self.pool.run(move |c| {
+            c.query_opt(
+                &format!("SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE workspace = $1 AND name = $2 AND active"),
+                &[&workspace, &name],
+            )?
+            .map(|row| rows::sandbox(&row))
+            .transpose()
+        })
+    }
+
+    fn get_sandbox(&self, id: Uuid) -> Result<Option<SandboxRecord>, StoreError> {
+        self.pool.run(move |c| {
+            c.query_opt(
+                &format!("SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE id = $1"),
+                &[&id],
+            )?
+            .map(|row| rows::sandbox(&row))
+            .transpose()
+        })
+    }
+
+    fn update_sandbox(&self, record: &SandboxRecord) -> Result<(), StoreError> {
+        let r = record.clone();
+        self.pool.run(move |c| {
+            let n = c.execute(
+                "UPDATE sandboxes SET status = $2, started_at_ms = $3, ended_at_ms = $4, error = $5, \
+                 active_ms = $6, running_since_ms = $7, active = $8, environment = $9, secrets = $10 \
+                 WHERE id = $1",
+                &[
+                    &r.id,
+                    &r.status.as_str(),
+                    &r.started_at.map(ms),
+                    &r.ended_at.map(ms),
+                    &r.error,
+                    &(r.active_ms as i64),
+                    &r.running_since.map(ms),
+                    &r.status.is_active(),
+                    &json(&r.environment),
+                    &json(&r.secrets),
+                ],
+            )?;
+            if n == 0 {
+                return Err(StoreError::NotFound);
+            }
+            Ok(())
+        })
+    }
+
+    fn list_sandboxes(
+        &self,
+        workspace: &str,
+        limit: u32,
+        after: Option<&SandboxCursor>,
+    ) -> Result<Vec<SandboxRecord>, StoreError> {
+        let workspace = workspace.to_string();
+        let (has, at, id) = cursor(after);
+        self.pool.run(move |c| {
+            c.query(
+                &format!(
+                    "SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE workspace = $1 \
+                     AND (NOT $2 OR created_at_ms < $3 OR (created_at_ms = $3 AND id < $4)) \
+                     ORDER BY created_at_ms DESC, id DESC LIMIT $5"
+                ),
+                &[&workspace, &has, &at, &id, &i64::from(limit)],
+            )?
+            .iter()
+            .map(rows::sandbox)
+            .collect()
+        })
+    }
+
+    fn sandboxes_in_status(
+        &self,
+        statuses: &[SandboxStatus],
+    ) -> Result<Vec<SandboxRecord>, StoreError> {
+        let statuses: Vec<&'static str> = statuses.iter().map(|s| s.as_str()).collect();
+        self.pool.run(move |c| {
+            c.query(
+                &format!(
+                    "SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE status = ANY($1) \
+                     ORDER BY created_at_ms, id"
+                ),
+                &[&statuses],
+            )?
+            .iter()
+            .map(rows::sandbox)
+            .collect()
+        })
+    }
+
+    fn create_snapshot(
+        &self,
+        record: &SnapshotRecord,
+        now: DateTime<Utc>,
+        max_live: u32,
+    ) -> Result<SnapshotCreateOutcome, StoreError> {
+        let r = record.clone();
+        self.pool.run(move |c| {
+            let mut tx = c.transaction()?;
+            // The name check and the live count must see every concurrent create of the
+            // workspace: serialise them on a lock named after the workspace.
+            tx.execute(
+                "SELECT pg_advisory_xact_lock(hashtext('sbx.snapshots/' || $1))",
+                &[&r.workspace],
+            )?;
+            let now = ms(now);
+            if let Some(name) = &r.name {
+                let holder = tx.query_opt(
+                    &format!(
+                        "SELECT {SNAPSHOT_COLUMNS} FROM snapshots WHERE workspace = $1 AND name = $2 \
+                         AND status IN ('CREATING','READY') AND expires_at_ms > $3 LIMIT 1"
+                    ),
+                    &[&r.workspace, name, &now],
+                )?;
+                if let Some(row) = holder {
+                    return Ok(SnapshotCreateOutcome::NameHeld(Box::new(rows::snapshot(
+                        &row,
+                    )?)));
+                }
+            }
+            if max_live > 0 {
+                let live: i64 = tx
+                    .query_one(
+                        "SELECT COUNT(*) FROM snapshots WHERE workspace = $1 \
+                         AND status IN ('CREATING','READY') AND expires_at_ms > $2",
+                        &[&r.workspace, &now],
+                    )?
+                    .try_get(0)?;
+                if live >= i64::from(max_live) {
+                    return Ok(SnapshotCreateOutcome::LimitReached(
+                        u32::try_from(live).unwrap_or(u32::MAX),
+                    ));
+                }
+            }
+            tx.execute(
+                &format!(
+                    "INSERT INTO snapshots ({SNAPSHOT_COLUMNS}) \
+                     VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18)"
+                ),
+                &[
+                    &r.id,
+                    &r.workspace,
+                    &r.name,
+                    &r.source_sandbox,
+                    &r.status.as_str(),
+                    &i64::from(r.vcpu),
+                    &i64::from(r.memory_mb),
+                    &json(&r.environment),
+                    &json(&r.secrets),
+                    &r.image_ref,
+                    &r.source_image_id,
+                    &r.compatibility_id,
+                    &(r.stored_bytes as i64),
+                    &ms(r.created_at),
+                    &ms(r.updated_at),
+                    &ms(r.expires_at),
+                    &r.error,
+                    &json(&r.network),
+                ],
+            )?;
+            tx.commit()?;
+            Ok(SnapshotCreateOutcome::Created)
+        })
+    }
+
+    fn get_snapshot(&self, id: Uuid) -> Result<Option<SnapshotRecord>, StoreError> {
+        self.pool.run(move |c| {
+            c.query_opt(
+                &format!("SELECT {SNAPSHOT_COLUMNS} FROM snapshots WHERE id = $1"),
+                &[&id],
+            )?
+            .map(|row| rows::snapshot(&row))
+            .transpose()
+        })
+    }
+
+    fn update_snapshot(&self, record: &SnapshotRecord) -> Result<(), StoreError> {
+        let r = record.clone();
+        self.pool.run(move |c| {
+            let n = c.execute(
+                "UPDATE snapshots SET status = $2, stored_bytes = $3, updated_at_ms = $4, error = $5, \
+                 expires_at_ms = $6 WHERE id = $1",
+                &[
+                    &r.id,
+                    &r.status.as_str(),
+                    &(r.stored_bytes as i64),
+                    &ms(r.updated_at),
+                    &r.error,
+                    &ms(r.expires_at),
+                ],
+            )?;
+            if n == 0 {
+                return Err(StoreError::NotFound);
+            }
+            Ok(())
+        })
+    }
+
+    fn list_snapshots(
+        &self,
+        workspace: &str,
+        name: Option<&str>,
+        limit: u32,
+        after: Option<&SandboxCursor>,
+    ) -> Result<Vec<SnapshotRecord>, StoreError> {
+        let workspace = workspace.to_string();
+        let name = name.map(str::to_string);
+        let (has, at, id) = cursor(after);
+        self.pool.run(move |c| {
+            c.query(
+                &format!(
+                    "SELECT {SNAPSHOT_COLUMNS} FROM snapshots WHERE workspace = $1 \
+                     AND status <> 'DELETED' AND ($2::text IS NULL OR name = $2) \
+                     AND (NOT $3 OR created_at_ms < $4 OR (created_at_ms = $4 AND id < $5)) \
+                     ORDER BY created_at_ms DESC, id DESC LIMIT $6"
+                ),
+                &[&workspace, &name, &has, &at, &id, &i64::from(limit)],
+            )?
+            .iter()
+            .map(rows::snapshot)
+            .collect()
+        })
+    }
+
+    fn snapshots_in_status(
+        &self,
+        statuses: &[SnapshotStatus],
+    ) -> Result<Vec<SnapshotRecord>, StoreError> {
+        let statuses: Vec<&'static str> = statuses.iter().map(|s| s.as_str()).collect();
+        self.pool.run(move |c| {
+            c.query(
+                &format!(
+                    "SELECT {SNAPSHOT_COLUMNS} FROM snapshots WHERE status = ANY($1) \
+                     ORDER BY created_at_ms, id"
+                ),
+                &[&statuses],
+            )?
+            .iter()
+            .map(rows::snapshot)
+            .collect()
+        })
+    }
+
+    fn put_secret(&self, record: &SecretRecord) -> Result<(), StoreError> {
+        let r = record.clone();
+        self.pool.run(move |c| {
+            c.execute(
+                &format!(
+                    "INSERT INTO secrets ({SECRET_COLUMNS}) VALUES ($1,$2,$3,$4,$5,$6) \
+                     ON CONFLICT (workspace, name) DO UPDATE SET nonce = EXCLUDED.nonce, \
+                     ciphertext = EXCLUDED.ciphertext, updated_at_ms = EXCLUDED.updated_at_ms"
+                ),
+                &[
+                    &r.workspace,
+                    &r.name,
+                    &r.nonce,
+                    &r.ciphertext,
+                    &ms(r.created_at),
+                    &ms(r.updated_at),
+                ],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn get_secret(&self, workspace: &str, name: &str) -> Result<Option<SecretRecord>, StoreError> {
+        let (workspace, name) = (workspace.to_string(), name.to_string());
+        self.pool.run(move |c| {
+            c.query_opt(
+                &format!("SELECT {SECRET_COLUMNS} FROM secrets WHERE workspace = $1 AND name = $2"),
+                &[&workspace, &name],
+            )?
+            .map(|row| rows::secret(&row))
+            .transpose()
+        })
+    }
+
+    fn list_secrets(&self, workspace: &str) -> Result<Vec<SecretRecord>, StoreError> {
+        let workspace = workspace.to_string();
+        self.pool.run(move |c| {
+            // COLLATE "C": byte order, as SQLite's default BINARY collation sorts.
+            c.query(
+                &format!(
+                    "SELECT {SECRET_COLUMNS} FROM secrets WHERE workspace = $1 ORDER BY name COLLATE \"C\""
+                ),
+                &[&workspace],
+            )?
+            .iter()
+            .map(rows::secret)
+            .collect()
+        })
+    }
+
+    fn delete_secret(&self, workspace: &str, name: &str) -> Result<bool, StoreError> {
+        let (workspace, name) = (workspace.to_string(), name.to_string());
+        self.pool.run(move |c| {
+            Ok(c.execute(
+                "DELETE FROM secrets WHERE workspace = $1 AND name = $2",
+                &[&workspace, &name],
+            )? > 0)
+        })
+    }
+
+    fn create_api_key(&self, record: &ApiKeyRecord) -> Result<(), StoreError> {
+        let r = record.clone();
+        self.pool.run(move |c| {
+            c.execute(
+                &format!("INSERT INTO api_keys ({KEY_COLUMNS}) VALUES ($1,$2,$3,$4,$5,$6,$7)"),
+                &[
+                    &r.id,
+                    &r.workspace,
+                    &r.env,
+                    &r.name,
+                    &r.digest,
+                    &ms(r.created_at),
+                    &r.revoked_at.map(ms),
+                ],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn find_api_key(&self, digest: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
+        let digest = digest.to_string();
+        self.pool.run(move |c| {
+            c.query_opt(
+                &format!("SELECT {KEY_COLUMNS} FROM api_keys WHERE digest = $1"),
+                &[&digest],
+            )?
+            .map(|row| rows::api_key(&row))
+            .transpose()
+        })
+    }
+
+    fn list_api_keys(&self) -> Result<Vec<ApiKeyRecord>, StoreError> {
+        self.pool.run(move |c| {
+            c.query(
+                &format!("SELECT {KEY_COLUMNS} FROM api_keys ORDER BY created_at_ms, id"),
+                &[],
+            )?
+            .iter()
+            .map(rows::api_key)
+            .collect()
+        })
+    }
+
+    fn revoke_api_key(&self, id: Uuid, now: DateTime<Utc>) -> Result<bool, StoreError> {
+        self.pool.run(move |c| {
+            Ok(c.execute(
+                "UPDATE api_keys SET revoked_at_ms = $2 WHERE id = $1 AND revoked_at_ms IS NULL",
+                &[&id, &ms(now)],
+            )? > 0)
+        })
+    }
+
+    fn idempotency_begin(
+        &self,
+        record: &IdempotencyRecord,
+        now: DateTime<Utc>,
+    ) -> Result<IdempotencyBegin, StoreError> {
+        let r = record.clone();
+        self.pool.run(move |c| {
+            // Insert, or take over an expired claim, in one statement: the conflicting
+            // row is locked while its expiry is checked, so two claimants never both win.
+            let claim = format!(
+                "INSERT INTO idempotency ({IDEM_COLUMNS}) VALUES ($1,$2,$3,$4,$5,$6,$7,NULL,NULL) \
+                 ON CONFLICT (tenant, path, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, \
+                 owner = EXCLUDED.owner, created_at_ms = EXCLUDED.created_at_ms, \
+                 expires_at_ms = EXCLUDED.expires_at_ms, status = NULL, body = NULL \
+                 WHERE idempotency.expires_at_ms <= $8"
+            );
+            let existing = format!(
+                "SELECT {IDEM_COLUMNS} FROM idempotency WHERE tenant = $1 AND path = $2 AND key = $3"
+            );
+            for _ in 0..RACE_RETRIES {
+                let n = c.execute(
+                    &claim,
+                    &[
+                        &r.tenant,
+                        &r.path,
+                        &r.key,
+                        &r.fingerprint,
+                        &r.owner,
+                        &ms(r.created_at),
+                        &ms(r.expires_at),
+                        &ms(now),
+                    ],
+                )?;
+                if n == 1 {
+                    return Ok(IdempotencyBegin::Started);
+                }
+                // Forgotten between the two statements: claim again.
+                if let Some(row) = c.query_opt(&existing, &[&r.tenant, &r.path, &r.key])? {
+                    return Ok(IdempotencyBegin::Existing(rows::idempotency(&row)?));
+                }
+            }
+            Err(lost_race("idempotency claim"))
+        })
+    }
+
+    fn idempotency_get(
+        &self,
+        tenant: &str,
+        path: &str,
+        key: &str,
+    ) -> Result<Option<IdempotencyRecord>, StoreError> {
+        let (tenant, path, key) = (tenant.to_string(), path.to_string(), key.to_string());
+        self.pool.run(move |c| {
+            c.query_opt(
+                &format!(
+                    "SELECT {IDEM_COLUMNS} FROM idempotency WHERE tenant = $1 AND path = $2 AND key = $3"
+                ),
+                &[&tenant, &path, &key],
+            )?
+            .map(|row| rows::idempotency(&row))
+            .transpose()
+        })
+    }
+
+    fn idempotency_finish(
+        &self,
+        tenant: &str,
+        path: &str,
+        key: &str,
+        status: u16,
+        body: &[u8],
+    ) -> Result<(), StoreError> {
+        let (tenant, path, key) = (tenant.to_string(), path.to_string(), key.to_string());
+        let body = body.to_vec();
+        self.pool.run(move |c| {
+            let n = c.execute(
+                "UPDATE idempotency SET status = $4, body = $5 WHERE tenant = $1 AND path = $2 AND key = $3",
+                &[&tenant, &path, &key, &i32::from(status), &body],
+            )?;
+            if n == 0 {
+                return Err(StoreError::NotFound);
+            }
+            Ok(())
+        })
+    }
+
+    fn idempotency_forget(&self, tenant: &str, path: &str, key: &str) -> Result<(), StoreError> {
+        let (tenant, path, key) = (tenant.to_string(), path.to_string(), key.to_string());
+        self.pool.run(move |c| {
+            c.execute(
+                "DELETE FROM idempotency WHERE tenant = $1 AND path = $2 AND key = $3",
+                &[&tenant, &path, &key],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn idempotency_expire(&self, now: DateTime<Utc>) -> Result<usize, StoreError> {
+        self.pool.run(move |c| {
+            Ok(c.execute(
+                "DELETE FROM idempotency WHERE expires_at_ms <= $1",
+                &[&ms(now)],
+            )? as usize)
+        })
+    }
+}
