@@ -257,6 +257,7 @@ fn case(method: &str, template: &str, a: &Fixture) -> (String, Option<Vec<u8>>, 
         ),
         ("GET", "/v1/connect/packages/{package}/versions")
         | ("GET", "/v1/connect/packages/{package}/versions/{version}")
+        | ("DELETE", "/v1/connect/packages/{package}/versions/{version}")
         | ("GET", "/v1/connect/packages/{package}/versions/{version}/builds")
         | ("POST", "/v1/connect/packages/{package}/versions/{version}/builds") => {
             (path, None, NotFound("connect_package_not_found"))
