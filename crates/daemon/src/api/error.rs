@@ -72,6 +72,8 @@ impl From<ServiceError> for ApiError {
             S::SnapshotNameTaken(_) => ErrorCode::SnapshotNameTaken,
             S::SnapshotLimit(_) => ErrorCode::SnapshotLimitExceeded,
             S::WrongState { .. } => ErrorCode::InvalidState,
+            // A transition that kept losing compare-and-set races: the state moved on.
+            S::Conflict(_) => ErrorCode::InvalidState,
             S::ExecTimedOut(_) => ErrorCode::ExecTimedOut,
             S::ExecOutputTooLarge(_) => ErrorCode::ExecOutputTooLarge,
             S::WaitTimedOut(_) => ErrorCode::ProcessWaitTimedOut,

@@ -15,6 +15,10 @@ const TEARDOWN_RETRY_FIRST: std::time::Duration = std::time::Duration::from_secs
 /// Longest wait between teardown retries.
 const TEARDOWN_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// How often a change that lost a compare-and-set race is tried again on the
+/// current row before the caller is told of the conflict.
+pub(super) const CAS_ATTEMPTS: usize = 8;
+
 /// How often a state change refused for a full disk is written again.
 pub(super) const RECORD_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -84,17 +88,29 @@ impl Service {
         if !record.status.is_active() {
             return Ok(DestroyOutcome::Terminated);
         }
-        if record.status != SandboxStatus::Terminating {
-            self.transition(id, |r| {
+        let (_, won) = self
+            .transition_won(id, |r| {
                 if r.status.is_active() && r.status != SandboxStatus::Terminating {
                     stop_clock(r);
                     r.status = SandboxStatus::Terminating;
                 }
             })
             .await?;
+        let wait = std::time::Duration::from_secs(5);
+        if won || self.teardown_running(id) {
+            // Ours to tear down (or a teardown of this process is on it already: join it).
+            let done = self.spawn_teardown(id, None);
+            let _ = tokio::time::timeout(wait, wait_done(done)).await;
+        } else {
+            // Another actor moved it to TERMINATING and tears it down: wait for its
+            // result in the store rather than calling the runtime a second time.
+            let deadline = tokio::time::Instant::now() + wait;
+            while tokio::time::Instant::now() < deadline
+                && self.load(workspace, id)?.status == SandboxStatus::Terminating
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
         }
-        let done = self.spawn_teardown(id, None);
-        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), wait_done(done)).await;
         let now = self.load(workspace, id)?;
         Ok(match now.status {
             SandboxStatus::Terminating => DestroyOutcome::Terminating(Box::new(now)),
@@ -106,17 +122,61 @@ impl Service {
     pub(super) async fn transition(
         &self,
         id: Uuid,
-        change: impl FnOnce(&mut SandboxRecord),
+        change: impl Fn(&mut SandboxRecord),
     ) -> Result<SandboxRecord> {
+        self.transition_won(id, change).await.map(|(r, _)| r)
+    }
+
+    /// Like `transition`; also says whether this call's write made the change
+    /// (false: the closure found nothing to change on the current row).
+    pub(super) async fn transition_won(
+        &self,
+        id: Uuid,
+        change: impl Fn(&mut SandboxRecord),
+    ) -> Result<(SandboxRecord, bool)> {
+        // The lock only saves this process from racing itself; the store's
+        // compare-and-set in `change_row` is what keeps other actors apart.
         let lock = self.lock_for(id);
         let _guard = lock.lock().await;
-        let mut record = self
+        let record = self
             .store
             .get_sandbox(id)?
             .ok_or(ServiceError::SandboxNotFound)?;
-        change(&mut record);
-        self.store.update_sandbox(&record)?;
-        Ok(record)
+        self.change_row(record, change)
+    }
+
+    /// Applies `change` to `record` and writes it if the row is still as read;
+    /// when another actor changed it first, applies `change` again to the
+    /// current row (at most [`CAS_ATTEMPTS`] times). A change that leaves the
+    /// row as it is writes nothing. Returns the row as stored and whether this
+    /// call's write made the change: only that caller may act on the runtime.
+    pub(super) fn change_row(
+        &self,
+        mut record: SandboxRecord,
+        change: impl Fn(&mut SandboxRecord),
+    ) -> Result<(SandboxRecord, bool)> {
+        let id = record.id;
+        for _ in 0..CAS_ATTEMPTS {
+            let before = record.clone();
+            change(&mut record);
+            if record == before {
+                return Ok((record, false));
+            }
+            match self.store.update_sandbox(&mut record) {
+                Ok(()) => return Ok((record, true)),
+                Err(sbx_store::StoreError::Conflict(_)) => {
+                    record = self
+                        .store
+                        .get_sandbox(id)?
+                        .ok_or(ServiceError::SandboxNotFound)?;
+                }
+                Err(sbx_store::StoreError::NotFound) => return Err(ServiceError::SandboxNotFound),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(ServiceError::Conflict(format!(
+            "sandbox {id} kept changing under {CAS_ATTEMPTS} attempts to change it; retry"
+        )))
     }
 
     /// Boots a STARTING sandbox in the background; the receiver turns true when done.
@@ -358,11 +418,19 @@ impl Service {
         rx
     }
 
+    /// Whether this process runs a teardown of `id` now.
+    fn teardown_running(&self, id: Uuid) -> bool {
+        self.teardowns
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(&id)
+    }
+
     /// One teardown attempt; false when the runtime failed and it should be retried.
     async fn teardown_once(self: &Arc<Self>, id: Uuid, reason: &Option<String>) -> bool {
         let lock = self.lock_for(id);
         let _guard = lock.lock().await;
-        let Ok(Some(mut record)) = self.store.get_sandbox(id) else {
+        let Ok(Some(record)) = self.store.get_sandbox(id) else {
             return true;
         };
         if record.status != SandboxStatus::Terminating {
@@ -374,22 +442,21 @@ impl Service {
             return false;
         }
         self.network.forget(id);
-        record.status = SandboxStatus::Terminated;
-        record.ended_at = Some(Utc::now());
-        if reason.is_some() {
-            record.error = reason.clone();
-        }
-        match self.store.update_sandbox(&record) {
-            Ok(()) => {}
-            Err(sbx_store::StoreError::Full(_)) => {
-                let (ended_at, error) = (record.ended_at, record.error.clone());
-                self.record_when_space_returns(id, "TERMINATED", move |r| {
-                    if r.status == SandboxStatus::Terminating {
-                        r.status = SandboxStatus::Terminated;
-                        r.ended_at = ended_at;
-                        r.error = error.clone();
-                    }
-                });
+        let ended_at = Some(Utc::now());
+        let error = reason.clone();
+        let finish = move |r: &mut SandboxRecord| {
+            if r.status == SandboxStatus::Terminating {
+                r.status = SandboxStatus::Terminated;
+                r.ended_at = ended_at;
+                if error.is_some() {
+                    r.error = error.clone();
+                }
+            }
+        };
+        match self.change_row(record, &finish) {
+            Ok(_) => {}
+            Err(ServiceError::StorageFull(_)) => {
+                self.record_when_space_returns(id, "TERMINATED", finish);
             }
             Err(e) => tracing::error!(sandbox = %id, error = %e, "recording TERMINATED"),
         }
@@ -491,14 +558,15 @@ impl Service {
             tokio::spawn(async move {
                 let reason = format!("active runtime limit of {}s reached", limit.as_secs());
                 let moved = this
-                    .transition(r.id, |r| {
+                    .transition_won(r.id, |r| {
                         if r.status == SandboxStatus::Running {
                             stop_clock(r);
                             r.status = SandboxStatus::Terminating;
                         }
                     })
                     .await;
-                if matches!(moved, Ok(ref m) if m.status == SandboxStatus::Terminating) {
+                // Only the actor whose write ended it tears it down.
+                if matches!(moved, Ok((_, true))) {
                     tracing::info!(sandbox = %r.id, "{reason}");
                     this.spawn_teardown(r.id, Some(reason));
                 }
