@@ -220,6 +220,17 @@ mod tests {
     }
 
     #[test]
+    fn a_conflict_that_outlasted_its_retries_is_a_409() {
+        let raced = ApiError::from(ServiceError::from(sbx_store::StoreError::Conflict(
+            "sandboxes row is at generation 4, not 3".into(),
+        )));
+        assert_eq!(
+            (raced.code, raced.code.http_status()),
+            (ErrorCode::InvalidState, 409)
+        );
+    }
+
+    #[test]
     fn wrong_state_names_the_state_the_operation_needs() {
         let resume = ApiError::from(ServiceError::WrongState {
             is: "TERMINATED",

@@ -15,10 +15,6 @@ const TEARDOWN_RETRY_FIRST: std::time::Duration = std::time::Duration::from_secs
 /// Longest wait between teardown retries.
 const TEARDOWN_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// How often a change that lost a compare-and-set race is tried again on the
-/// current row before the caller is told of the conflict.
-pub(super) const CAS_ATTEMPTS: usize = 8;
-
 /// How often a state change refused for a full disk is written again.
 pub(super) const RECORD_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -116,67 +112,6 @@ impl Service {
             SandboxStatus::Terminating => DestroyOutcome::Terminating(Box::new(now)),
             _ => DestroyOutcome::Terminated,
         })
-    }
-
-    /// Reads, changes and writes a sandbox under its transition lock.
-    pub(super) async fn transition(
-        &self,
-        id: Uuid,
-        change: impl Fn(&mut SandboxRecord),
-    ) -> Result<SandboxRecord> {
-        self.transition_won(id, change).await.map(|(r, _)| r)
-    }
-
-    /// Like `transition`; also says whether this call's write made the change
-    /// (false: the closure found nothing to change on the current row).
-    pub(super) async fn transition_won(
-        &self,
-        id: Uuid,
-        change: impl Fn(&mut SandboxRecord),
-    ) -> Result<(SandboxRecord, bool)> {
-        // The lock only saves this process from racing itself; the store's
-        // compare-and-set in `change_row` is what keeps other actors apart.
-        let lock = self.lock_for(id);
-        let _guard = lock.lock().await;
-        let record = self
-            .store
-            .get_sandbox(id)?
-            .ok_or(ServiceError::SandboxNotFound)?;
-        self.change_row(record, change)
-    }
-
-    /// Applies `change` to `record` and writes it if the row is still as read;
-    /// when another actor changed it first, applies `change` again to the
-    /// current row (at most [`CAS_ATTEMPTS`] times). A change that leaves the
-    /// row as it is writes nothing. Returns the row as stored and whether this
-    /// call's write made the change: only that caller may act on the runtime.
-    pub(super) fn change_row(
-        &self,
-        mut record: SandboxRecord,
-        change: impl Fn(&mut SandboxRecord),
-    ) -> Result<(SandboxRecord, bool)> {
-        let id = record.id;
-        for _ in 0..CAS_ATTEMPTS {
-            let before = record.clone();
-            change(&mut record);
-            if record == before {
-                return Ok((record, false));
-            }
-            match self.store.update_sandbox(&mut record) {
-                Ok(()) => return Ok((record, true)),
-                Err(sbx_store::StoreError::Conflict(_)) => {
-                    record = self
-                        .store
-                        .get_sandbox(id)?
-                        .ok_or(ServiceError::SandboxNotFound)?;
-                }
-                Err(sbx_store::StoreError::NotFound) => return Err(ServiceError::SandboxNotFound),
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Err(ServiceError::Conflict(format!(
-            "sandbox {id} kept changing under {CAS_ATTEMPTS} attempts to change it; retry"
-        )))
     }
 
     /// Boots a STARTING sandbox in the background; the receiver turns true when done.

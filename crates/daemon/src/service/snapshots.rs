@@ -138,40 +138,6 @@ impl Service {
         }
     }
 
-    /// Applies `change` to `snap` and writes it if the row is still as read,
-    /// retrying on the current row when another actor changed it first (see
-    /// `change_row` for sandboxes). Returns the stored row and whether this
-    /// call's write made the change.
-    pub(super) fn change_snapshot(
-        &self,
-        mut snap: SnapshotRecord,
-        change: impl Fn(&mut SnapshotRecord),
-    ) -> Result<(SnapshotRecord, bool)> {
-        let id = snap.id;
-        for _ in 0..super::lifecycle::CAS_ATTEMPTS {
-            let before = snap.clone();
-            change(&mut snap);
-            if snap == before {
-                return Ok((snap, false));
-            }
-            match self.store.update_snapshot(&mut snap) {
-                Ok(()) => return Ok((snap, true)),
-                Err(sbx_store::StoreError::Conflict(_)) => {
-                    snap = self
-                        .store
-                        .get_snapshot(id)?
-                        .ok_or(ServiceError::SnapshotNotFound)?;
-                }
-                Err(sbx_store::StoreError::NotFound) => return Err(ServiceError::SnapshotNotFound),
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Err(ServiceError::Conflict(format!(
-            "snapshot {id} kept changing under {} attempts to change it; retry",
-            super::lifecycle::CAS_ATTEMPTS
-        )))
-    }
-
     /// Writes a capture's result that the store refused for a full disk again
     /// and again until it goes through (unless the snapshot was deleted
     /// meanwhile), so that it does not stay CREATING without a restart.

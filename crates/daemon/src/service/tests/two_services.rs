@@ -142,7 +142,11 @@ async fn hammer(p: &Pair, rounds: usize) {
             .map(|(op, _)| op)
             .collect();
         for (i, op) in flips.iter().enumerate() {
-            let want = if i.is_multiple_of(2) { Op::Pause } else { Op::Resume };
+            let want = if i.is_multiple_of(2) {
+                Op::Pause
+            } else {
+                Op::Resume
+            };
             assert_eq!(*op, want, "round {round}: {flips:?}");
         }
         // Every snapshot settles, and none is READY without its own checkpoint.
@@ -190,4 +194,116 @@ async fn two_services_on_one_postgresql_never_both_act() {
     hammer(&p, 6).await;
     drop(p);
     drop(db);
+}
+
+/// Two services on one SQLite file (the deterministic races below).
+fn sqlite_pair() -> Pair {
+    Pair::new(|config| Arc::new(SqliteStore::open(&config.database_path()).expect("open SQLite")))
+}
+
+/// A running sandbox made through `a`.
+async fn running(p: &Pair, name: &str) -> SandboxRecord {
+    match p.a.create(WS, request(name)).await {
+        Ok(CreateOutcome::Created(r)) if r.status == SandboxStatus::Running => r,
+        other => panic!("create {name}: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_that_lost_to_a_destroy_answers_wrong_state() {
+    let p = sqlite_pair();
+    let r = running(&p, "paused-then-destroyed").await;
+    p.runtime.set_delay(Op::Pause, Duration::from_millis(300));
+    let a = p.a.clone();
+    let pause = tokio::spawn(async move { a.pause(WS, r.id).await });
+    eventually("the pause reached the runtime", || {
+        p.runtime.calls_for(Op::Pause, r.id) == 1
+    })
+    .await;
+    // B's lock is its own: only the row (PAUSING, moved on by B) stands between them.
+    tokio::time::timeout(DEADLINE, p.b.destroy(WS, r.id))
+        .await
+        .expect("destroy answered in time")
+        .expect("destroy");
+    let paused = tokio::time::timeout(DEADLINE, pause)
+        .await
+        .expect("pause answered in time")
+        .expect("pause task");
+    match paused {
+        Err(ServiceError::WrongState {
+            is,
+            needs: "RUNNING",
+        }) => {
+            assert!(is == "TERMINATING" || is == "TERMINATED", "{is}")
+        }
+        other => panic!("the pause lost to a destroy: {other:?}"),
+    }
+    eventually(
+        "terminated",
+        || matches!(p.a.get(WS, r.id), Ok(s) if s.status == SandboxStatus::Terminated),
+    )
+    .await;
+    assert_eq!(p.runtime.calls_for(Op::Pause, r.id), 1);
+    assert_eq!(p.runtime.calls_for(Op::Destroy, r.id), 1);
+    assert_eq!(p.runtime.life(r.id), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_destroy_that_lost_to_a_pause_decides_again_on_the_new_row() {
+    let p = sqlite_pair();
+    let r = running(&p, "stale-destroy").await;
+    // A read the row, then B paused it (two writes) before A wrote its change.
+    let stale = p.a.get(WS, r.id).expect("row");
+    let paused = p.b.pause(WS, r.id).await.expect("pause");
+    assert_eq!(paused.generation, stale.generation + 2);
+    let (row, won) =
+        p.a.change_row(stale.clone(), |r| {
+            if r.status.is_active() && r.status != SandboxStatus::Terminating {
+                r.status = SandboxStatus::Terminating;
+            }
+        })
+        .expect("the change is made on the current row");
+    assert!(won);
+    assert_eq!(row.status, SandboxStatus::Terminating);
+    assert_eq!(row.generation, stale.generation + 3);
+    // A pause on that stale read is refused by what the row says now.
+    let (row, won) =
+        p.a.change_row(stale, |r| {
+            if r.status == SandboxStatus::Running {
+                r.status = SandboxStatus::Pausing;
+            }
+        })
+        .expect("answered");
+    assert!(!won, "nothing to pause: {row:?}");
+    assert_eq!(row.status, SandboxStatus::Terminating);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_whose_sandbox_changed_during_the_checkpoint_is_not_ready() {
+    let p = sqlite_pair();
+    let r = running(&p, "moved-under-snapshot").await;
+    p.runtime
+        .set_delay(Op::Checkpoint, Duration::from_millis(300));
+    let a = p.a.clone();
+    let snap = tokio::spawn(async move { a.snapshot_create(WS, r.id, None).await });
+    eventually("the checkpoint is under way", || {
+        p.runtime.calls_for(Op::Checkpoint, r.id) == 1
+    })
+    .await;
+    // B does not know of A's checkpoint: a pause and a resume get through.
+    p.b.pause(WS, r.id).await.expect("pause");
+    p.b.resume(WS, r.id).await.expect("resume");
+    let snap = snap.await.expect("task").expect("snapshot answered");
+    let mut settled = None;
+    eventually("the snapshot settles", || {
+        settled = p.a.snapshot_get(WS, snap.id).ok();
+        matches!(&settled, Some(s) if s.status != SnapshotStatus::Creating)
+    })
+    .await;
+    let settled = settled.expect("snapshot");
+    assert_eq!(settled.status, SnapshotStatus::Failed, "{settled:?}");
+    assert_eq!(
+        p.a.get(WS, r.id).expect("row").status,
+        SandboxStatus::Running
+    );
 }
