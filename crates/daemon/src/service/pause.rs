@@ -14,19 +14,30 @@ use sbx_store::SandboxRecord;
 use std::sync::Arc;
 use uuid::Uuid;
 
+/// Longest wait of a pause for a snapshot capture of the sandbox to end.
+const CAPTURE_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
 impl Service {
     /// `POST /v2/sandboxes/{id}/pause`: idempotent by target state.
     pub async fn pause(self: &Arc<Self>, workspace: &str, id: Uuid) -> Result<SandboxRecord> {
         self.load(workspace, id)?;
         let lock = self.lock_for(id);
-        let _guard = lock.lock().await;
-        let current = self.load(workspace, id)?;
-        let (r, won) = self.change_row(current, |r| {
-            if r.status == SandboxStatus::Running {
-                stop_clock(r);
-                r.status = SandboxStatus::Pausing;
+        let deadline = tokio::time::Instant::now() + CAPTURE_WAIT;
+        let (_guard, r, won) = loop {
+            let guard = lock.clone().lock_owned().await;
+            if let Some((r, won)) = self.claim_pause(workspace, id)? {
+                break (guard, r, won);
             }
-        })?;
+            // A capture is under way: wait for it without the lock (it needs the lock
+            // when it runs in this process), as a pause waits for it in one process.
+            drop(guard);
+            if tokio::time::Instant::now() >= deadline {
+                return Err(ServiceError::Unavailable(
+                    "a snapshot of the sandbox is being taken; retry".into(),
+                ));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        };
         if !won {
             return match r.status {
                 SandboxStatus::Paused => Ok(r),
@@ -61,6 +72,35 @@ impl Service {
                 Err(ServiceError::Unavailable(format!("pause failed: {e}")))
             }
         }
+    }
+
+    /// Moves RUNNING to PAUSING unless a snapshot is being captured (by this
+    /// or another sbxd, whose lock is not ours): then `None`, and the caller
+    /// waits for the capture without holding the lock. Returns the row and
+    /// whether this call moved it.
+    fn claim_pause(&self, workspace: &str, id: Uuid) -> Result<Option<(SandboxRecord, bool)>> {
+        for _ in 0..super::transition::CAS_ATTEMPTS {
+            let current = self.load(workspace, id)?;
+            if current.status != SandboxStatus::Running {
+                return Ok(Some((current, false)));
+            }
+            // Checked on every attempt: a snapshot's claim is such a conflict.
+            if self.capture_in_progress(id)? {
+                return Ok(None);
+            }
+            let mut r = current;
+            stop_clock(&mut r);
+            r.status = SandboxStatus::Pausing;
+            match self.store.update_sandbox(&mut r) {
+                Ok(()) => return Ok(Some((r, true))),
+                Err(sbx_store::StoreError::Conflict(_)) => continue,
+                Err(sbx_store::StoreError::NotFound) => return Err(ServiceError::SandboxNotFound),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(ServiceError::Conflict(format!(
+            "sandbox {id} kept changing while it was being paused; retry"
+        )))
     }
 
     /// `POST /v2/sandboxes/{id}/resume`: idempotent by target state.

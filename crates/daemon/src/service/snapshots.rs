@@ -80,6 +80,19 @@ impl Service {
             }
             SnapshotCreateOutcome::LimitReached(n) => return Err(ServiceError::SnapshotLimit(n)),
         }
+        // Claimed after the insert: a pause that read the sandbox before the
+        // snapshot existed now loses its compare-and-set and sees the capture.
+        if let Err(e) = self.claim_for_capture(id) {
+            let why = e.to_string();
+            let _ = self.change_snapshot(record, move |s| {
+                if s.status == SnapshotStatus::Creating {
+                    s.status = SnapshotStatus::Failed;
+                    s.error = Some(why.clone());
+                    s.updated_at = Utc::now();
+                }
+            });
+            return Err(e);
+        }
         let (tx, mut rx) = tokio::sync::watch::channel(false);
         let this = self.clone();
         let snap_id = record.id;

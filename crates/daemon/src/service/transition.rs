@@ -5,7 +5,7 @@
 //! from the row as it is now.
 
 use super::{Result, Service, ServiceError};
-use sbx_store::{SandboxRecord, SnapshotRecord};
+use sbx_store::{SandboxRecord, SnapshotRecord, SnapshotStatus};
 use uuid::Uuid;
 
 /// How often a change that lost a compare-and-set race is tried again on the
@@ -72,6 +72,41 @@ impl Service {
         Err(ServiceError::Conflict(format!(
             "sandbox {id} kept changing under {CAS_ATTEMPTS} attempts to change it; retry"
         )))
+    }
+
+    /// Marks a RUNNING sandbox as changed (its generation bumped, nothing else)
+    /// for a snapshot that has just been inserted CREATING: a pause that read
+    /// the row before that snapshot existed then fails its compare-and-set and,
+    /// reading again, finds the capture under way (see `capture_in_progress`).
+    pub(super) fn claim_for_capture(&self, id: Uuid) -> Result<SandboxRecord> {
+        for _ in 0..CAS_ATTEMPTS {
+            let mut record = self
+                .store
+                .get_sandbox(id)?
+                .ok_or(ServiceError::SandboxNotFound)?;
+            if record.status != sbx_api_types::SandboxStatus::Running {
+                return Err(ServiceError::not_running(record.status));
+            }
+            match self.store.update_sandbox(&mut record) {
+                Ok(()) => return Ok(record),
+                Err(sbx_store::StoreError::Conflict(_)) => continue,
+                Err(sbx_store::StoreError::NotFound) => return Err(ServiceError::SandboxNotFound),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(ServiceError::Conflict(format!(
+            "sandbox {id} kept changing under {CAS_ATTEMPTS} attempts to snapshot it; retry"
+        )))
+    }
+
+    /// Whether a snapshot of `id` is being captured (by any actor): a pause
+    /// must not freeze the guest under a checkpoint.
+    pub(super) fn capture_in_progress(&self, id: Uuid) -> Result<bool> {
+        Ok(self
+            .store
+            .snapshots_in_status(&[SnapshotStatus::Creating])?
+            .iter()
+            .any(|s| s.source_sandbox == id))
     }
 
     /// Applies `change` to `snap` and writes it if the row is still as read,

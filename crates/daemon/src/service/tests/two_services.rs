@@ -99,22 +99,63 @@ async fn hammer(p: &Pair, rounds: usize) {
         )
         .await;
 
-        let calls: Vec<_> = (0..14)
+        // Same-name creates among them: the sandbox itself while its name is
+        // held (any active state), or one new sandbox once it is TERMINATED.
+        let calls: Vec<_> = (0..16)
             .map(|i| {
-                let s = p.side(i);
+                let (s, name) = (p.side(i), name.clone());
                 tokio::spawn(async move {
-                    match i % 7 {
+                    let mut made = None;
+                    let answer = match i % 8 {
                         0 | 3 => answered("pause", s.pause(WS, id)).await,
                         1 | 4 => answered("resume", s.resume(WS, id)).await,
                         2 | 5 => answered("snapshot", s.snapshot_create(WS, id, None)).await,
-                        _ => answered("destroy", s.destroy(WS, id)).await,
-                    }
+                        6 => answered("destroy", s.destroy(WS, id)).await,
+                        _ => {
+                            let created =
+                                tokio::time::timeout(DEADLINE, s.create(WS, request(&name)))
+                                    .await
+                                    .expect("create answered in time");
+                            match created {
+                                Ok(CreateOutcome::Created(r) | CreateOutcome::Existing(r)) => {
+                                    made = Some(r.id);
+                                    Ok(())
+                                }
+                                Err(e) => panic!("create during the race: {e:?}"),
+                            }
+                        }
+                    };
+                    (answer, made)
                 })
             })
             .collect();
         let mut answers = Vec::new();
+        let mut successors = Vec::new();
         for c in calls {
-            answers.push(c.await.expect("racing task"));
+            let (answer, made) = c.await.expect("racing task");
+            answers.push(answer);
+            successors.extend(made.filter(|m| *m != id));
+        }
+        successors.sort();
+        successors.dedup();
+        assert!(
+            successors.len() <= 1,
+            "round {round}: one successor per name: {successors:?}"
+        );
+        for next in successors {
+            assert_eq!(p.runtime.calls_for(Op::Start, next), 1, "round {round}");
+            eventually(
+                "the successor runs",
+                || matches!(p.a.get(WS, next), Ok(r) if r.status == SandboxStatus::Running),
+            )
+            .await;
+            p.b.destroy(WS, next).await.expect("destroy the successor");
+            eventually(
+                "the successor is terminated",
+                || matches!(p.a.get(WS, next), Ok(r) if r.status == SandboxStatus::Terminated),
+            )
+            .await;
+            assert_eq!(p.runtime.calls_for(Op::Destroy, next), 1, "round {round}");
         }
 
         // Consistent: the store says TERMINATED and nothing is left on the "host".
@@ -279,6 +320,36 @@ async fn a_destroy_that_lost_to_a_pause_decides_again_on_the_new_row() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_through_the_other_service_waits_for_the_checkpoint() {
+    let p = sqlite_pair();
+    let r = running(&p, "paused-after-snapshot").await;
+    p.runtime
+        .set_delay(Op::Checkpoint, Duration::from_millis(300));
+    let a = p.a.clone();
+    let snap = tokio::spawn(async move { a.snapshot_create(WS, r.id, None).await });
+    eventually("the checkpoint is under way", || {
+        p.runtime.calls_for(Op::Checkpoint, r.id) == 1
+    })
+    .await;
+    // B does not hold A's lock: the CREATING snapshot in the store holds the pause back.
+    let paused = tokio::time::timeout(DEADLINE, p.b.pause(WS, r.id))
+        .await
+        .expect("pause answered in time")
+        .expect("pause");
+    assert_eq!(paused.status, SandboxStatus::Paused);
+    let snap = snap.await.expect("task").expect("snapshot answered");
+    assert_eq!(snap.status, SnapshotStatus::Ready, "{snap:?}");
+    let order: Vec<Op> = p
+        .runtime
+        .call_log()
+        .into_iter()
+        .filter(|(op, id)| *id == r.id && matches!(op, Op::Checkpoint | Op::Pause))
+        .map(|(op, _)| op)
+        .collect();
+    assert_eq!(order, vec![Op::Checkpoint, Op::Pause]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_whose_sandbox_changed_during_the_checkpoint_is_not_ready() {
     let p = sqlite_pair();
     let r = running(&p, "moved-under-snapshot").await;
@@ -290,9 +361,12 @@ async fn a_snapshot_whose_sandbox_changed_during_the_checkpoint_is_not_ready() {
         p.runtime.calls_for(Op::Checkpoint, r.id) == 1
     })
     .await;
-    // B does not know of A's checkpoint: a pause and a resume get through.
-    p.b.pause(WS, r.id).await.expect("pause");
-    p.b.resume(WS, r.id).await.expect("resume");
+    // Another actor writes the row meanwhile (as one that ignores CREATING would).
+    let mut moved = p.b.get(WS, r.id).expect("row");
+    moved.error = Some("changed by another actor".into());
+    p.b.store
+        .update_sandbox(&mut moved)
+        .expect("compare-and-set on the current row");
     let snap = snap.await.expect("task").expect("snapshot answered");
     let mut settled = None;
     eventually("the snapshot settles", || {
@@ -302,8 +376,4 @@ async fn a_snapshot_whose_sandbox_changed_during_the_checkpoint_is_not_ready() {
     .await;
     let settled = settled.expect("snapshot");
     assert_eq!(settled.status, SnapshotStatus::Failed, "{settled:?}");
-    assert_eq!(
-        p.a.get(WS, r.id).expect("row").status,
-        SandboxStatus::Running
-    );
 }
