@@ -120,8 +120,11 @@ pub trait Store: Send + Sync {
     ) -> Result<Option<SandboxRecord>, StoreError>;
     /// One sandbox.
     fn get_sandbox(&self, id: Uuid) -> Result<Option<SandboxRecord>, StoreError>;
-    /// Writes every field of an existing sandbox.
-    fn update_sandbox(&self, record: &SandboxRecord) -> Result<(), StoreError>;
+    /// Writes the mutable fields of a sandbox if its row is still at `record.generation`
+    /// (compare-and-set), and advances `record.generation` to the row's new one.
+    /// `Conflict` (nothing written) when another writer changed the row since it was read;
+    /// `NotFound` when there is no such row.
+    fn update_sandbox(&self, record: &mut SandboxRecord) -> Result<(), StoreError>;
     /// A page of a workspace's sandboxes, newest first.
     fn list_sandboxes(
         &self,
@@ -145,8 +148,10 @@ pub trait Store: Send + Sync {
     ) -> Result<SnapshotCreateOutcome, StoreError>;
     /// One snapshot.
     fn get_snapshot(&self, id: Uuid) -> Result<Option<SnapshotRecord>, StoreError>;
-    /// Writes status, size, times and error of a snapshot.
-    fn update_snapshot(&self, record: &SnapshotRecord) -> Result<(), StoreError>;
+    /// Writes status, size, times and error of a snapshot if its row is still at
+    /// `record.generation`, and advances `record.generation`; `Conflict` or `NotFound`
+    /// as [`Store::update_sandbox`].
+    fn update_snapshot(&self, record: &mut SnapshotRecord) -> Result<(), StoreError>;
     /// A page of snapshots (not DELETED), newest first, optionally by exact name.
     fn list_snapshots(
         &self,

@@ -42,6 +42,8 @@ pub struct SandboxRecord {
     pub running_since: Option<DateTime<Utc>>,
     /// Egress policy.
     pub network: sbx_api_types::NetworkPolicy,
+    /// Compare-and-set version: 0 when inserted, bumped by every update.
+    pub generation: u64,
 }
 
 impl SandboxRecord {
@@ -138,6 +140,8 @@ pub struct SnapshotRecord {
     pub error: Option<String>,
     /// Egress policy of the source (clones keep it).
     pub network: sbx_api_types::NetworkPolicy,
+    /// Compare-and-set version: 0 when inserted, bumped by every update.
+    pub generation: u64,
 }
 
 /// An encrypted workspace secret.

@@ -1,13 +1,13 @@
 //! Snapshot and secret rows in SQLite.
 
-use crate::sqlite::{corrupt, from_ms, json, ms, SqliteStore};
+use crate::sqlite::{corrupt, from_ms, json, missed_update, ms, SqliteStore};
 use crate::{SecretRecord, SnapshotCreateOutcome, SnapshotRecord, SnapshotStatus, StoreError};
 use chrono::{DateTime, Utc};
 use rusqlite::{params, OptionalExtension, Row};
 use uuid::Uuid;
 
 const COLUMNS: &str = "id, workspace, name, source_sandbox, status, vcpu, memory_mb, environment, secrets, image_ref, \
-     source_image_id, compatibility_id, stored_bytes, created_at_ms, updated_at_ms, expires_at_ms, error, network";
+     source_image_id, compatibility_id, stored_bytes, created_at_ms, updated_at_ms, expires_at_ms, error, network, generation";
 
 fn snapshot_from_row(row: &Row<'_>) -> rusqlite::Result<SnapshotRecord> {
     let id: String = row.get(0)?;
@@ -35,6 +35,7 @@ fn snapshot_from_row(row: &Row<'_>) -> rusqlite::Result<SnapshotRecord> {
         expires_at: from_ms(Some(row.get(15)?)).ok_or_else(|| corrupt("expires_at"))?,
         error: row.get(16)?,
         network: crate::sqlite::network_from_column(row.get(17)?)?,
+        generation: row.get::<_, i64>(18)?.max(0) as u64,
     })
 }
 
@@ -47,7 +48,7 @@ impl SqliteStore {
         max_live: u32,
     ) -> Result<SnapshotCreateOutcome, StoreError> {
         let mut conn = self.lock();
-        let tx = conn.transaction()?;
+        let tx = crate::sqlite::write_transaction(&mut conn)?;
         if let Some(name) = &r.name {
             let holder = tx
                 .query_row(
@@ -75,7 +76,7 @@ impl SqliteStore {
             }
         }
         tx.execute(
-            &format!("INSERT INTO snapshots ({COLUMNS}) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18)"),
+            &format!("INSERT INTO snapshots ({COLUMNS}) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19)"),
             params![
                 r.id.to_string(),
                 r.workspace,
@@ -95,6 +96,7 @@ impl SqliteStore {
                 ms(r.expires_at),
                 r.error,
                 json(&r.network),
+                r.generation as i64,
             ],
         )?;
         tx.commit()?;
@@ -112,22 +114,25 @@ impl SqliteStore {
             .optional()?)
     }
 
-    pub(crate) fn update_snapshot_row(&self, r: &SnapshotRecord) -> Result<(), StoreError> {
+    pub(crate) fn update_snapshot_row(&self, r: &mut SnapshotRecord) -> Result<(), StoreError> {
         let conn = self.lock();
         let n = conn.execute(
-            "UPDATE snapshots SET status = ?2, stored_bytes = ?3, updated_at_ms = ?4, error = ?5, expires_at_ms = ?6 WHERE id = ?1",
+            "UPDATE snapshots SET status = ?2, stored_bytes = ?3, updated_at_ms = ?4, error = ?5, \
+             expires_at_ms = ?6, generation = generation + 1 WHERE id = ?1 AND generation = ?7",
             params![
                 r.id.to_string(),
                 r.status.as_str(),
                 r.stored_bytes as i64,
                 ms(r.updated_at),
                 r.error,
-                ms(r.expires_at)
+                ms(r.expires_at),
+                r.generation as i64,
             ],
         )?;
         if n == 0 {
-            return Err(StoreError::NotFound);
+            return Err(missed_update(&conn, "snapshots", r.id, r.generation)?);
         }
+        r.generation += 1;
         Ok(())
     }
 

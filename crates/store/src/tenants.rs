@@ -103,7 +103,7 @@ impl SqliteStore {
         now: DateTime<Utc>,
     ) -> Result<IdempotencyBegin, StoreError> {
         let mut conn = self.lock();
-        let tx = conn.transaction()?;
+        let tx = crate::sqlite::write_transaction(&mut conn)?;
         let existing = tx
             .query_row(
                 &format!(

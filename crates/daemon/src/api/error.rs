@@ -72,6 +72,8 @@ impl From<ServiceError> for ApiError {
             S::SnapshotNameTaken(_) => ErrorCode::SnapshotNameTaken,
             S::SnapshotLimit(_) => ErrorCode::SnapshotLimitExceeded,
             S::WrongState { .. } => ErrorCode::InvalidState,
+            // A transition that kept losing compare-and-set races: the state moved on.
+            S::Conflict(_) => ErrorCode::InvalidState,
             S::ExecTimedOut(_) => ErrorCode::ExecTimedOut,
             S::ExecOutputTooLarge(_) => ErrorCode::ExecOutputTooLarge,
             S::WaitTimedOut(_) => ErrorCode::ProcessWaitTimedOut,
@@ -215,6 +217,17 @@ mod tests {
     fn code(op: ConnectOp, e: ConnectError) -> (&'static str, u16, String) {
         let a = ApiError::connect(op, e);
         (a.code.as_str(), a.code.http_status(), a.message)
+    }
+
+    #[test]
+    fn a_conflict_that_outlasted_its_retries_is_a_409() {
+        let raced = ApiError::from(ServiceError::from(sbx_store::StoreError::Conflict(
+            "sandboxes row is at generation 4, not 3".into(),
+        )));
+        assert_eq!(
+            (raced.code, raced.code.http_status()),
+            (ErrorCode::InvalidState, 409)
+        );
     }
 
     #[test]

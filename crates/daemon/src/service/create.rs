@@ -154,6 +154,7 @@ impl Service {
             active_ms: 0,
             running_since: None,
             network: NetworkPolicy::default(),
+            generation: 0,
         }
     }
 

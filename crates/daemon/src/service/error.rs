@@ -59,6 +59,10 @@ pub enum ServiceError {
         /// The status the operation needs.
         needs: &'static str,
     },
+    /// Another actor (another sbxd, or another task of this one) kept changing the
+    /// sandbox or snapshot while this call tried to change it.
+    #[error("{0}")]
+    Conflict(String),
     /// Exec ran out of time (the command was killed).
     #[error("command did not finish within {0} ms and was stopped")]
     ExecTimedOut(u64),
@@ -118,9 +122,10 @@ impl From<sbx_store::StoreError> for ServiceError {
                 tracing::warn!(error = %source, "metadata store unavailable");
                 ServiceError::Unavailable(STORE_UNAVAILABLE.into())
             }
-            // Another writer changed the row first; a retry sees its result.
-            E::Conflict(source) => ServiceError::Unavailable(format!(
-                "the metadata store saw a concurrent change ({source}); retry"
+            // Another writer changed the row first (and kept doing so through the
+            // caller's retries): 409, like any state that refuses the operation.
+            E::Conflict(source) => ServiceError::Conflict(format!(
+                "the resource was changed concurrently ({source}); read it again and retry"
             )),
             // Other failures are transient from the caller's view, as before.
             other @ (E::Corrupt(_) | E::SchemaTooNew { .. } | E::Database(_) | E::NotFound) => {
@@ -146,5 +151,7 @@ mod tests {
         };
         // The client is told what to do, not where the database is.
         assert_eq!(message, STORE_UNAVAILABLE);
+        let raced = ServiceError::from(sbx_store::StoreError::Conflict("generation 3".into()));
+        assert!(matches!(raced, ServiceError::Conflict(_)), "{raced:?}");
     }
 }

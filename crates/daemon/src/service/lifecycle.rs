@@ -84,39 +84,34 @@ impl Service {
         if !record.status.is_active() {
             return Ok(DestroyOutcome::Terminated);
         }
-        if record.status != SandboxStatus::Terminating {
-            self.transition(id, |r| {
+        let (_, won) = self
+            .transition_won(id, |r| {
                 if r.status.is_active() && r.status != SandboxStatus::Terminating {
                     stop_clock(r);
                     r.status = SandboxStatus::Terminating;
                 }
             })
             .await?;
+        let wait = std::time::Duration::from_secs(5);
+        if won || self.teardown_running(id) {
+            // Ours to tear down (or a teardown of this process is on it already: join it).
+            let done = self.spawn_teardown(id, None);
+            let _ = tokio::time::timeout(wait, wait_done(done)).await;
+        } else {
+            // Another actor moved it to TERMINATING and tears it down: wait for its
+            // result in the store rather than calling the runtime a second time.
+            let deadline = tokio::time::Instant::now() + wait;
+            while tokio::time::Instant::now() < deadline
+                && self.load(workspace, id)?.status == SandboxStatus::Terminating
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
         }
-        let done = self.spawn_teardown(id, None);
-        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), wait_done(done)).await;
         let now = self.load(workspace, id)?;
         Ok(match now.status {
             SandboxStatus::Terminating => DestroyOutcome::Terminating(Box::new(now)),
             _ => DestroyOutcome::Terminated,
         })
-    }
-
-    /// Reads, changes and writes a sandbox under its transition lock.
-    pub(super) async fn transition(
-        &self,
-        id: Uuid,
-        change: impl FnOnce(&mut SandboxRecord),
-    ) -> Result<SandboxRecord> {
-        let lock = self.lock_for(id);
-        let _guard = lock.lock().await;
-        let mut record = self
-            .store
-            .get_sandbox(id)?
-            .ok_or(ServiceError::SandboxNotFound)?;
-        change(&mut record);
-        self.store.update_sandbox(&record)?;
-        Ok(record)
     }
 
     /// Boots a STARTING sandbox in the background; the receiver turns true when done.
@@ -358,11 +353,19 @@ impl Service {
         rx
     }
 
+    /// Whether this process runs a teardown of `id` now.
+    fn teardown_running(&self, id: Uuid) -> bool {
+        self.teardowns
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(&id)
+    }
+
     /// One teardown attempt; false when the runtime failed and it should be retried.
     async fn teardown_once(self: &Arc<Self>, id: Uuid, reason: &Option<String>) -> bool {
         let lock = self.lock_for(id);
         let _guard = lock.lock().await;
-        let Ok(Some(mut record)) = self.store.get_sandbox(id) else {
+        let Ok(Some(record)) = self.store.get_sandbox(id) else {
             return true;
         };
         if record.status != SandboxStatus::Terminating {
@@ -374,22 +377,21 @@ impl Service {
             return false;
         }
         self.network.forget(id);
-        record.status = SandboxStatus::Terminated;
-        record.ended_at = Some(Utc::now());
-        if reason.is_some() {
-            record.error = reason.clone();
-        }
-        match self.store.update_sandbox(&record) {
-            Ok(()) => {}
-            Err(sbx_store::StoreError::Full(_)) => {
-                let (ended_at, error) = (record.ended_at, record.error.clone());
-                self.record_when_space_returns(id, "TERMINATED", move |r| {
-                    if r.status == SandboxStatus::Terminating {
-                        r.status = SandboxStatus::Terminated;
-                        r.ended_at = ended_at;
-                        r.error = error.clone();
-                    }
-                });
+        let ended_at = Some(Utc::now());
+        let error = reason.clone();
+        let finish = move |r: &mut SandboxRecord| {
+            if r.status == SandboxStatus::Terminating {
+                r.status = SandboxStatus::Terminated;
+                r.ended_at = ended_at;
+                if error.is_some() {
+                    r.error = error.clone();
+                }
+            }
+        };
+        match self.change_row(record, &finish) {
+            Ok(_) => {}
+            Err(ServiceError::StorageFull(_)) => {
+                self.record_when_space_returns(id, "TERMINATED", finish);
             }
             Err(e) => tracing::error!(sandbox = %id, error = %e, "recording TERMINATED"),
         }
@@ -491,14 +493,15 @@ impl Service {
             tokio::spawn(async move {
                 let reason = format!("active runtime limit of {}s reached", limit.as_secs());
                 let moved = this
-                    .transition(r.id, |r| {
+                    .transition_won(r.id, |r| {
                         if r.status == SandboxStatus::Running {
                             stop_clock(r);
                             r.status = SandboxStatus::Terminating;
                         }
                     })
                     .await;
-                if matches!(moved, Ok(ref m) if m.status == SandboxStatus::Terminating) {
+                // Only the actor whose write ended it tears it down.
+                if matches!(moved, Ok((_, true))) {
                     tracing::info!(sandbox = %r.id, "{reason}");
                     this.spawn_teardown(r.id, Some(reason));
                 }

@@ -1,8 +1,11 @@
 //! The lifecycle service: every API action is one function here.
 //!
 //! Rules (DESIGN.md): every state change is written to the store before it is
-//! acted on; transitions of one sandbox are serialised by a per-sandbox lock;
-//! the daemon can die at any point and `reconcile` puts things right.
+//! acted on, as a compare-and-set that the store decides (`transition.rs`):
+//! only the caller whose write made a transition acts on the runtime. A
+//! per-sandbox lock keeps this process from racing itself (an optimisation,
+//! not what makes the state machine right); the daemon can die at any point
+//! and `reconcile` puts things right.
 //!
 //! The agent is untrusted (it runs inside the sandbox): opening a connection
 //! to it is serialised by a separate per-sandbox *attach gate*, never by the
@@ -25,6 +28,7 @@ mod secrets;
 mod snapshots;
 #[cfg(test)]
 mod tests;
+mod transition;
 
 pub use admission::{Capacity, Reservation};
 pub use commands::{ExecOutcome, OutputSelection};
@@ -52,7 +56,7 @@ pub struct Service {
     runtime: Arc<dyn Runtime>,
     /// Open agent connections of RUNNING sandboxes.
     agents: Mutex<HashMap<Uuid, AgentConn>>,
-    /// Per-sandbox transition locks.
+    /// Per-sandbox transition locks (this process only; the store decides between processes).
     locks: Mutex<HashMap<Uuid, Arc<tokio::sync::Mutex<()>>>>,
     /// Per-sandbox attach gates: one agent connection attempt at a time.
     gates: Mutex<HashMap<Uuid, Arc<tokio::sync::Mutex<()>>>>,

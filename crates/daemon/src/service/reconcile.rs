@@ -168,7 +168,11 @@ impl Service {
                 snap.error = Some("interrupted by a restart of sbxd".into());
                 snap.updated_at = chrono::Utc::now();
                 let _ = tokio::fs::remove_dir_all(self.snapshot_dir(snap.id)).await;
-                self.store.update_snapshot(&snap)?;
+                // A conflict: another sbxd settled it first; its answer stands.
+                match self.store.update_snapshot(&mut snap) {
+                    Ok(()) | Err(sbx_store::StoreError::Conflict(_)) => {}
+                    Err(e) => return Err(e.into()),
+                }
             } else {
                 self.finish_delete(snap).await;
             }

@@ -70,6 +70,7 @@ impl Service {
                     .unwrap_or(ChronoDuration::days(7)),
             error: None,
             network: source.network.clone(),
+            generation: 0,
         };
         let max_live = self.config.limits.snapshots_per_workspace;
         match self.store.create_snapshot(&record, now, max_live)? {
@@ -78,6 +79,19 @@ impl Service {
                 return Err(ServiceError::SnapshotNameTaken(name.unwrap_or_default()))
             }
             SnapshotCreateOutcome::LimitReached(n) => return Err(ServiceError::SnapshotLimit(n)),
+        }
+        // Claimed after the insert: a pause that read the sandbox before the
+        // snapshot existed now loses its compare-and-set and sees the capture.
+        if let Err(e) = self.claim_for_capture(id) {
+            let why = e.to_string();
+            let _ = self.change_snapshot(record, move |s| {
+                if s.status == SnapshotStatus::Creating {
+                    s.status = SnapshotStatus::Failed;
+                    s.error = Some(why.clone());
+                    s.updated_at = Utc::now();
+                }
+            });
+            return Err(e);
         }
         let (tx, mut rx) = tokio::sync::watch::channel(false);
         let this = self.clone();
@@ -95,32 +109,44 @@ impl Service {
 
     async fn capture(self: &Arc<Self>, snap_id: Uuid, sandbox: Uuid) {
         let result = self.capture_inner(snap_id, sandbox).await;
-        let Ok(Some(mut snap)) = self.store.get_snapshot(snap_id) else {
+        let Ok(Some(snap)) = self.store.get_snapshot(snap_id) else {
             return;
         };
         let dir = self.snapshot_dir(snap_id);
-        if snap.status != SnapshotStatus::Creating {
-            // Deleted while capturing: drop the files.
-            let _ = tokio::fs::remove_dir_all(&dir).await;
-            return;
-        }
-        snap.updated_at = Utc::now();
-        match result {
-            Ok(bytes) => {
-                snap.status = SnapshotStatus::Ready;
-                snap.stored_bytes = bytes;
-                tracing::info!(snapshot = %snap_id, %sandbox, bytes, "snapshot ready");
+        let (status, bytes, error) = match &result {
+            Ok(bytes) => (SnapshotStatus::Ready, *bytes, None),
+            Err(e) => (SnapshotStatus::Failed, 0, Some(e.to_string())),
+        };
+        let settle = move |s: &mut SnapshotRecord| {
+            if s.status == SnapshotStatus::Creating {
+                s.status = status;
+                s.stored_bytes = bytes;
+                s.error = error.clone();
+                s.updated_at = Utc::now();
             }
-            Err(e) => {
-                tracing::warn!(snapshot = %snap_id, %sandbox, error = %e, "snapshot failed");
-                snap.status = SnapshotStatus::Failed;
-                snap.error = Some(e.to_string());
+        };
+        match self.change_snapshot(snap, &settle) {
+            Ok((_, true)) => match result {
+                Ok(bytes) => {
+                    tracing::info!(snapshot = %snap_id, %sandbox, bytes, "snapshot ready")
+                }
+                Err(e) => {
+                    tracing::warn!(snapshot = %snap_id, %sandbox, error = %e, "snapshot failed");
+                    let _ = tokio::fs::remove_dir_all(&dir).await;
+                }
+            },
+            // Deleted while capturing: drop the files.
+            Ok((s, false)) => {
+                tracing::debug!(snapshot = %snap_id, status = s.status.as_str(), "capture outlived its snapshot");
                 let _ = tokio::fs::remove_dir_all(&dir).await;
             }
-        }
-        match self.store.update_snapshot(&snap) {
-            Ok(()) => {}
-            Err(sbx_store::StoreError::Full(_)) => self.record_capture_when_space_returns(snap),
+            Err(ServiceError::StorageFull(_)) => {
+                let Ok(Some(mut s)) = self.store.get_snapshot(snap_id) else {
+                    return;
+                };
+                settle(&mut s);
+                self.record_capture_when_space_returns(s)
+            }
             Err(e) => tracing::error!(snapshot = %snap_id, error = %e, "recording snapshot result"),
         }
     }
@@ -138,8 +164,10 @@ impl Service {
                     Ok(Some(s)) if s.status == SnapshotStatus::Creating => s,
                     _ => return,
                 };
-                let written = this.store.update_snapshot(&SnapshotRecord {
+                let written = this.store.update_snapshot(&mut SnapshotRecord {
                     updated_at: Utc::now(),
+                    // Written over the row as it is now (CREATING), not as first read.
+                    generation: current.generation,
                     ..result.clone()
                 });
                 match written {
@@ -236,6 +264,16 @@ impl Service {
             )))
         }
         .await;
+        // The lock keeps this process's transitions out, not another sbxd's: a
+        // checkpoint is only what was RUNNING throughout if the row did not move.
+        let result = result.and_then(|()| match self.store.get_sandbox(sandbox)? {
+            Some(now) if now.generation == current.generation => Ok(()),
+            Some(now) => Err(ServiceError::Conflict(format!(
+                "the sandbox changed to {} during the checkpoint",
+                now.status.as_str()
+            ))),
+            None => Err(ServiceError::SandboxNotFound),
+        });
         // Reconnect whatever happened, so the source keeps serving.
         if let Err(e) = self.attach_gated(sandbox).await {
             tracing::warn!(%sandbox, error = %e, "reconnecting after snapshot");
@@ -325,21 +363,27 @@ impl Service {
 
     /// `DELETE /v2/snapshots/{id}`: safe to repeat; frees the files.
     pub async fn snapshot_delete(&self, workspace: &str, id: Uuid) -> Result<()> {
-        let mut snap = match self.store.get_snapshot(id)? {
+        let snap = match self.store.get_snapshot(id)? {
             Some(s) if s.workspace == workspace => s,
             _ => return Err(ServiceError::SnapshotNotFound),
         };
         if snap.status == SnapshotStatus::Deleted {
             return Ok(());
         }
-        snap.status = SnapshotStatus::Deleting;
-        snap.updated_at = Utc::now();
-        self.store.update_snapshot(&snap)?;
-        self.finish_delete(snap).await;
+        let (snap, _) = self.change_snapshot(snap, |s| {
+            if s.status != SnapshotStatus::Deleted && s.status != SnapshotStatus::Deleting {
+                s.status = SnapshotStatus::Deleting;
+                s.updated_at = Utc::now();
+            }
+        })?;
+        // Whoever marked it DELETING, finishing is safe to repeat (removing absent files is fine).
+        if snap.status == SnapshotStatus::Deleting {
+            self.finish_delete(snap).await;
+        }
         Ok(())
     }
 
-    pub(super) async fn finish_delete(&self, mut snap: SnapshotRecord) {
+    pub(super) async fn finish_delete(&self, snap: SnapshotRecord) {
         let dir = self.snapshot_dir(snap.id);
         match tokio::fs::remove_dir_all(&dir).await {
             Ok(()) => {}
@@ -349,11 +393,16 @@ impl Service {
                 return;
             }
         }
-        snap.status = SnapshotStatus::Deleted;
-        snap.stored_bytes = 0;
-        snap.updated_at = Utc::now();
-        if let Err(e) = self.store.update_snapshot(&snap) {
-            tracing::error!(snapshot = %snap.id, error = %e, "recording snapshot deletion");
+        let id = snap.id;
+        let done = self.change_snapshot(snap, |s| {
+            if s.status == SnapshotStatus::Deleting {
+                s.status = SnapshotStatus::Deleted;
+                s.stored_bytes = 0;
+                s.updated_at = Utc::now();
+            }
+        });
+        if let Err(e) = done {
+            tracing::error!(snapshot = %id, error = %e, "recording snapshot deletion");
         }
     }
 
@@ -371,7 +420,8 @@ impl Service {
             if snap.status == SnapshotStatus::Deleting || snap.expires_at <= now {
                 tracing::info!(snapshot = %snap.id, "deleting expired snapshot");
                 snap.status = SnapshotStatus::Deleting;
-                if self.store.update_snapshot(&snap).is_ok() {
+                // A conflict: another actor changed it since the listing; the next round decides.
+                if self.store.update_snapshot(&mut snap).is_ok() {
                     self.finish_delete(snap).await;
                 }
             }

@@ -19,8 +19,10 @@ use postgres::error::SqlState;
 
 /// Schema versions, applied in order at open; `schema_version` records each one.
 /// Forward-only: a shipped file never changes, a change is a new file.
-pub(crate) const MIGRATIONS: &[&str] =
-    &[include_str!("../../migrations/postgres/0001_initial.sql")];
+pub(crate) const MIGRATIONS: &[&str] = &[
+    include_str!("../../migrations/postgres/0001_initial.sql"),
+    include_str!("../../migrations/postgres/0002_generation.sql"),
+];
 
 /// Connections kept open to the database (one worker thread each).
 const CONNECTIONS: usize = 4;

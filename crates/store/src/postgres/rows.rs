@@ -10,11 +10,11 @@ use sbx_api_types::SandboxStatus;
 
 pub(super) const SANDBOX_COLUMNS: &str =
     "id, workspace, name, status, vcpu, memory_mb, environment, secrets, snapshot_id, \
-     image_ref, created_at_ms, started_at_ms, ended_at_ms, error, active_ms, running_since_ms, network";
+     image_ref, created_at_ms, started_at_ms, ended_at_ms, error, active_ms, running_since_ms, network, generation";
 
 pub(super) const SNAPSHOT_COLUMNS: &str =
     "id, workspace, name, source_sandbox, status, vcpu, memory_mb, environment, secrets, image_ref, \
-     source_image_id, compatibility_id, stored_bytes, created_at_ms, updated_at_ms, expires_at_ms, error, network";
+     source_image_id, compatibility_id, stored_bytes, created_at_ms, updated_at_ms, expires_at_ms, error, network, generation";
 
 pub(super) const SECRET_COLUMNS: &str =
     "workspace, name, nonce, ciphertext, created_at_ms, updated_at_ms";
@@ -61,6 +61,11 @@ fn network(v: Option<String>) -> Result<sbx_api_types::NetworkPolicy, StoreError
     }
 }
 
+/// The `generation` column: never negative (it starts at 0 and only grows).
+fn generation(v: i64) -> Result<u64, StoreError> {
+    u64::try_from(v).map_err(|_| corrupt(format!("generation {v}")))
+}
+
 pub(super) fn sandbox(row: &Row) -> Result<SandboxRecord, StoreError> {
     let status: String = row.try_get(3)?;
     let environment: String = row.try_get(6)?;
@@ -83,6 +88,7 @@ pub(super) fn sandbox(row: &Row) -> Result<SandboxRecord, StoreError> {
         active_ms: row.try_get::<_, i64>(14)?.max(0) as u64,
         running_since: opt_time(row.try_get(15)?, "running_since")?,
         network: network(row.try_get(16)?)?,
+        generation: generation(row.try_get(17)?)?,
     })
 }
 
@@ -110,6 +116,7 @@ pub(super) fn snapshot(row: &Row) -> Result<SnapshotRecord, StoreError> {
         expires_at: time(row.try_get(15)?, "expires_at")?,
         error: row.try_get(16)?,
         network: network(row.try_get(17)?)?,
+        generation: generation(row.try_get(18)?)?,
     })
 }
 

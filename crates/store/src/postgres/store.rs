@@ -23,6 +23,29 @@ fn lost_race(what: &str) -> StoreError {
     StoreError::Conflict(format!("{what}: the conflicting row kept changing; retry").into())
 }
 
+/// Why a compare-and-set update of `table` changed no row: the row moved past
+/// `generation` (a conflict) or there is no such row.
+fn missed_update(
+    c: &mut postgres::Client,
+    table: &str,
+    id: Uuid,
+    generation: u64,
+) -> Result<StoreError, StoreError> {
+    let current = c.query_opt(
+        &format!("SELECT generation FROM {table} WHERE id = $1"),
+        &[&id],
+    )?;
+    Ok(match current {
+        Some(row) => {
+            let now: i64 = row.try_get(0)?;
+            StoreError::Conflict(
+                format!("{table} row {id} is at generation {now}, not {generation}").into(),
+            )
+        }
+        None => StoreError::NotFound,
+    })
+}
+
 /// The cursor as query parameters: (has cursor, created_at_ms, id).
 fn cursor(after: Option<&SandboxCursor>) -> (bool, i64, Uuid) {
     match after {
@@ -37,7 +60,7 @@ impl Store for PostgresStore {
         self.pool.run(move |c| {
             let insert = format!(
                 "INSERT INTO sandboxes ({SANDBOX_COLUMNS}, active) \
-                 VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18) \
+                 VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19) \
                  ON CONFLICT (workspace, name) WHERE active DO NOTHING"
             );
             let holder = format!(
@@ -64,6 +87,7 @@ impl Store for PostgresStore {
                         &(r.active_ms as i64),
                         &r.running_since.map(ms),
                         &json(&r.network),
+                        &(r.generation as i64),
                         &r.status.is_active(),
                     ],
                 )?;
@@ -106,13 +130,13 @@ impl Store for PostgresStore {
         })
     }
 
-    fn update_sandbox(&self, record: &SandboxRecord) -> Result<(), StoreError> {
+    fn update_sandbox(&self, record: &mut SandboxRecord) -> Result<(), StoreError> {
         let r = record.clone();
-        self.pool.run(move |c| {
+        record.generation = self.pool.run(move |c| {
             let n = c.execute(
                 "UPDATE sandboxes SET status = $2, started_at_ms = $3, ended_at_ms = $4, error = $5, \
-                 active_ms = $6, running_since_ms = $7, active = $8, environment = $9, secrets = $10 \
-                 WHERE id = $1",
+                 active_ms = $6, running_since_ms = $7, active = $8, environment = $9, secrets = $10, \
+                 generation = generation + 1 WHERE id = $1 AND generation = $11",
                 &[
                     &r.id,
                     &r.status.as_str(),
@@ -124,13 +148,15 @@ impl Store for PostgresStore {
                     &r.status.is_active(),
                     &json(&r.environment),
                     &json(&r.secrets),
+                    &(r.generation as i64),
                 ],
             )?;
             if n == 0 {
-                return Err(StoreError::NotFound);
+                return Err(missed_update(c, "sandboxes", r.id, r.generation)?);
             }
-            Ok(())
-        })
+            Ok(r.generation + 1)
+        })?;
+        Ok(())
     }
 
     fn list_sandboxes(
@@ -222,7 +248,7 @@ impl Store for PostgresStore {
             tx.execute(
                 &format!(
                     "INSERT INTO snapshots ({SNAPSHOT_COLUMNS}) \
-                     VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18)"
+                     VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19)"
                 ),
                 &[
                     &r.id,
@@ -243,6 +269,7 @@ impl Store for PostgresStore {
                     &ms(r.expires_at),
                     &r.error,
                     &json(&r.network),
+                    &(r.generation as i64),
                 ],
             )?;
             tx.commit()?;
@@ -261,12 +288,12 @@ impl Store for PostgresStore {
         })
     }
 
-    fn update_snapshot(&self, record: &SnapshotRecord) -> Result<(), StoreError> {
+    fn update_snapshot(&self, record: &mut SnapshotRecord) -> Result<(), StoreError> {
         let r = record.clone();
-        self.pool.run(move |c| {
+        record.generation = self.pool.run(move |c| {
             let n = c.execute(
                 "UPDATE snapshots SET status = $2, stored_bytes = $3, updated_at_ms = $4, error = $5, \
-                 expires_at_ms = $6 WHERE id = $1",
+                 expires_at_ms = $6, generation = generation + 1 WHERE id = $1 AND generation = $7",
                 &[
                     &r.id,
                     &r.status.as_str(),
@@ -274,13 +301,15 @@ impl Store for PostgresStore {
                     &ms(r.updated_at),
                     &r.error,
                     &ms(r.expires_at),
+                    &(r.generation as i64),
                 ],
             )?;
             if n == 0 {
-                return Err(StoreError::NotFound);
+                return Err(missed_update(c, "snapshots", r.id, r.generation)?);
             }
-            Ok(())
-        })
+            Ok(r.generation + 1)
+        })?;
+        Ok(())
     }
 
     fn list_snapshots(

@@ -20,6 +20,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/sqlite/0002_snapshots_secrets.sql"),
     include_str!("../../migrations/sqlite/0003_network.sql"),
     include_str!("../../migrations/sqlite/0004_tenants.sql"),
+    include_str!("../../migrations/sqlite/0005_generation.sql"),
 ];
 
 /// SQLite-backed [`Store`].
@@ -123,7 +124,40 @@ impl From<rusqlite::Error> for StoreError {
 
 const SANDBOX_COLUMNS: &str =
     "id, workspace, name, status, vcpu, memory_mb, environment, secrets, snapshot_id, \
-     image_ref, created_at_ms, started_at_ms, ended_at_ms, error, active_ms, running_since_ms, network";
+     image_ref, created_at_ms, started_at_ms, ended_at_ms, error, active_ms, running_since_ms, network, generation";
+
+/// A transaction that reads and then writes. IMMEDIATE takes the write lock
+/// at its start, waiting out the busy timeout: a deferred one that read first
+/// fails at once (SQLITE_BUSY) when another connection to the file wrote
+/// meanwhile, as a second sbxd or a second store handle on one file does.
+pub(crate) fn write_transaction(
+    conn: &mut Connection,
+) -> rusqlite::Result<rusqlite::Transaction<'_>> {
+    conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+}
+
+/// Why a compare-and-set update of `table` changed no row: the row moved past
+/// `generation` (a conflict) or there is no such row.
+pub(crate) fn missed_update(
+    conn: &Connection,
+    table: &str,
+    id: Uuid,
+    generation: u64,
+) -> Result<StoreError, StoreError> {
+    let current: Option<i64> = conn
+        .query_row(
+            &format!("SELECT generation FROM {table} WHERE id = ?1"),
+            params![id.to_string()],
+            |row| row.get(0),
+        )
+        .optional()?;
+    Ok(match current {
+        Some(now) => StoreError::Conflict(
+            format!("{table} row {id} is at generation {now}, not {generation}").into(),
+        ),
+        None => StoreError::NotFound,
+    })
+}
 
 pub(crate) fn ms(t: DateTime<Utc>) -> i64 {
     t.timestamp_millis()
@@ -168,6 +202,7 @@ fn sandbox_from_row(row: &Row<'_>) -> rusqlite::Result<SandboxRecord> {
         active_ms: row.get::<_, i64>(14)?.max(0) as u64,
         running_since: from_ms(row.get(15)?),
         network: network_from_column(row.get(16)?)?,
+        generation: row.get::<_, i64>(17)?.max(0) as u64,
     })
 }
 
@@ -188,7 +223,7 @@ pub(crate) fn json(v: &impl serde::Serialize) -> String {
 impl Store for SqliteStore {
     fn create_sandbox(&self, r: &SandboxRecord) -> Result<CreateOutcome, StoreError> {
         let mut conn = self.lock();
-        let tx = conn.transaction()?;
+        let tx = write_transaction(&mut conn)?;
         let existing = tx
             .query_row(
                 &format!("SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE workspace = ?1 AND name = ?2 AND active = 1"),
@@ -200,7 +235,7 @@ impl Store for SqliteStore {
             return Ok(CreateOutcome::NameHeld(Box::new(existing)));
         }
         tx.execute(
-            &format!("INSERT INTO sandboxes ({SANDBOX_COLUMNS}, active) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18)"),
+            &format!("INSERT INTO sandboxes ({SANDBOX_COLUMNS}, active) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19)"),
             params![
                 r.id.to_string(),
                 r.workspace,
@@ -219,6 +254,7 @@ impl Store for SqliteStore {
                 r.active_ms as i64,
                 r.running_since.map(ms),
                 json(&r.network),
+                r.generation as i64,
                 r.status.is_active(),
             ],
         )?;
@@ -252,11 +288,12 @@ impl Store for SqliteStore {
             .optional()?)
     }
 
-    fn update_sandbox(&self, r: &SandboxRecord) -> Result<(), StoreError> {
+    fn update_sandbox(&self, r: &mut SandboxRecord) -> Result<(), StoreError> {
         let conn = self.lock();
         let n = conn.execute(
             "UPDATE sandboxes SET status = ?2, started_at_ms = ?3, ended_at_ms = ?4, error = ?5, \
-             active_ms = ?6, running_since_ms = ?7, active = ?8, environment = ?9, secrets = ?10 WHERE id = ?1",
+             active_ms = ?6, running_since_ms = ?7, active = ?8, environment = ?9, secrets = ?10, \
+             generation = generation + 1 WHERE id = ?1 AND generation = ?11",
             params![
                 r.id.to_string(),
                 r.status.as_str(),
@@ -268,11 +305,13 @@ impl Store for SqliteStore {
                 r.status.is_active(),
                 json(&r.environment),
                 json(&r.secrets),
+                r.generation as i64,
             ],
         )?;
         if n == 0 {
-            return Err(StoreError::NotFound);
+            return Err(missed_update(&conn, "sandboxes", r.id, r.generation)?);
         }
+        r.generation += 1;
         Ok(())
     }
 
@@ -330,7 +369,7 @@ impl Store for SqliteStore {
         self.get_snapshot_row(id)
     }
 
-    fn update_snapshot(&self, r: &SnapshotRecord) -> Result<(), StoreError> {
+    fn update_snapshot(&self, r: &mut SnapshotRecord) -> Result<(), StoreError> {
         self.update_snapshot_row(r)
     }
 

@@ -23,6 +23,7 @@ fn record(name: &str, created_ms: i64) -> SandboxRecord {
         active_ms: 0,
         running_since: None,
         network: sbx_api_types::NetworkPolicy::default(),
+        generation: 0,
     }
 }
 

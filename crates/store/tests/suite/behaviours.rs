@@ -36,6 +36,7 @@ fn record(name: &str, created_ms: i64) -> SandboxRecord {
         active_ms: 0,
         running_since: None,
         network: sbx_api_types::NetworkPolicy::default(),
+        generation: 0,
     }
 }
 
@@ -59,6 +60,7 @@ fn snapshot(workspace: &str, name: Option<&str>, now: DateTime<Utc>) -> Snapshot
         expires_at: now + Duration::hours(1),
         error: None,
         network: sbx_api_types::NetworkPolicy::default(),
+        generation: 0,
     }
 }
 
@@ -116,7 +118,7 @@ pub fn active_name_is_held_until_terminated(store: &dyn Store, _: Other) {
     );
     let mut done = a.clone();
     done.status = SandboxStatus::Terminated;
-    store.update_sandbox(&done).unwrap();
+    store.update_sandbox(&mut done).unwrap();
     assert_eq!(store.active_sandbox_named("default", "n").unwrap(), None);
     assert_eq!(store.create_sandbox(&b).unwrap(), CreateOutcome::Created);
     assert_eq!(
@@ -153,7 +155,7 @@ pub fn records_round_trip_every_field(store: &dyn Store, _: Other) {
     r.running_since = None;
     r.environment.insert("NEW".into(), "v".into());
     r.secrets = vec![];
-    store.update_sandbox(&r).unwrap();
+    store.update_sandbox(&mut r).unwrap();
     assert_eq!(store.get_sandbox(r.id).unwrap().unwrap(), r);
     assert!(store.get_sandbox(Uuid::new_v4()).unwrap().is_none());
 
@@ -168,19 +170,19 @@ pub fn records_round_trip_every_field(store: &dyn Store, _: Other) {
     s.updated_at = now + Duration::seconds(5);
     s.expires_at = now + Duration::days(7);
     s.error = Some("note".into());
-    store.update_snapshot(&s).unwrap();
+    store.update_snapshot(&mut s).unwrap();
     assert_eq!(store.get_snapshot(s.id).unwrap().unwrap(), s);
     assert!(store.get_snapshot(Uuid::new_v4()).unwrap().is_none());
 }
 
 pub fn updates_of_missing_rows_are_not_found(store: &dyn Store, _: Other) {
     assert!(matches!(
-        store.update_sandbox(&record("ghost", 1)),
+        store.update_sandbox(&mut record("ghost", 1)),
         Err(StoreError::NotFound)
     ));
     let now = at(1);
     assert!(matches!(
-        store.update_snapshot(&snapshot("ws", None, now)),
+        store.update_snapshot(&mut snapshot("ws", None, now)),
         Err(StoreError::NotFound)
     ));
     assert!(matches!(
@@ -226,7 +228,7 @@ pub fn snapshot_limit_counts_live_snapshots_of_the_workspace_only(store: &dyn St
     // Deleted, failed and expired snapshots free their place.
     for (mut r, status) in [(a, SnapshotStatus::Deleted), (b, SnapshotStatus::Failed)] {
         r.status = status;
-        store.update_snapshot(&r).unwrap();
+        store.update_snapshot(&mut r).unwrap();
     }
     let e = snapshot("ws", None, now);
     assert_eq!(
@@ -303,7 +305,7 @@ pub fn snapshot_listing_filters_by_name_and_hides_deleted(store: &dyn Store, _: 
             } else {
                 SnapshotStatus::Failed
             };
-            store.update_snapshot(&s).unwrap();
+            store.update_snapshot(&mut s).unwrap();
         }
         made.push(s);
     }
@@ -361,7 +363,7 @@ pub fn rows_are_found_by_status(store: &dyn Store, _: Other) {
     store.create_snapshot(&creating, now, 0).unwrap();
     store.create_snapshot(&deleting, now, 0).unwrap();
     deleting.status = SnapshotStatus::Deleting;
-    store.update_snapshot(&deleting).unwrap();
+    store.update_snapshot(&mut deleting).unwrap();
     let got = store
         .snapshots_in_status(&[SnapshotStatus::Deleting])
         .unwrap();
@@ -585,4 +587,95 @@ pub fn concurrent_claims_of_one_key_start_once(store: &dyn Store, other: Other) 
         .idempotency_get("t/production", "/v2/sandboxes/x/exec", "k1")
         .unwrap()
         .is_some());
+}
+
+pub fn stale_updates_conflict_and_change_nothing(store: &dyn Store, _: Other) {
+    let mut fresh = record("cas", 1);
+    store.create_sandbox(&fresh).unwrap();
+    assert_eq!(store.get_sandbox(fresh.id).unwrap().unwrap().generation, 0);
+    let mut stale = fresh.clone();
+    fresh.status = SandboxStatus::Running;
+    store.update_sandbox(&mut fresh).unwrap();
+    assert_eq!(fresh.generation, 1, "the caller's record follows the row");
+    assert_eq!(store.get_sandbox(fresh.id).unwrap().unwrap(), fresh);
+    // A write based on the read before that one is refused whole.
+    stale.status = SandboxStatus::Terminated;
+    stale.error = Some("stale".into());
+    assert!(matches!(
+        store.update_sandbox(&mut stale),
+        Err(StoreError::Conflict(_))
+    ));
+    assert_eq!(
+        stale.generation, 0,
+        "a refused write leaves the record as it was"
+    );
+    assert_eq!(store.get_sandbox(fresh.id).unwrap().unwrap(), fresh);
+    // Still active: the stale TERMINATED did not free the name either.
+    assert!(store
+        .active_sandbox_named("default", "cas")
+        .unwrap()
+        .is_some());
+
+    let now = at(1_000);
+    let mut snap = snapshot("ws", None, now);
+    store.create_snapshot(&snap, now, 0).unwrap();
+    let mut old = snap.clone();
+    snap.status = SnapshotStatus::Ready;
+    store.update_snapshot(&mut snap).unwrap();
+    assert_eq!(snap.generation, 1);
+    old.status = SnapshotStatus::Failed;
+    assert!(matches!(
+        store.update_snapshot(&mut old),
+        Err(StoreError::Conflict(_))
+    ));
+    assert_eq!(store.get_snapshot(snap.id).unwrap().unwrap(), snap);
+}
+
+pub fn concurrent_updates_of_one_row_let_exactly_one_win(store: &dyn Store, other: Other) {
+    for round in 0..5 {
+        let base = record(&format!("raced-{round}"), round);
+        store.create_sandbox(&base).unwrap();
+        let snap_base = snapshot("ws", None, at(round));
+        store.create_snapshot(&snap_base, at(round), 0).unwrap();
+        // Every racer read the same row and writes its own change of it.
+        let (sandbox, snap) = (base.clone(), snap_base.clone());
+        let outcomes = race(other, 4, move |s, i| {
+            let mut mine = sandbox.clone();
+            mine.error = Some(format!("racer {i}"));
+            let mut my_snap = snap.clone();
+            my_snap.error = Some(format!("racer {i}"));
+            (
+                s.update_sandbox(&mut mine).map(|()| i),
+                s.update_snapshot(&mut my_snap).map(|()| i),
+            )
+        });
+        let mut sandbox_wins = Vec::new();
+        let mut snapshot_wins = Vec::new();
+        for (a, b) in outcomes {
+            match a {
+                Ok(i) => sandbox_wins.push(i),
+                Err(e) => assert!(matches!(e, StoreError::Conflict(_)), "{e:?}"),
+            }
+            match b {
+                Ok(i) => snapshot_wins.push(i),
+                Err(e) => assert!(matches!(e, StoreError::Conflict(_)), "{e:?}"),
+            }
+        }
+        assert_eq!(
+            sandbox_wins.len(),
+            1,
+            "one sandbox write wins: {sandbox_wins:?}"
+        );
+        assert_eq!(
+            snapshot_wins.len(),
+            1,
+            "one snapshot write wins: {snapshot_wins:?}"
+        );
+        let row = store.get_sandbox(base.id).unwrap().unwrap();
+        assert_eq!(row.generation, 1);
+        assert_eq!(row.error, Some(format!("racer {}", sandbox_wins[0])));
+        let snap_row = store.get_snapshot(snap_base.id).unwrap().unwrap();
+        assert_eq!(snap_row.generation, 1);
+        assert_eq!(snap_row.error, Some(format!("racer {}", snapshot_wins[0])));
+    }
 }

@@ -17,8 +17,8 @@ fn postgres_database() -> TestDatabase {
 }
 
 /// Declares each behaviour once per backend. A behaviour also gets a way to open
-/// a second store on the same data: what a second sbxd would see (on SQLite,
-/// where one process owns the file, the same store again).
+/// a second store on the same data: what a second sbxd would see (on in-memory
+/// SQLite the same store again; on a SQLite file a new handle on it).
 macro_rules! on_every_backend {
     ($($name:ident),* $(,)?) => {
         mod sqlite {
@@ -30,6 +30,23 @@ macro_rules! on_every_backend {
                     let same = std::sync::Arc::clone(&store);
                     let other = move || -> std::sync::Arc<dyn Store> { same.clone() };
                     behaviours::$name(&*store, &other);
+                }
+            )*
+        }
+        // A file, and a new handle on it per racer: what two sbxd sharing one
+        // data dir would do (not a supported deployment, but it must not corrupt).
+        mod sqlite_file {
+            use super::*;
+            $(
+                #[test]
+                fn $name() {
+                    let dir = tempfile::tempdir().expect("tempdir");
+                    let path = dir.path().join("db.sqlite");
+                    let store = SqliteStore::open(&path).expect("open SQLite");
+                    let other = move || -> std::sync::Arc<dyn Store> {
+                        std::sync::Arc::new(SqliteStore::open(&path).expect("open SQLite"))
+                    };
+                    behaviours::$name(&store, &other);
                 }
             )*
         }
@@ -68,6 +85,8 @@ on_every_backend!(
     concurrent_creates_of_one_name_create_once,
     concurrent_snapshot_creates_respect_the_limit,
     concurrent_claims_of_one_key_start_once,
+    stale_updates_conflict_and_change_nothing,
+    concurrent_updates_of_one_row_let_exactly_one_win,
 );
 
 mod schema {

@@ -10,6 +10,7 @@ mod lifecycle;
 mod reconcile;
 mod snapshots;
 mod stall;
+mod two_services;
 
 use super::{CreateOutcome, Service};
 use crate::config::Config;

@@ -101,10 +101,11 @@ fn stored(store: &dyn Store, name: &str, status: SandboxStatus) -> Uuid {
         active_ms: 0,
         running_since: running.then_some(now),
         network: Default::default(),
+        generation: 0,
     };
     store.create_sandbox(&record).expect("insert");
     store
-        .update_sandbox(&SandboxRecord {
+        .update_sandbox(&mut SandboxRecord {
             status,
             ..record.clone()
         })
@@ -133,12 +134,13 @@ fn snapshot(store: &dyn Store, status: SnapshotStatus) -> Uuid {
         expires_at: now + chrono::Duration::days(1),
         error: None,
         network: Default::default(),
+        generation: 0,
     };
     store
         .create_snapshot(&record, now, 0)
         .expect("insert snapshot");
     store
-        .update_snapshot(&SnapshotRecord {
+        .update_snapshot(&mut SnapshotRecord {
             status,
             ..record.clone()
         })
