@@ -435,13 +435,42 @@ async fn shapes_are_enforced_by_cgroups() {
                 Some(json!({"command": ["python3", "-c", hog], "timeout": "60000ms"})),
             )
             .await;
-        assert_eq!(status, 200, "round {round}: {body}");
-        assert_ne!(
-            body["data"]["exitCode"], 0,
-            "round {round}: a 1.5 GiB allocation succeeded in a 1 GiB sandbox"
-        );
-        let (code, out, _) = d.exec(&id, &["sh", "-c", "echo alive"]).await;
-        assert_eq!((code, out.as_str()), (0, "alive\n"), "round {round}");
+        // A sandbox thrashing at its memory limit can stall past the exec's
+        // own deadline (seen once in a full-suite run on a loaded machine):
+        // then the answer is `operation_ambiguous`, never a success, and what
+        // matters is below: the sandbox lives and answers again.
+        if status == 200 {
+            assert_ne!(
+                body["data"]["exitCode"], 0,
+                "round {round}: a 1.5 GiB allocation succeeded in a 1 GiB sandbox"
+            );
+        } else {
+            assert_eq!(
+                body["errors"][0]["code"], "operation_ambiguous",
+                "round {round}: {status} {body}"
+            );
+            println!("round {round}: the hog stalled the sandbox past the exec deadline: {body}");
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let (status, body) = d
+                .call(
+                    "POST",
+                    &format!("/v2/sandboxes/{id}/exec"),
+                    Some(json!({"command": ["sh", "-c", "echo alive"], "timeout": "10000ms"})),
+                )
+                .await;
+            if status == 200 {
+                assert_eq!(body["data"]["exitCode"], 0, "round {round}: {body}");
+                assert_eq!(common::b64(&body["data"]["stdout"]), "alive\n");
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "round {round}: the sandbox did not answer again: {status} {body}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
         let (_, got) = d.call("GET", &format!("/v2/sandboxes/{id}"), None).await;
         assert_eq!(got["data"]["status"], "RUNNING", "round {round}: {got}");
     }
