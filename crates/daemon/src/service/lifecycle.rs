@@ -233,14 +233,8 @@ impl Service {
             let result = this.runtime.wait_ready(record.id).await;
             let error = match result {
                 Ok(conn) => {
-                    let running = matches!(this.store.get_sandbox(record.id),
-                        Ok(Some(r)) if r.status == SandboxStatus::Running);
-                    if !running {
-                        conn.shutdown().await;
-                        return;
-                    }
-                    this.register_agent(record.id, conn.clone());
-                    this.network.serve(record.id, &record.network, &conn).await;
+                    // Not RUNNING any more (destroyed meanwhile): adopt closes it.
+                    let _ = this.adopt(record.id, conn).await;
                     return;
                 }
                 Err(e) => e,

@@ -244,6 +244,16 @@ impl Service {
         id: Uuid,
     ) -> Result<AgentConn, crate::runtime::RuntimeError> {
         let conn = self.runtime.connect(id).await?;
+        self.adopt(id, conn).await
+    }
+
+    /// Makes a freshly opened connection the sandbox's own (watched, with its
+    /// network served) if the sandbox is still RUNNING; otherwise closes it.
+    async fn adopt(
+        self: &Arc<Self>,
+        id: Uuid,
+        conn: AgentConn,
+    ) -> Result<AgentConn, crate::runtime::RuntimeError> {
         let record = match self.store.get_sandbox(id) {
             Ok(Some(r)) if r.status == SandboxStatus::Running => r,
             _ => {
