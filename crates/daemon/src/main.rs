@@ -414,6 +414,15 @@ async fn main() -> anyhow::Result<()> {
         .await
         .context("reconciling with the host")?;
     service.refill_pool();
+    let renewer = service.clone();
+    tokio::spawn(async move {
+        // Its own task: a slow sweep must not let this process's claims pass for abandoned.
+        let mut tick = tokio::time::interval(sbx_daemon::service::LEASE_RENEWAL);
+        loop {
+            tick.tick().await;
+            renewer.renew_idempotency_leases().await;
+        }
+    });
     let sweeper = service.clone();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -424,7 +433,7 @@ async fn main() -> anyhow::Result<()> {
                 sweeper.snapshot_janitor().await;
             }
             if n % 60 == 0 {
-                sweeper.idempotency_janitor();
+                sweeper.idempotency_janitor().await;
             }
             if let Ok(connect) = sweeper.connect() {
                 if n % 5 == 0 {

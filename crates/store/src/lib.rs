@@ -5,12 +5,14 @@
 //! so that several nodes can share one database. Both apply their forward-only
 //! migrations at open and refuse a schema newer than themselves.
 
+mod async_store;
 mod postgres;
 mod records;
 mod snapshots;
 mod sqlite;
 mod tenants;
 
+pub use async_store::AsyncStore;
 pub use postgres::{redact_url, PostgresStore, TestDatabase};
 pub use records::*;
 pub use sqlite::SqliteStore;
@@ -110,6 +112,10 @@ pub struct SandboxCursor {
 
 /// Metadata operations. Each call is atomic.
 pub trait Store: Send + Sync {
+    /// Whether other processes may use the same database at once (PostgreSQL), or this
+    /// one holds it alone (embedded SQLite in its data dir).
+    fn is_shared(&self) -> bool;
+
     /// Inserts a sandbox unless an active one in the same workspace holds the name.
     fn create_sandbox(&self, record: &SandboxRecord) -> Result<CreateOutcome, StoreError>;
     /// The active sandbox of the workspace holding `name`, if any.
@@ -214,4 +220,15 @@ pub trait Store: Send + Sync {
     fn idempotency_forget(&self, tenant: &str, path: &str, key: &str) -> Result<(), StoreError>;
     /// Deletes expired claims; returns how many.
     fn idempotency_expire(&self, now: chrono::DateTime<chrono::Utc>) -> Result<usize, StoreError>;
+    /// Extends to `until` the lease of every unfinished claim of `owner` (it is alive and
+    /// still running them); returns how many.
+    fn idempotency_renew(
+        &self,
+        owner: Uuid,
+        until: chrono::DateTime<chrono::Utc>,
+    ) -> Result<usize, StoreError>;
+    /// Ends the lease of every unfinished claim not owned by `owner`, for a process that
+    /// knows it is the only one using the database (embedded SQLite): every other owner
+    /// is an earlier run of itself, and stopped. Returns how many.
+    fn idempotency_abandon_others(&self, owner: Uuid) -> Result<usize, StoreError>;
 }

@@ -197,6 +197,10 @@ pub struct IdempotencyRecord {
     pub created_at: DateTime<Utc>,
     /// When the key may be reused for anything.
     pub expires_at: DateTime<Utc>,
+    /// Until when the owner is known to be alive and running the request: it renews
+    /// the lease while it runs. A claim without a response whose lease ran out was
+    /// interrupted (its owner stopped); one whose lease is live is still running.
+    pub lease_until: DateTime<Utc>,
     /// The stored response once the request finished: (HTTP status, body).
     pub response: Option<(u16, Vec<u8>)>,
 }

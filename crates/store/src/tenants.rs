@@ -8,7 +8,7 @@ use uuid::Uuid;
 
 const KEY_COLUMNS: &str = "id, workspace, env, name, digest, created_at_ms, revoked_at_ms";
 const IDEM_COLUMNS: &str =
-    "tenant, path, key, fingerprint, owner, created_at_ms, expires_at_ms, status, body";
+    "tenant, path, key, fingerprint, owner, created_at_ms, expires_at_ms, status, body, lease_until_ms";
 
 fn key_from_row(row: &Row<'_>) -> rusqlite::Result<ApiKeyRecord> {
     let id: String = row.get(0)?;
@@ -39,6 +39,7 @@ fn idem_from_row(row: &Row<'_>) -> rusqlite::Result<IdempotencyRecord> {
         owner: Uuid::parse_str(&owner).map_err(corrupt)?,
         created_at: from_ms(Some(row.get(5)?)).ok_or_else(|| corrupt("created_at"))?,
         expires_at: from_ms(Some(row.get(6)?)).ok_or_else(|| corrupt("expires_at"))?,
+        lease_until: from_ms(Some(row.get(9)?)).ok_or_else(|| corrupt("lease_until"))?,
         response,
     })
 }
@@ -124,7 +125,7 @@ impl SqliteStore {
         }
         tx.execute(
             &format!(
-                "INSERT INTO idempotency ({IDEM_COLUMNS}) VALUES (?1,?2,?3,?4,?5,?6,?7,NULL,NULL)"
+                "INSERT INTO idempotency ({IDEM_COLUMNS}) VALUES (?1,?2,?3,?4,?5,?6,?7,NULL,NULL,?8)"
             ),
             params![
                 r.tenant,
@@ -134,10 +135,32 @@ impl SqliteStore {
                 r.owner.to_string(),
                 ms(r.created_at),
                 ms(r.expires_at),
+                ms(r.lease_until),
             ],
         )?;
         tx.commit()?;
         Ok(IdempotencyBegin::Started)
+    }
+
+    pub(crate) fn idempotency_extend_leases(
+        &self,
+        owner: Uuid,
+        until: DateTime<Utc>,
+    ) -> Result<usize, StoreError> {
+        let conn = self.lock();
+        Ok(conn.execute(
+            "UPDATE idempotency SET lease_until_ms = ?2 WHERE owner = ?1 AND status IS NULL",
+            params![owner.to_string(), ms(until)],
+        )?)
+    }
+
+    pub(crate) fn idempotency_end_leases_except(&self, owner: Uuid) -> Result<usize, StoreError> {
+        let conn = self.lock();
+        Ok(conn.execute(
+            "UPDATE idempotency SET lease_until_ms = 0 \
+             WHERE owner != ?1 AND status IS NULL AND lease_until_ms != 0",
+            params![owner.to_string()],
+        )?)
     }
 
     pub(crate) fn idempotency_row(

@@ -33,7 +33,10 @@ pub async fn authenticate(
         }
     }
     let env = header(&req, "x-inngest-env");
-    match service.authenticate(authorization.as_deref(), env.as_deref()) {
+    match service
+        .authenticate(authorization.as_deref(), env.as_deref())
+        .await
+    {
         Ok(tenant) => {
             req.extensions_mut().insert(Workspace(tenant));
             next.run(req).await
@@ -43,13 +46,14 @@ pub async fn authenticate(
 }
 
 /// Checks a raw key (console sign-in) exactly as the header the SDK would send for it.
-pub fn verify_key(service: &Service, key: &str) -> Result<(), ApiError> {
+pub async fn verify_key(service: &Service, key: &str) -> Result<(), ApiError> {
     if service.config().dev {
         return Ok(());
     }
     let bearer = format!("Bearer {}", hashed_signing_key(key));
     service
         .authenticate(Some(&bearer), None)
+        .await
         .map(|_| ())
         .map_err(ApiError::from)
 }

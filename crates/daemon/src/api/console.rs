@@ -52,7 +52,7 @@ pub async fn sign_in(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let key = crate::console::sign_in_key(&headers, &body)?;
-    super::auth::verify_key(&svc, &key)?;
+    super::auth::verify_key(&svc, &key).await?;
     let new = sessions.create(&headers, key);
     let view = SessionView {
         dev: svc.config().dev,

@@ -124,7 +124,7 @@ pub async fn layer(
                         format!("the request failed unexpectedly ({e}); it may or may not have happened"),
                     );
                     let (status, body) = (err.code.http_status(), error_bytes(&err));
-                    svc.idempotency_finish(&claim, status, &body);
+                    svc.idempotency_finish(&claim, status, &body).await;
                     stored_response(status, body, false)
                 }
             }
@@ -151,14 +151,15 @@ async fn run_and_record(svc: AppState, claim: ClaimKey, req: Request, next: Next
                 format!("the response could not be recorded ({e}); the request may or may not have happened"),
             );
             let body = error_bytes(&err);
-            svc.idempotency_finish(&claim, err.code.http_status(), &body);
+            svc.idempotency_finish(&claim, err.code.http_status(), &body)
+                .await;
             return stored_response(err.code.http_status(), body, false);
         }
     };
     if did_nothing(status, &body) {
-        svc.idempotency_forget(&claim);
+        svc.idempotency_forget(&claim).await;
     } else {
-        svc.idempotency_finish(&claim, status.as_u16(), &body);
+        svc.idempotency_finish(&claim, status.as_u16(), &body).await;
     }
     stored_response(status.as_u16(), body.to_vec(), false)
 }

@@ -72,7 +72,7 @@ pub async fn list(
     let q: ListQuery = parse_query(q.as_deref())?;
     let limit = validate::list_limit(q.limit.as_deref())?;
     let cursor = q.cursor.filter(|c| !c.is_empty());
-    let page = svc.list(&ws.0, limit, cursor.as_deref())?;
+    let page = svc.list(&ws.0, limit, cursor.as_deref()).await?;
     let items = page
         .items
         .iter()
@@ -88,7 +88,7 @@ pub async fn get(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id, "sandboxId")?;
-    let record = svc.get(&ws.0, id)?;
+    let record = svc.get(&ws.0, id).await?;
     Ok(envelope::data(
         StatusCode::OK,
         envelope::sandbox(&record, svc.vpc_id()),
@@ -102,7 +102,7 @@ pub async fn detail(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id, "sandboxId")?;
-    let r = svc.get(&ws.0, id)?;
+    let r = svc.get(&ws.0, id).await?;
     let detail = sbx_api_types::SandboxDetail {
         sandbox: envelope::sandbox(&r, svc.vpc_id()),
         environment: r.environment.clone(),

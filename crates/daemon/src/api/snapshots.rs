@@ -104,7 +104,9 @@ pub async fn list(
     let q: ListQuery = parse_query(q.as_deref())?;
     let limit = validate::list_limit(q.limit.as_deref())?;
     let cursor = q.cursor.filter(|c| !c.is_empty());
-    let page = svc.snapshot_list(&ws.0, q.name.as_deref(), limit, cursor.as_deref())?;
+    let page = svc
+        .snapshot_list(&ws.0, q.name.as_deref(), limit, cursor.as_deref())
+        .await?;
     Ok(envelope::list(
         page.items.iter().map(snapshot).collect(),
         limit,
@@ -121,7 +123,7 @@ pub async fn get(
     let id = parse_id(&id, "snapshotId")?;
     Ok(envelope::data(
         StatusCode::OK,
-        snapshot(&svc.snapshot_get(&ws.0, id)?),
+        snapshot(&svc.snapshot_get(&ws.0, id).await?),
     ))
 }
 
@@ -166,7 +168,7 @@ pub async fn secret_put(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let b: SecretBody = parse_body(&body)?;
-    let info = svc.secret_put(&ws.0, &name, b.value)?;
+    let info = svc.secret_put(&ws.0, &name, b.value).await?;
     Ok(envelope::data(StatusCode::OK, secret_view(&info)))
 }
 
@@ -175,7 +177,12 @@ pub async fn secret_list(
     State(svc): State<AppState>,
     Extension(ws): Extension<Workspace>,
 ) -> Result<Response, ApiError> {
-    let items: Vec<_> = svc.secret_list(&ws.0)?.iter().map(secret_view).collect();
+    let items: Vec<_> = svc
+        .secret_list(&ws.0)
+        .await?
+        .iter()
+        .map(secret_view)
+        .collect();
     let n = items.len().max(1) as u32;
     Ok(envelope::list(items, n, None))
 }
@@ -186,6 +193,6 @@ pub async fn secret_delete(
     Extension(ws): Extension<Workspace>,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
-    svc.secret_delete(&ws.0, &name)?;
+    svc.secret_delete(&ws.0, &name).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

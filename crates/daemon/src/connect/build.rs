@@ -80,7 +80,7 @@ fn npm_env(registry: &str, with_ca: bool) -> BTreeMap<String, String> {
 pub(super) async fn run(jobs: &GvisorJobs, req: BuildRequest) -> Result<BuildOutput, JobsError> {
     let begun = Instant::now();
     let (host, port) = registry_host(&jobs.config.npm_registry)?;
-    let (reservation, memory_mb) = jobs.admit(req.memory_mib)?;
+    let (reservation, memory_mb) = jobs.admit(req.memory_mib).await?;
     let id = Uuid::new_v4();
     let mut binds = vec![(req.package_dir.clone(), SOURCE_MOUNT.to_string(), false)];
     if let Some(ca) = &jobs.config.npm_ca_file {

@@ -76,11 +76,12 @@ impl GvisorJobs {
     }
 
     /// Admits a sandbox of `memory_mib` on the node.
-    pub(super) fn admit(&self, memory_mib: u64) -> Result<(Reservation, u32), JobsError> {
+    pub(super) async fn admit(&self, memory_mib: u64) -> Result<(Reservation, u32), JobsError> {
         let service = self.service.upgrade().ok_or(JobsError::ShuttingDown)?;
         let memory_mb = u32::try_from(memory_mib).unwrap_or(u32::MAX);
         let reservation = service
             .admit_job(JOB_VCPUS, memory_mb)
+            .await
             .map_err(|e| JobsError::Admission(e.to_string()))?;
         Ok((reservation, memory_mb))
     }
@@ -155,7 +156,7 @@ fn runner_argv(memory_mb: u32) -> Vec<String> {
 impl JobSandboxes for GvisorJobs {
     async fn start_job(&self, req: JobSandboxRequest) -> Result<Box<dyn JobSandbox>, SandboxError> {
         let begun = Instant::now();
-        let (reservation, memory_mb) = self.admit(req.memory_mib)?;
+        let (reservation, memory_mb) = self.admit(req.memory_mib).await?;
         let id = Uuid::new_v4();
         let options = JobOptions {
             readonly_root: true,

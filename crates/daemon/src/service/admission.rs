@@ -88,6 +88,11 @@ pub(super) struct Admission {
     capacity: Capacity,
     /// (vcpu_milli, memory_mb) of admitted creates without a store row yet.
     pending: Mutex<(u64, u64)>,
+    /// Admits one at a time across the store read and the check, so that two creates
+    /// do not both fit into the same room. A reservation released between the read and
+    /// the check (its sandbox booted meanwhile) may be missed once: capacity is a soft
+    /// limit of the node, each sandbox's own shape is enforced by its cgroup.
+    order: tokio::sync::Mutex<()>,
 }
 
 /// Holds an admitted create's share until its store row exists; dropping it releases the share.
@@ -110,6 +115,7 @@ impl Admission {
         Admission {
             capacity,
             pending: Mutex::new((0, 0)),
+            order: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -125,10 +131,10 @@ impl Service {
     }
 
     /// (vcpu_milli, memory_mb) held by sandboxes in the store and by the warm pool.
-    fn usage(&self) -> Result<(u64, u64)> {
+    async fn usage(&self) -> Result<(u64, u64)> {
         let mut vcpu_milli = 0u64;
         let mut memory_mb = 0u64;
-        for r in self.store.sandboxes_in_status(&HOLDING)? {
+        for r in self.store.sandboxes_in_status(&HOLDING).await? {
             vcpu_milli += u64::from(r.vcpu) * 1000;
             memory_mb += u64::from(r.memory_mb);
         }
@@ -139,8 +145,8 @@ impl Service {
         Ok((vcpu_milli, memory_mb))
     }
 
-    /// Checks that `extra` more fits next to what is used and pending.
-    fn check_fits(&self, pending: (u64, u64), extra: (u64, u64)) -> Result<()> {
+    /// Checks that `extra` more fits next to `used` (from [`Service::usage`]) and what is pending.
+    fn check_fits(&self, used: (u64, u64), pending: (u64, u64), extra: (u64, u64)) -> Result<()> {
         let cap = self.admission.capacity;
         if let Some(free) = free_disk(&self.config.data_dir) {
             if free < cap.min_free_disk {
@@ -153,7 +159,7 @@ impl Service {
                 )));
             }
         }
-        let (used_cpu, used_mem) = self.usage()?;
+        let (used_cpu, used_mem) = used;
         let cpu = used_cpu + pending.0 + extra.0;
         let mem = used_mem + pending.1 + extra.1;
         if cpu > cap.vcpu_milli || mem > cap.memory_mb {
@@ -169,10 +175,12 @@ impl Service {
     }
 
     /// Admits a new sandbox of the shape or answers `Unavailable`.
-    pub(super) fn admit(self: &Arc<Self>, vcpu: u32, memory_mb: u32) -> Result<Reservation> {
+    pub(super) async fn admit(self: &Arc<Self>, vcpu: u32, memory_mb: u32) -> Result<Reservation> {
         let share = (u64::from(vcpu) * 1000, u64::from(memory_mb));
+        let _order = self.admission.order.lock().await;
+        let used = self.usage().await?;
         let mut pending = self.admission.lock();
-        self.check_fits(*pending, share)?;
+        self.check_fits(used, *pending, share)?;
         pending.0 += share.0;
         pending.1 += share.1;
         Ok(Reservation {
@@ -184,8 +192,8 @@ impl Service {
 
     /// Admits a Connect job or build sandbox (no store row): the reservation holds its share
     /// of the node until it is dropped, when the job's sandbox is gone.
-    pub fn admit_job(self: &Arc<Self>, vcpu: u32, memory_mb: u32) -> Result<Reservation> {
-        self.admit(vcpu, memory_mb)
+    pub async fn admit_job(self: &Arc<Self>, vcpu: u32, memory_mb: u32) -> Result<Reservation> {
+        self.admit(vcpu, memory_mb).await
     }
 
     /// Holds the share of a warm member taken by a create (already booted: no check).
@@ -202,9 +210,10 @@ impl Service {
     }
 
     /// Whether the warm pool's members (already counted as booting) fit.
-    pub(super) fn pool_fits(&self) -> Result<()> {
+    pub(super) async fn pool_fits(&self) -> Result<()> {
+        let used = self.usage().await?;
         let pending = *self.admission.lock();
-        self.check_fits(pending, (0, 0))
+        self.check_fits(used, pending, (0, 0))
     }
 }
 

@@ -62,7 +62,7 @@ impl Service {
                 }
                 .into());
             }
-            let snap = self.clone_source(workspace, snapshot_id)?;
+            let snap = self.clone_source(workspace, snapshot_id).await?;
             let mut record = self.new_record(
                 workspace,
                 name,
@@ -73,9 +73,9 @@ impl Service {
                 Some(snapshot_id),
             );
             record.network = snap.network;
-            let admitted = match self.admit(record.vcpu, record.memory_mb) {
+            let admitted = match self.admit(record.vcpu, record.memory_mb).await {
                 Ok(r) => r,
-                Err(e) => return self.existing_or(&record, e),
+                Err(e) => return self.existing_or(&record, e).await,
             };
             return self.insert_and_boot_with(record, None, admitted).await;
         }
@@ -110,16 +110,16 @@ impl Service {
         record.network = network;
         // A retry of a create that succeeded keeps its sandbox even if one of its secrets was
         // deleted since (names were resolved when it was created): look for it first.
-        if let Err(missing) = self.check_secrets_exist(workspace, &record.secrets) {
-            return self.existing_or(&record, missing);
+        if let Err(missing) = self.check_secrets_exist(workspace, &record.secrets).await {
+            return self.existing_or(&record, missing).await;
         }
         // A warm pool member replaces the runtime start (fresh sandboxes only).
         let warm = self.take_member((vcpu, memory_mb)).await;
         let admitted = match &warm {
             Some(_) => self.hold(vcpu, memory_mb),
-            None => match self.admit(vcpu, memory_mb) {
+            None => match self.admit(vcpu, memory_mb).await {
                 Ok(r) => r,
-                Err(e) => return self.existing_or(&record, e),
+                Err(e) => return self.existing_or(&record, e).await,
             },
         };
         self.insert_and_boot_with(record, warm, admitted).await
@@ -160,10 +160,15 @@ impl Service {
 
     /// A create refused by admission: a repeat of a create whose sandbox
     /// exists still gets that sandbox (create is idempotent by name).
-    fn existing_or(&self, record: &SandboxRecord, refused: ServiceError) -> Result<CreateOutcome> {
+    async fn existing_or(
+        &self,
+        record: &SandboxRecord,
+        refused: ServiceError,
+    ) -> Result<CreateOutcome> {
         match self
             .store
-            .active_sandbox_named(&record.workspace, &record.name)?
+            .active_sandbox_named(&record.workspace, &record.name)
+            .await?
         {
             Some(existing) if same_config(&existing, record) => {
                 Ok(CreateOutcome::Existing(existing))
@@ -188,7 +193,7 @@ impl Service {
             record.id = member.id;
         }
         let shape = (record.vcpu, record.memory_mb);
-        let inserted = self.store.create_sandbox(&record);
+        let inserted = self.store.create_sandbox(&record).await;
         drop(admitted);
         let created = match inserted {
             Ok(created) => created,
@@ -219,7 +224,7 @@ impl Service {
                 let wait = self.config.limits.create_sync_wait;
                 let _ = tokio::time::timeout(wait, wait_done(done)).await;
                 Ok(CreateOutcome::Created(
-                    self.load(&record.workspace, record.id)?,
+                    self.load(&record.workspace, record.id).await?,
                 ))
             }
         }

@@ -3,9 +3,13 @@
 //! first response instead of running twice.
 //!
 //! A claim is written to the store before the request runs and its response
-//! after. A claim left unfinished by an earlier sbxd process (a crash or
-//! restart mid-request) is never run again: it answers `operation_ambiguous`.
-//! A claim still running in this process is waited for.
+//! after. It names its owner (the boot id of the sbxd running it) and carries
+//! a lease that the owner renews while it is alive. A claim still running, in
+//! this process or in another sbxd on the same database (its lease is live),
+//! is waited for. A claim left unfinished by a process that stopped (a crash
+//! or restart mid-request: its lease ran out) is never run again: it answers
+//! `operation_ambiguous`. On embedded SQLite no other process can hold a
+//! claim, so the leases of earlier runs end at start instead of running out.
 
 use super::{Result, Service, ServiceError};
 use chrono::Utc;
@@ -18,6 +22,16 @@ use std::time::Duration;
 const POLL: Duration = Duration::from_millis(100);
 /// Longest a repeat waits for the first request (exec may take 5 minutes).
 const MAX_WAIT: Duration = Duration::from_secs(330);
+/// How long a claim's owner counts as alive without renewing its lease.
+pub const CLAIM_LEASE: Duration = Duration::from_secs(30);
+/// How often an sbxd renews the leases of the claims it runs: well inside
+/// [`CLAIM_LEASE`], so that a slow database or a busy runtime does not let a
+/// live claim pass for an interrupted one.
+pub const LEASE_RENEWAL: Duration = Duration::from_secs(10);
+
+fn chrono_duration(d: Duration) -> chrono::Duration {
+    chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
+}
 
 /// What to do with a request that carries an `Idempotency-Key`.
 #[derive(Debug, Clone, PartialEq)]
@@ -79,9 +93,10 @@ impl Service {
                 owner: self.boot_id,
                 created_at: now,
                 expires_at: now + ttl,
+                lease_until: now + chrono_duration(CLAIM_LEASE),
                 response: None,
             };
-            let existing = match self.store.idempotency_begin(&record, now)? {
+            let existing = match self.store.idempotency_begin(&record, now).await? {
                 IdempotencyBegin::Started => return Ok(Claim::Run),
                 IdempotencyBegin::Existing(e) => e,
             };
@@ -100,23 +115,25 @@ impl Service {
                 match unrecorded {
                     // The first request's response is here, only not stored yet.
                     Some(Outcome::Finished(status, body)) => {
-                        self.idempotency_finish(key, status, &body);
+                        self.idempotency_finish(key, status, &body).await;
                         return Ok(Claim::Replay(status, body));
                     }
                     // The first request did nothing: release the claim, then claim it afresh.
                     Some(Outcome::Released) => {
                         self.store
-                            .idempotency_forget(&key.tenant, &key.path, &key.key)?;
+                            .idempotency_forget(&key.tenant, &key.path, &key.key)
+                            .await?;
                         self.unrecorded.lock().remove(&id(key));
                         continue;
                     }
                     None => {}
                 }
             }
-            if existing.owner != self.boot_id {
+            if existing.owner != self.boot_id && existing.lease_until <= now {
                 return Err(ServiceError::Ambiguous(format!(
-                    "the first request with Idempotency-Key {:?} was interrupted by a restart of sbxd; \
-                     it may or may not have happened, and it will not be run again",
+                    "the first request with Idempotency-Key {:?} was interrupted: the sbxd running it \
+                     stopped (a restart or crash); it may or may not have happened, and it will not \
+                     be run again",
                     key.key
                 )));
             }
@@ -130,11 +147,33 @@ impl Service {
         }
     }
 
+    /// Renews the leases of the claims this process is running (call every [`LEASE_RENEWAL`]).
+    pub async fn renew_idempotency_leases(&self) {
+        let until = Utc::now() + chrono_duration(CLAIM_LEASE);
+        if let Err(e) = self.store.idempotency_renew(self.boot_id, until).await {
+            // Repeats of these requests may answer operation_ambiguous once the leases run out.
+            tracing::warn!(error = %e, "renewing idempotency claim leases");
+        }
+    }
+
+    /// On a database this process holds alone, ends the leases of claims left by earlier
+    /// runs at once, so that their repeats answer without waiting for them to run out.
+    pub(super) async fn abandon_earlier_claims(&self) -> Result<()> {
+        if !self.store.is_shared() {
+            let n = self.store.idempotency_abandon_others(self.boot_id).await?;
+            if n > 0 {
+                tracing::info!(n, "idempotency claims interrupted by the last stop");
+            }
+        }
+        Ok(())
+    }
+
     /// Stores the response of a claimed request.
-    pub fn idempotency_finish(&self, key: &ClaimKey, status: u16, body: &[u8]) {
+    pub async fn idempotency_finish(&self, key: &ClaimKey, status: u16, body: &[u8]) {
         match self
             .store
             .idempotency_finish(&key.tenant, &key.path, &key.key, status, body)
+            .await
         {
             Ok(()) => {
                 self.unrecorded.lock().remove(&id(key));
@@ -154,10 +193,11 @@ impl Service {
     }
 
     /// Releases a claim whose request did nothing, so that a repeat runs it.
-    pub fn idempotency_forget(&self, key: &ClaimKey) {
+    pub async fn idempotency_forget(&self, key: &ClaimKey) {
         match self
             .store
             .idempotency_forget(&key.tenant, &key.path, &key.key)
+            .await
         {
             Ok(()) => {}
             // A repeat releases it itself once the store takes writes again.
@@ -171,7 +211,7 @@ impl Service {
     }
 
     /// Writes the claim ends that a full disk kept in memory (the janitor calls this).
-    fn flush_unrecorded(&self) {
+    async fn flush_unrecorded(&self) {
         let pending: Vec<_> = self
             .unrecorded
             .lock()
@@ -180,10 +220,12 @@ impl Service {
             .collect();
         for ((tenant, path, key), outcome) in pending {
             let written = match &outcome {
-                Outcome::Finished(status, body) => self
-                    .store
-                    .idempotency_finish(&tenant, &path, &key, *status, body),
-                Outcome::Released => self.store.idempotency_forget(&tenant, &path, &key),
+                Outcome::Finished(status, body) => {
+                    self.store
+                        .idempotency_finish(&tenant, &path, &key, *status, body)
+                        .await
+                }
+                Outcome::Released => self.store.idempotency_forget(&tenant, &path, &key).await,
             };
             if written.is_err() {
                 return;
@@ -193,9 +235,9 @@ impl Service {
     }
 
     /// Deletes expired claims and stores what a full disk kept in memory (the sweeper calls this).
-    pub fn idempotency_janitor(&self) {
-        self.flush_unrecorded();
-        match self.store.idempotency_expire(Utc::now()) {
+    pub async fn idempotency_janitor(&self) {
+        self.flush_unrecorded().await;
+        match self.store.idempotency_expire(Utc::now()).await {
             Ok(0) => {}
             Ok(n) => tracing::debug!(n, "expired idempotency keys removed"),
             Err(e) => tracing::warn!(error = %e, "expiring idempotency keys"),

@@ -49,16 +49,22 @@ pub struct SandboxPage {
 
 impl Service {
     /// `GET /v2/sandboxes/{id}`.
-    pub fn get(&self, workspace: &str, id: Uuid) -> Result<SandboxRecord> {
-        self.load(workspace, id)
+    pub async fn get(&self, workspace: &str, id: Uuid) -> Result<SandboxRecord> {
+        self.load(workspace, id).await
     }
 
     /// `GET /v2/sandboxes`.
-    pub fn list(&self, workspace: &str, limit: u32, cursor: Option<&str>) -> Result<SandboxPage> {
+    pub async fn list(
+        &self,
+        workspace: &str,
+        limit: u32,
+        cursor: Option<&str>,
+    ) -> Result<SandboxPage> {
         let after = cursor.map(parse_cursor).transpose()?;
         let mut items = self
             .store
-            .list_sandboxes(workspace, limit + 1, after.as_ref())?;
+            .list_sandboxes(workspace, limit + 1, after.as_ref())
+            .await?;
         let has_more = items.len() > limit as usize;
         items.truncate(limit as usize);
         let next_cursor = if has_more {
@@ -80,7 +86,7 @@ impl Service {
 
     /// `DELETE /v2/sandboxes/{id}`: records the intent, then tears down in the background.
     pub async fn destroy(self: &Arc<Self>, workspace: &str, id: Uuid) -> Result<DestroyOutcome> {
-        let record = self.load(workspace, id)?;
+        let record = self.load(workspace, id).await?;
         if !record.status.is_active() {
             return Ok(DestroyOutcome::Terminated);
         }
@@ -102,12 +108,12 @@ impl Service {
             // result in the store rather than calling the runtime a second time.
             let deadline = tokio::time::Instant::now() + wait;
             while tokio::time::Instant::now() < deadline
-                && self.load(workspace, id)?.status == SandboxStatus::Terminating
+                && self.load(workspace, id).await?.status == SandboxStatus::Terminating
             {
                 tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             }
         }
-        let now = self.load(workspace, id)?;
+        let now = self.load(workspace, id).await?;
         Ok(match now.status {
             SandboxStatus::Terminating => DestroyOutcome::Terminating(Box::new(now)),
             _ => DestroyOutcome::Terminated,
@@ -145,7 +151,7 @@ impl Service {
     /// Runtime part (start, restore, or a warm pool member's agent), then the
     /// finish shared by all: configuration, network, RUNNING, agent registration.
     async fn boot(self: &Arc<Self>, id: Uuid, warm: Option<AgentConn>) {
-        let Ok(Some(record)) = self.store.get_sandbox(id) else {
+        let Ok(Some(record)) = self.store.get_sandbox(id).await else {
             if warm.is_some() {
                 let _ = self.runtime.destroy(id).await;
             }
@@ -182,7 +188,7 @@ impl Service {
             Err(_) => return self.fail(id, "sandbox did not start in time".into()).await,
         };
         if let Some(conn) = &conn {
-            let env = match self.sandbox_environment(&record) {
+            let env = match self.sandbox_environment(&record).await {
                 Ok(env) => env,
                 Err(reason) => return self.fail(id, reason).await,
             };
@@ -248,7 +254,7 @@ impl Service {
     }
 
     /// The base environment of a sandbox: configuration plus secret values.
-    fn sandbox_environment(
+    async fn sandbox_environment(
         &self,
         record: &SandboxRecord,
     ) -> Result<BTreeMap<String, String>, String> {
@@ -259,7 +265,10 @@ impl Service {
             crate::network::proxy_env()
         };
         env.extend(record.environment.clone());
-        env.extend(self.resolve_secrets(&record.workspace, &record.secrets)?);
+        env.extend(
+            self.resolve_secrets(&record.workspace, &record.secrets)
+                .await?,
+        );
         Ok(env)
     }
 
@@ -359,7 +368,7 @@ impl Service {
     async fn teardown_once(self: &Arc<Self>, id: Uuid, reason: &Option<String>) -> bool {
         let lock = self.lock_for(id);
         let _guard = lock.lock().await;
-        let Ok(Some(record)) = self.store.get_sandbox(id) else {
+        let Ok(Some(record)) = self.store.get_sandbox(id).await else {
             return true;
         };
         if record.status != SandboxStatus::Terminating {
@@ -382,7 +391,7 @@ impl Service {
                 }
             }
         };
-        match self.change_row(record, &finish) {
+        match self.change_row(record, &finish).await {
             Ok(_) => {}
             Err(ServiceError::StorageFull(_)) => {
                 self.record_when_space_returns(id, "TERMINATED", finish);
@@ -422,7 +431,7 @@ impl Service {
             if this.cached_agent(id).is_some() {
                 return;
             }
-            let running = matches!(this.store.get_sandbox(id), Ok(Some(r)) if r.status == SandboxStatus::Running);
+            let running = matches!(this.store.get_sandbox(id).await, Ok(Some(r)) if r.status == SandboxStatus::Running);
             if !running {
                 return;
             }
@@ -452,7 +461,7 @@ impl Service {
             // A pause or destroy that came while the reconnect waited owns the
             // sandbox now: a frozen or removed agent does not answer, and that
             // is no reason to fail (and destroy) it.
-            let still_running = matches!(this.store.get_sandbox(id),
+            let still_running = matches!(this.store.get_sandbox(id).await,
                 Ok(Some(r)) if r.status == SandboxStatus::Running);
             drop(gate);
             if still_running {
@@ -467,7 +476,11 @@ impl Service {
     /// long snapshot) must not delay the limits of every other sandbox.
     pub async fn enforce_runtime_limits(self: &Arc<Self>) {
         let limit = self.config.limits.active_runtime;
-        let Ok(running) = self.store.sandboxes_in_status(&[SandboxStatus::Running]) else {
+        let Ok(running) = self
+            .store
+            .sandboxes_in_status(&[SandboxStatus::Running])
+            .await
+        else {
             return;
         };
         let now = Utc::now();

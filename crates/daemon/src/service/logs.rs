@@ -54,7 +54,7 @@ impl Service {
         id: Uuid,
         follow: bool,
     ) -> Result<impl Stream<Item = LogChunk> + Send + 'static> {
-        let record = self.load(workspace, id)?;
+        let record = self.load(workspace, id).await?;
         if record.status != SandboxStatus::Running {
             return Err(ServiceError::not_running(record.status));
         }
@@ -85,7 +85,7 @@ impl Service {
                         return Some((chunk, Some((reader, this, id, follow))));
                     }
                     Ok(_) if follow => {
-                        let running = matches!(this.store.get_sandbox(id), Ok(Some(r)) if r.status == SandboxStatus::Running);
+                        let running = matches!(this.store.get_sandbox(id).await, Ok(Some(r)) if r.status == SandboxStatus::Running);
                         if !running {
                             return None;
                         }

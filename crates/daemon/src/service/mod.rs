@@ -33,7 +33,7 @@ mod transition;
 pub use admission::{Capacity, Reservation};
 pub use commands::{ExecOutcome, OutputSelection};
 pub use error::{ServiceError, STORE_FULL};
-pub use idempotency::{Claim, ClaimKey};
+pub use idempotency::{Claim, ClaimKey, CLAIM_LEASE, LEASE_RENEWAL};
 pub use lifecycle::{CreateOutcome, DestroyOutcome, SandboxPage};
 pub use logs::LogChunk;
 pub use pool::PoolShapeStatus;
@@ -44,7 +44,7 @@ use crate::config::Config;
 use crate::runtime::{AgentCallError, AgentConn, Runtime};
 use sbx_agent_proto::{AgentError, AgentErrorCode};
 use sbx_api_types::SandboxStatus;
-use sbx_store::{SandboxRecord, Store};
+use sbx_store::{AsyncStore, SandboxRecord, Store};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use uuid::Uuid;
@@ -52,7 +52,7 @@ use uuid::Uuid;
 /// Shared state behind every API call.
 pub struct Service {
     config: Config,
-    store: Arc<dyn Store>,
+    store: AsyncStore,
     runtime: Arc<dyn Runtime>,
     /// Open agent connections of RUNNING sandboxes.
     agents: Mutex<HashMap<Uuid, AgentConn>>,
@@ -125,7 +125,7 @@ impl Service {
             secrets,
             image_id,
             config,
-            store,
+            store: AsyncStore::new(store),
             runtime,
             agents: Mutex::new(HashMap::new()),
             locks: Mutex::new(HashMap::new()),
@@ -156,18 +156,26 @@ impl Service {
     }
 
     /// The caller's tenant scope (`workspace/env`) from its `Authorization` and `x-inngest-env` headers.
-    pub fn authenticate(
+    pub async fn authenticate(
         &self,
         authorization: Option<&str>,
         env: Option<&str>,
     ) -> std::result::Result<String, crate::tenants::TenantError> {
-        crate::tenants::resolve(
-            self.store.as_ref(),
-            &self.config.signing_keys,
-            self.config.dev,
-            authorization,
-            env,
-        )
+        let (keys, dev) = (self.config.signing_keys.clone(), self.config.dev);
+        let (authorization, env) = (authorization.map(str::to_string), env.map(str::to_string));
+        let resolved = self
+            .store
+            .run(move |store| {
+                Ok(crate::tenants::resolve(
+                    store,
+                    &keys,
+                    dev,
+                    authorization.as_deref(),
+                    env.as_deref(),
+                ))
+            })
+            .await;
+        resolved.map_err(crate::tenants::TenantError::from)?
     }
 
     /// Policy and connection counters of a sandbox.
@@ -190,8 +198,8 @@ impl Service {
     }
 
     /// Loads a sandbox of the workspace, or `SandboxNotFound`.
-    fn load(&self, workspace: &str, id: Uuid) -> Result<SandboxRecord> {
-        match self.store.get_sandbox(id)? {
+    async fn load(&self, workspace: &str, id: Uuid) -> Result<SandboxRecord> {
+        match self.store.get_sandbox(id).await? {
             Some(r) if r.workspace == workspace => Ok(r),
             _ => Err(ServiceError::SandboxNotFound),
         }
@@ -220,7 +228,7 @@ impl Service {
 
     /// The agent of a RUNNING sandbox, reconnecting if the old connection dropped.
     async fn agent(self: &Arc<Self>, workspace: &str, id: Uuid) -> Result<AgentConn> {
-        let record = self.load(workspace, id)?;
+        let record = self.load(workspace, id).await?;
         if record.status != SandboxStatus::Running {
             return Err(ServiceError::not_running(record.status));
         }
@@ -254,7 +262,7 @@ impl Service {
         id: Uuid,
         conn: AgentConn,
     ) -> Result<AgentConn, crate::runtime::RuntimeError> {
-        let record = match self.store.get_sandbox(id) {
+        let record = match self.store.get_sandbox(id).await {
             Ok(Some(r)) if r.status == SandboxStatus::Running => r,
             _ => {
                 conn.shutdown().await;

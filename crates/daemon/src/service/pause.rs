@@ -20,12 +20,12 @@ const CAPTURE_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 impl Service {
     /// `POST /v2/sandboxes/{id}/pause`: idempotent by target state.
     pub async fn pause(self: &Arc<Self>, workspace: &str, id: Uuid) -> Result<SandboxRecord> {
-        self.load(workspace, id)?;
+        self.load(workspace, id).await?;
         let lock = self.lock_for(id);
         let deadline = tokio::time::Instant::now() + CAPTURE_WAIT;
         let (_guard, r, won) = loop {
             let guard = lock.clone().lock_owned().await;
-            if let Some((r, won)) = self.claim_pause(workspace, id)? {
+            if let Some((r, won)) = self.claim_pause(workspace, id).await? {
                 break (guard, r, won);
             }
             // A capture is under way: wait for it without the lock (it needs the lock
@@ -46,11 +46,13 @@ impl Service {
         }
         match self.runtime.pause(id).await {
             Ok(()) => {
-                let (r, _) = self.change_row(r, |r| {
-                    if r.status == SandboxStatus::Pausing {
-                        r.status = SandboxStatus::Paused;
-                    }
-                })?;
+                let (r, _) = self
+                    .change_row(r, |r| {
+                        if r.status == SandboxStatus::Pausing {
+                            r.status = SandboxStatus::Paused;
+                        }
+                    })
+                    .await?;
                 // A destroy may have taken the sandbox over meanwhile: then say so.
                 if r.status != SandboxStatus::Paused {
                     return Err(ServiceError::not_running(r.status));
@@ -60,12 +62,14 @@ impl Service {
             }
             Err(e) => {
                 // Still running (pause is all-or-nothing in runsc): go back to RUNNING.
-                let (r, _) = self.change_row(r, |r| {
-                    if r.status == SandboxStatus::Pausing {
-                        r.status = SandboxStatus::Running;
-                        r.running_since = Some(Utc::now());
-                    }
-                })?;
+                let (r, _) = self
+                    .change_row(r, |r| {
+                        if r.status == SandboxStatus::Pausing {
+                            r.status = SandboxStatus::Running;
+                            r.running_since = Some(Utc::now());
+                        }
+                    })
+                    .await?;
                 if r.status != SandboxStatus::Running {
                     return Err(ServiceError::not_running(r.status));
                 }
@@ -78,20 +82,24 @@ impl Service {
     /// or another sbxd, whose lock is not ours): then `None`, and the caller
     /// waits for the capture without holding the lock. Returns the row and
     /// whether this call moved it.
-    fn claim_pause(&self, workspace: &str, id: Uuid) -> Result<Option<(SandboxRecord, bool)>> {
+    async fn claim_pause(
+        &self,
+        workspace: &str,
+        id: Uuid,
+    ) -> Result<Option<(SandboxRecord, bool)>> {
         for _ in 0..super::transition::CAS_ATTEMPTS {
-            let current = self.load(workspace, id)?;
+            let current = self.load(workspace, id).await?;
             if current.status != SandboxStatus::Running {
                 return Ok(Some((current, false)));
             }
             // Checked on every attempt: a snapshot's claim is such a conflict.
-            if self.capture_in_progress(id)? {
+            if self.capture_in_progress(id).await? {
                 return Ok(None);
             }
             let mut r = current;
             stop_clock(&mut r);
             r.status = SandboxStatus::Pausing;
-            match self.store.update_sandbox(&mut r) {
+            match self.store.update_sandbox(&mut r).await {
                 Ok(()) => return Ok(Some((r, true))),
                 Err(sbx_store::StoreError::Conflict(_)) => continue,
                 Err(sbx_store::StoreError::NotFound) => return Err(ServiceError::SandboxNotFound),
@@ -105,15 +113,17 @@ impl Service {
 
     /// `POST /v2/sandboxes/{id}/resume`: idempotent by target state.
     pub async fn resume(self: &Arc<Self>, workspace: &str, id: Uuid) -> Result<SandboxRecord> {
-        self.load(workspace, id)?;
+        self.load(workspace, id).await?;
         let lock = self.lock_for(id);
         let _guard = lock.lock().await;
-        let current = self.load(workspace, id)?;
-        let (r, won) = self.change_row(current, |r| {
-            if r.status == SandboxStatus::Paused {
-                r.status = SandboxStatus::Resuming;
-            }
-        })?;
+        let current = self.load(workspace, id).await?;
+        let (r, won) = self
+            .change_row(current, |r| {
+                if r.status == SandboxStatus::Paused {
+                    r.status = SandboxStatus::Resuming;
+                }
+            })
+            .await?;
         if !won {
             return match r.status {
                 SandboxStatus::Running => Ok(r),
@@ -122,12 +132,14 @@ impl Service {
         }
         match self.runtime.resume(id).await {
             Ok(()) => {
-                let (r, _) = self.change_row(r, |r| {
-                    if r.status == SandboxStatus::Resuming {
-                        r.status = SandboxStatus::Running;
-                        r.running_since = Some(Utc::now());
-                    }
-                })?;
+                let (r, _) = self
+                    .change_row(r, |r| {
+                        if r.status == SandboxStatus::Resuming {
+                            r.status = SandboxStatus::Running;
+                            r.running_since = Some(Utc::now());
+                        }
+                    })
+                    .await?;
                 if r.status != SandboxStatus::Running {
                     return Err(not_paused(r.status));
                 }
@@ -135,11 +147,13 @@ impl Service {
                 Ok(r)
             }
             Err(e) => {
-                let (r, _) = self.change_row(r, |r| {
-                    if r.status == SandboxStatus::Resuming {
-                        r.status = SandboxStatus::Paused;
-                    }
-                })?;
+                let (r, _) = self
+                    .change_row(r, |r| {
+                        if r.status == SandboxStatus::Resuming {
+                            r.status = SandboxStatus::Paused;
+                        }
+                    })
+                    .await?;
                 if r.status != SandboxStatus::Paused {
                     return Err(not_paused(r.status));
                 }

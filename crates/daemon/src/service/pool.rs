@@ -163,9 +163,15 @@ impl Service {
     /// starting). Call after [`Service::reconcile`]; create calls it after
     /// each assignment.
     pub fn refill_pool(self: &Arc<Self>) {
+        // The admission check reads the store, so it runs in a task of its own.
+        let this = self.clone();
+        tokio::spawn(async move { this.refill_pool_now().await });
+    }
+
+    async fn refill_pool_now(self: &Arc<Self>) {
         while let Some(shape) = self.pool.reserve_one() {
             // Admission: the reserved start already counts as pool usage.
-            if let Err(e) = self.pool_fits() {
+            if let Err(e) = self.pool_fits().await {
                 self.pool.finish_start(shape, None);
                 self.retry_refill_later(&e);
                 return;

@@ -28,6 +28,7 @@ impl Service {
     /// This waits for them at most [`RECONCILE_WAIT`]: a sandbox whose agent
     /// stalls its handshake cannot keep sbxd's port closed.
     pub async fn reconcile(self: &Arc<Self>) -> Result<()> {
+        self.abandon_earlier_claims().await?;
         let on_host: HashSet<_> = self
             .runtime
             .list()
@@ -37,15 +38,18 @@ impl Service {
             })?
             .into_iter()
             .collect();
-        let active = self.store.sandboxes_in_status(&[
-            SandboxStatus::Pending,
-            SandboxStatus::Starting,
-            SandboxStatus::Running,
-            SandboxStatus::Pausing,
-            SandboxStatus::Paused,
-            SandboxStatus::Resuming,
-            SandboxStatus::Terminating,
-        ])?;
+        let active = self
+            .store
+            .sandboxes_in_status(&[
+                SandboxStatus::Pending,
+                SandboxStatus::Starting,
+                SandboxStatus::Running,
+                SandboxStatus::Pausing,
+                SandboxStatus::Paused,
+                SandboxStatus::Resuming,
+                SandboxStatus::Terminating,
+            ])
+            .await?;
         let mut keep = HashSet::new();
         let mut work: Vec<BoxFuture<'static, ()>> = Vec::new();
         for record in &active {
@@ -161,7 +165,8 @@ impl Service {
         use sbx_store::SnapshotStatus;
         for mut snap in self
             .store
-            .snapshots_in_status(&[SnapshotStatus::Creating, SnapshotStatus::Deleting])?
+            .snapshots_in_status(&[SnapshotStatus::Creating, SnapshotStatus::Deleting])
+            .await?
         {
             if snap.status == SnapshotStatus::Creating {
                 snap.status = SnapshotStatus::Failed;
@@ -169,7 +174,7 @@ impl Service {
                 snap.updated_at = chrono::Utc::now();
                 let _ = tokio::fs::remove_dir_all(self.snapshot_dir(snap.id)).await;
                 // A conflict: another sbxd settled it first; its answer stands.
-                match self.store.update_snapshot(&mut snap) {
+                match self.store.update_snapshot(&mut snap).await {
                     Ok(()) | Err(sbx_store::StoreError::Conflict(_)) => {}
                     Err(e) => return Err(e.into()),
                 }
@@ -200,7 +205,7 @@ impl Service {
             return false;
         }
         self.register_agent(id, conn.clone());
-        if let Ok(Some(r)) = self.store.get_sandbox(id) {
+        if let Ok(Some(r)) = self.store.get_sandbox(id).await {
             self.network.serve(id, &r.network, &conn).await;
         }
         true

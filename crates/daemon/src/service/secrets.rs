@@ -148,7 +148,7 @@ fn info(r: &SecretRecord) -> SecretInfo {
 
 impl Service {
     /// `PUT /v1/secrets/{name}`: creates or replaces a secret.
-    pub fn secret_put(
+    pub async fn secret_put(
         &self,
         workspace: &str,
         name: &str,
@@ -166,7 +166,8 @@ impl Service {
         let now = Utc::now();
         let created_at = self
             .store
-            .get_secret(workspace, name)?
+            .get_secret(workspace, name)
+            .await?
             .map(|r| r.created_at)
             .unwrap_or(now);
         let (nonce, ciphertext) = self
@@ -181,31 +182,36 @@ impl Service {
             created_at,
             updated_at: now,
         };
-        self.store.put_secret(&record)?;
+        self.store.put_secret(&record).await?;
         Ok(info(&record))
     }
 
     /// `GET /v1/secrets`.
-    pub fn secret_list(&self, workspace: &str) -> Result<Vec<SecretInfo>> {
+    pub async fn secret_list(&self, workspace: &str) -> Result<Vec<SecretInfo>> {
         Ok(self
             .store
-            .list_secrets(workspace)?
+            .list_secrets(workspace)
+            .await?
             .iter()
             .map(info)
             .collect())
     }
 
     /// `DELETE /v1/secrets/{name}`: safe to repeat. Running sandboxes keep the value they were given.
-    pub fn secret_delete(&self, workspace: &str, name: &str) -> Result<()> {
+    pub async fn secret_delete(&self, workspace: &str, name: &str) -> Result<()> {
         validate::secret_name(name)?;
-        self.store.delete_secret(workspace, name)?;
+        self.store.delete_secret(workspace, name).await?;
         Ok(())
     }
 
     /// Checks that every selected secret exists.
-    pub(super) fn check_secrets_exist(&self, workspace: &str, names: &[String]) -> Result<()> {
+    pub(super) async fn check_secrets_exist(
+        &self,
+        workspace: &str,
+        names: &[String],
+    ) -> Result<()> {
         for name in names {
-            if self.store.get_secret(workspace, name)?.is_none() {
+            if self.store.get_secret(workspace, name).await?.is_none() {
                 return Err(ValidationError::Format {
                     field: "secrets",
                     reason: format!("unknown secret {name:?}"),
@@ -217,7 +223,7 @@ impl Service {
     }
 
     /// Decrypts the selected secrets for delivery into a sandbox.
-    pub(super) fn resolve_secrets(
+    pub(super) async fn resolve_secrets(
         &self,
         workspace: &str,
         names: &[String],
@@ -227,6 +233,7 @@ impl Service {
             let record = self
                 .store
                 .get_secret(workspace, name)
+                .await
                 .map_err(|e| format!("secret store unavailable: {e}"))?
                 .ok_or_else(|| format!("secret {name:?} was deleted before the sandbox started"))?;
             let value = self.secrets.open(&record).ok_or_else(|| {

@@ -44,7 +44,7 @@ impl Service {
         if let Some(n) = &name {
             validate::name("name", n)?;
         }
-        let source = self.load(workspace, id)?;
+        let source = self.load(workspace, id).await?;
         if source.status != SandboxStatus::Running {
             return Err(ServiceError::not_running(source.status));
         }
@@ -73,7 +73,7 @@ impl Service {
             generation: 0,
         };
         let max_live = self.config.limits.snapshots_per_workspace;
-        match self.store.create_snapshot(&record, now, max_live)? {
+        match self.store.create_snapshot(&record, now, max_live).await? {
             SnapshotCreateOutcome::Created => {}
             SnapshotCreateOutcome::NameHeld(_) => {
                 return Err(ServiceError::SnapshotNameTaken(name.unwrap_or_default()))
@@ -82,15 +82,17 @@ impl Service {
         }
         // Claimed after the insert: a pause that read the sandbox before the
         // snapshot existed now loses its compare-and-set and sees the capture.
-        if let Err(e) = self.claim_for_capture(id) {
+        if let Err(e) = self.claim_for_capture(id).await {
             let why = e.to_string();
-            let _ = self.change_snapshot(record, move |s| {
-                if s.status == SnapshotStatus::Creating {
-                    s.status = SnapshotStatus::Failed;
-                    s.error = Some(why.clone());
-                    s.updated_at = Utc::now();
-                }
-            });
+            let _ = self
+                .change_snapshot(record, move |s| {
+                    if s.status == SnapshotStatus::Creating {
+                        s.status = SnapshotStatus::Failed;
+                        s.error = Some(why.clone());
+                        s.updated_at = Utc::now();
+                    }
+                })
+                .await;
             return Err(e);
         }
         let (tx, mut rx) = tokio::sync::watch::channel(false);
@@ -103,13 +105,14 @@ impl Service {
         let _ =
             tokio::time::timeout(self.config.limits.create_sync_wait, rx.wait_for(|d| *d)).await;
         self.store
-            .get_snapshot(snap_id)?
+            .get_snapshot(snap_id)
+            .await?
             .ok_or(ServiceError::SnapshotNotFound)
     }
 
     async fn capture(self: &Arc<Self>, snap_id: Uuid, sandbox: Uuid) {
         let result = self.capture_inner(snap_id, sandbox).await;
-        let Ok(Some(snap)) = self.store.get_snapshot(snap_id) else {
+        let Ok(Some(snap)) = self.store.get_snapshot(snap_id).await else {
             return;
         };
         let dir = self.snapshot_dir(snap_id);
@@ -125,7 +128,7 @@ impl Service {
                 s.updated_at = Utc::now();
             }
         };
-        match self.change_snapshot(snap, &settle) {
+        match self.change_snapshot(snap, &settle).await {
             Ok((_, true)) => match result {
                 Ok(bytes) => {
                     tracing::info!(snapshot = %snap_id, %sandbox, bytes, "snapshot ready")
@@ -141,7 +144,7 @@ impl Service {
                 let _ = tokio::fs::remove_dir_all(&dir).await;
             }
             Err(ServiceError::StorageFull(_)) => {
-                let Ok(Some(mut s)) = self.store.get_snapshot(snap_id) else {
+                let Ok(Some(mut s)) = self.store.get_snapshot(snap_id).await else {
                     return;
                 };
                 settle(&mut s);
@@ -160,16 +163,19 @@ impl Service {
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(super::lifecycle::RECORD_RETRY).await;
-                let current = match this.store.get_snapshot(result.id) {
+                let current = match this.store.get_snapshot(result.id).await {
                     Ok(Some(s)) if s.status == SnapshotStatus::Creating => s,
                     _ => return,
                 };
-                let written = this.store.update_snapshot(&mut SnapshotRecord {
-                    updated_at: Utc::now(),
-                    // Written over the row as it is now (CREATING), not as first read.
-                    generation: current.generation,
-                    ..result.clone()
-                });
+                let written = this
+                    .store
+                    .update_snapshot(&mut SnapshotRecord {
+                        updated_at: Utc::now(),
+                        // Written over the row as it is now (CREATING), not as first read.
+                        generation: current.generation,
+                        ..result.clone()
+                    })
+                    .await;
                 match written {
                     Err(sbx_store::StoreError::Full(_)) => continue,
                     Ok(()) => {
@@ -192,7 +198,8 @@ impl Service {
         let _gate = self.enter_gate(sandbox).await?;
         let current = self
             .store
-            .get_sandbox(sandbox)?
+            .get_sandbox(sandbox)
+            .await?
             .ok_or(ServiceError::SandboxNotFound)?;
         if current.status != SandboxStatus::Running {
             return Err(ServiceError::not_running(current.status));
@@ -266,14 +273,18 @@ impl Service {
         .await;
         // The lock keeps this process's transitions out, not another sbxd's: a
         // checkpoint is only what was RUNNING throughout if the row did not move.
-        let result = result.and_then(|()| match self.store.get_sandbox(sandbox)? {
-            Some(now) if now.generation == current.generation => Ok(()),
-            Some(now) => Err(ServiceError::Conflict(format!(
-                "the sandbox changed to {} during the checkpoint",
-                now.status.as_str()
-            ))),
-            None => Err(ServiceError::SandboxNotFound),
-        });
+        let result = match result {
+            Ok(()) => match self.store.get_sandbox(sandbox).await {
+                Ok(Some(now)) if now.generation == current.generation => Ok(()),
+                Ok(Some(now)) => Err(ServiceError::Conflict(format!(
+                    "the sandbox changed to {} during the checkpoint",
+                    now.status.as_str()
+                ))),
+                Ok(None) => Err(ServiceError::SandboxNotFound),
+                Err(e) => Err(e.into()),
+            },
+            Err(e) => Err(e),
+        };
         // Reconnect whatever happened, so the source keeps serving.
         if let Err(e) = self.attach_gated(sandbox).await {
             tracing::warn!(%sandbox, error = %e, "reconnecting after snapshot");
@@ -324,15 +335,15 @@ impl Service {
     }
 
     /// `GET /v2/snapshots/{id}`.
-    pub fn snapshot_get(&self, workspace: &str, id: Uuid) -> Result<SnapshotRecord> {
-        match self.store.get_snapshot(id)? {
+    pub async fn snapshot_get(&self, workspace: &str, id: Uuid) -> Result<SnapshotRecord> {
+        match self.store.get_snapshot(id).await? {
             Some(s) if s.workspace == workspace && s.status != SnapshotStatus::Deleted => Ok(s),
             _ => Err(ServiceError::SnapshotNotFound),
         }
     }
 
     /// `GET /v2/snapshots`.
-    pub fn snapshot_list(
+    pub async fn snapshot_list(
         &self,
         workspace: &str,
         name: Option<&str>,
@@ -345,7 +356,8 @@ impl Service {
         let after = cursor.map(super::lifecycle::parse_cursor).transpose()?;
         let mut items = self
             .store
-            .list_snapshots(workspace, name, limit + 1, after.as_ref())?;
+            .list_snapshots(workspace, name, limit + 1, after.as_ref())
+            .await?;
         let more = items.len() > limit as usize;
         items.truncate(limit as usize);
         let next_cursor = if more {
@@ -363,19 +375,21 @@ impl Service {
 
     /// `DELETE /v2/snapshots/{id}`: safe to repeat; frees the files.
     pub async fn snapshot_delete(&self, workspace: &str, id: Uuid) -> Result<()> {
-        let snap = match self.store.get_snapshot(id)? {
+        let snap = match self.store.get_snapshot(id).await? {
             Some(s) if s.workspace == workspace => s,
             _ => return Err(ServiceError::SnapshotNotFound),
         };
         if snap.status == SnapshotStatus::Deleted {
             return Ok(());
         }
-        let (snap, _) = self.change_snapshot(snap, |s| {
-            if s.status != SnapshotStatus::Deleted && s.status != SnapshotStatus::Deleting {
-                s.status = SnapshotStatus::Deleting;
-                s.updated_at = Utc::now();
-            }
-        })?;
+        let (snap, _) = self
+            .change_snapshot(snap, |s| {
+                if s.status != SnapshotStatus::Deleted && s.status != SnapshotStatus::Deleting {
+                    s.status = SnapshotStatus::Deleting;
+                    s.updated_at = Utc::now();
+                }
+            })
+            .await?;
         // Whoever marked it DELETING, finishing is safe to repeat (removing absent files is fine).
         if snap.status == SnapshotStatus::Deleting {
             self.finish_delete(snap).await;
@@ -394,13 +408,15 @@ impl Service {
             }
         }
         let id = snap.id;
-        let done = self.change_snapshot(snap, |s| {
-            if s.status == SnapshotStatus::Deleting {
-                s.status = SnapshotStatus::Deleted;
-                s.stored_bytes = 0;
-                s.updated_at = Utc::now();
-            }
-        });
+        let done = self
+            .change_snapshot(snap, |s| {
+                if s.status == SnapshotStatus::Deleting {
+                    s.status = SnapshotStatus::Deleted;
+                    s.stored_bytes = 0;
+                    s.updated_at = Utc::now();
+                }
+            })
+            .await;
         if let Err(e) = done {
             tracing::error!(snapshot = %id, error = %e, "recording snapshot deletion");
         }
@@ -408,11 +424,15 @@ impl Service {
 
     /// Deletes expired snapshots and retries unfinished deletions.
     pub async fn snapshot_janitor(&self) {
-        let Ok(candidates) = self.store.snapshots_in_status(&[
-            SnapshotStatus::Ready,
-            SnapshotStatus::Failed,
-            SnapshotStatus::Deleting,
-        ]) else {
+        let Ok(candidates) = self
+            .store
+            .snapshots_in_status(&[
+                SnapshotStatus::Ready,
+                SnapshotStatus::Failed,
+                SnapshotStatus::Deleting,
+            ])
+            .await
+        else {
             return;
         };
         let now = Utc::now();
@@ -421,7 +441,7 @@ impl Service {
                 tracing::info!(snapshot = %snap.id, "deleting expired snapshot");
                 snap.status = SnapshotStatus::Deleting;
                 // A conflict: another actor changed it since the listing; the next round decides.
-                if self.store.update_snapshot(&mut snap).is_ok() {
+                if self.store.update_snapshot(&mut snap).await.is_ok() {
                     self.finish_delete(snap).await;
                 }
             }
@@ -429,8 +449,8 @@ impl Service {
     }
 
     /// The checkpoint a clone restores from, if the snapshot is usable.
-    pub(super) fn clone_source(&self, workspace: &str, id: Uuid) -> Result<SnapshotRecord> {
-        let snap = match self.store.get_snapshot(id)? {
+    pub(super) async fn clone_source(&self, workspace: &str, id: Uuid) -> Result<SnapshotRecord> {
+        let snap = match self.store.get_snapshot(id).await? {
             Some(s) if s.workspace == workspace => s,
             _ => return Err(ServiceError::SnapshotNotFound),
         };

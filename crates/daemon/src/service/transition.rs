@@ -35,9 +35,10 @@ impl Service {
         let _guard = lock.lock().await;
         let record = self
             .store
-            .get_sandbox(id)?
+            .get_sandbox(id)
+            .await?
             .ok_or(ServiceError::SandboxNotFound)?;
-        self.change_row(record, change)
+        self.change_row(record, change).await
     }
 
     /// Applies `change` to `record` and writes it if the row is still as read;
@@ -45,7 +46,7 @@ impl Service {
     /// current row (at most [`CAS_ATTEMPTS`] times). A change that leaves the
     /// row as it is writes nothing. Returns the row as stored and whether this
     /// call's write made the change: only that caller may act on the runtime.
-    pub(super) fn change_row(
+    pub(super) async fn change_row(
         &self,
         mut record: SandboxRecord,
         change: impl Fn(&mut SandboxRecord),
@@ -57,12 +58,13 @@ impl Service {
             if record == before {
                 return Ok((record, false));
             }
-            match self.store.update_sandbox(&mut record) {
+            match self.store.update_sandbox(&mut record).await {
                 Ok(()) => return Ok((record, true)),
                 Err(sbx_store::StoreError::Conflict(_)) => {
                     record = self
                         .store
-                        .get_sandbox(id)?
+                        .get_sandbox(id)
+                        .await?
                         .ok_or(ServiceError::SandboxNotFound)?;
                 }
                 Err(sbx_store::StoreError::NotFound) => return Err(ServiceError::SandboxNotFound),
@@ -78,16 +80,17 @@ impl Service {
     /// for a snapshot that has just been inserted CREATING: a pause that read
     /// the row before that snapshot existed then fails its compare-and-set and,
     /// reading again, finds the capture under way (see `capture_in_progress`).
-    pub(super) fn claim_for_capture(&self, id: Uuid) -> Result<SandboxRecord> {
+    pub(super) async fn claim_for_capture(&self, id: Uuid) -> Result<SandboxRecord> {
         for _ in 0..CAS_ATTEMPTS {
             let mut record = self
                 .store
-                .get_sandbox(id)?
+                .get_sandbox(id)
+                .await?
                 .ok_or(ServiceError::SandboxNotFound)?;
             if record.status != sbx_api_types::SandboxStatus::Running {
                 return Err(ServiceError::not_running(record.status));
             }
-            match self.store.update_sandbox(&mut record) {
+            match self.store.update_sandbox(&mut record).await {
                 Ok(()) => return Ok(record),
                 Err(sbx_store::StoreError::Conflict(_)) => continue,
                 Err(sbx_store::StoreError::NotFound) => return Err(ServiceError::SandboxNotFound),
@@ -101,10 +104,11 @@ impl Service {
 
     /// Whether a snapshot of `id` is being captured (by any actor): a pause
     /// must not freeze the guest under a checkpoint.
-    pub(super) fn capture_in_progress(&self, id: Uuid) -> Result<bool> {
+    pub(super) async fn capture_in_progress(&self, id: Uuid) -> Result<bool> {
         Ok(self
             .store
-            .snapshots_in_status(&[SnapshotStatus::Creating])?
+            .snapshots_in_status(&[SnapshotStatus::Creating])
+            .await?
             .iter()
             .any(|s| s.source_sandbox == id))
     }
@@ -113,7 +117,7 @@ impl Service {
     /// retrying on the current row when another actor changed it first (see
     /// `change_row` for sandboxes). Returns the stored row and whether this
     /// call's write made the change.
-    pub(super) fn change_snapshot(
+    pub(super) async fn change_snapshot(
         &self,
         mut snap: SnapshotRecord,
         change: impl Fn(&mut SnapshotRecord),
@@ -125,12 +129,13 @@ impl Service {
             if snap == before {
                 return Ok((snap, false));
             }
-            match self.store.update_snapshot(&mut snap) {
+            match self.store.update_snapshot(&mut snap).await {
                 Ok(()) => return Ok((snap, true)),
                 Err(sbx_store::StoreError::Conflict(_)) => {
                     snap = self
                         .store
-                        .get_snapshot(id)?
+                        .get_snapshot(id)
+                        .await?
                         .ok_or(ServiceError::SnapshotNotFound)?;
                 }
                 Err(sbx_store::StoreError::NotFound) => return Err(ServiceError::SnapshotNotFound),

@@ -22,6 +22,7 @@ use postgres::error::SqlState;
 pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/postgres/0001_initial.sql"),
     include_str!("../../migrations/postgres/0002_generation.sql"),
+    include_str!("../../migrations/postgres/0003_idempotency_lease.sql"),
 ];
 
 /// Connections kept open to the database (one worker thread each).

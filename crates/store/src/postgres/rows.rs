@@ -23,7 +23,7 @@ pub(super) const KEY_COLUMNS: &str =
     "id, workspace, env, name, digest, created_at_ms, revoked_at_ms";
 
 pub(super) const IDEM_COLUMNS: &str =
-    "tenant, path, key, fingerprint, owner, created_at_ms, expires_at_ms, status, body";
+    "tenant, path, key, fingerprint, owner, created_at_ms, expires_at_ms, status, body, lease_until_ms";
 
 pub(super) fn ms(t: DateTime<Utc>) -> i64 {
     t.timestamp_millis()
@@ -161,6 +161,7 @@ pub(super) fn idempotency(row: &Row) -> Result<IdempotencyRecord, StoreError> {
         owner: row.try_get(4)?,
         created_at: time(row.try_get(5)?, "created_at")?,
         expires_at: time(row.try_get(6)?, "expires_at")?,
+        lease_until: time(row.try_get(9)?, "lease_until")?,
         response,
     })
 }

@@ -479,10 +479,11 @@ impl Store for PostgresStore {
             // Insert, or take over an expired claim, in one statement: the conflicting
             // row is locked while its expiry is checked, so two claimants never both win.
             let claim = format!(
-                "INSERT INTO idempotency ({IDEM_COLUMNS}) VALUES ($1,$2,$3,$4,$5,$6,$7,NULL,NULL) \
+                "INSERT INTO idempotency ({IDEM_COLUMNS}) VALUES ($1,$2,$3,$4,$5,$6,$7,NULL,NULL,$9) \
                  ON CONFLICT (tenant, path, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, \
                  owner = EXCLUDED.owner, created_at_ms = EXCLUDED.created_at_ms, \
-                 expires_at_ms = EXCLUDED.expires_at_ms, status = NULL, body = NULL \
+                 expires_at_ms = EXCLUDED.expires_at_ms, status = NULL, body = NULL, \
+                 lease_until_ms = EXCLUDED.lease_until_ms \
                  WHERE idempotency.expires_at_ms <= $8"
             );
             let existing = format!(
@@ -500,6 +501,7 @@ impl Store for PostgresStore {
                         &ms(r.created_at),
                         &ms(r.expires_at),
                         &ms(now),
+                        &ms(r.lease_until),
                     ],
                 )?;
                 if n == 1 {
@@ -563,6 +565,29 @@ impl Store for PostgresStore {
                 &[&tenant, &path, &key],
             )?;
             Ok(())
+        })
+    }
+
+    fn is_shared(&self) -> bool {
+        true
+    }
+
+    fn idempotency_renew(&self, owner: Uuid, until: DateTime<Utc>) -> Result<usize, StoreError> {
+        self.pool.run(move |c| {
+            Ok(c.execute(
+                "UPDATE idempotency SET lease_until_ms = $2 WHERE owner = $1 AND status IS NULL",
+                &[&owner, &ms(until)],
+            )? as usize)
+        })
+    }
+
+    fn idempotency_abandon_others(&self, owner: Uuid) -> Result<usize, StoreError> {
+        self.pool.run(move |c| {
+            Ok(c.execute(
+                "UPDATE idempotency SET lease_until_ms = 0 \
+                 WHERE owner <> $1 AND status IS NULL AND lease_until_ms <> 0",
+                &[&owner],
+            )? as usize)
         })
     }
 

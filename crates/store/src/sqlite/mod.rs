@@ -21,6 +21,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/sqlite/0003_network.sql"),
     include_str!("../../migrations/sqlite/0004_tenants.sql"),
     include_str!("../../migrations/sqlite/0005_generation.sql"),
+    include_str!("../../migrations/sqlite/0006_idempotency_lease.sql"),
 ];
 
 /// SQLite-backed [`Store`].
@@ -456,6 +457,18 @@ impl Store for SqliteStore {
 
     fn idempotency_expire(&self, now: DateTime<Utc>) -> Result<usize, StoreError> {
         self.idempotency_delete_expired(now)
+    }
+
+    fn is_shared(&self) -> bool {
+        false
+    }
+
+    fn idempotency_renew(&self, owner: Uuid, until: DateTime<Utc>) -> Result<usize, StoreError> {
+        self.idempotency_extend_leases(owner, until)
+    }
+
+    fn idempotency_abandon_others(&self, owner: Uuid) -> Result<usize, StoreError> {
+        self.idempotency_end_leases_except(owner)
     }
 }
 

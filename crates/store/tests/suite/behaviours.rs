@@ -85,6 +85,7 @@ fn claim(tenant: &str, now: DateTime<Utc>) -> IdempotencyRecord {
         owner: Uuid::new_v4(),
         created_at: now,
         expires_at: now + Duration::hours(24),
+        lease_until: now + Duration::seconds(30),
         response: None,
     }
 }
@@ -484,6 +485,65 @@ pub fn idempotency_claims_replay_and_expire(store: &dyn Store, _: Other) {
     // Only b's claim is left, and it has expired by then.
     assert_eq!(store.idempotency_expire(later).unwrap(), 1);
     assert_eq!(store.idempotency_expire(later).unwrap(), 0);
+}
+
+pub fn idempotency_leases_are_renewed_by_their_owner_and_ended_for_others(
+    store: &dyn Store,
+    _: Other,
+) {
+    let now = at(1_700_000_000_000);
+    let (mine, theirs) = (claim("a/production", now), claim("b/production", now));
+    let mut done = claim("c/production", now);
+    done.owner = mine.owner;
+    for c in [&mine, &theirs, &done] {
+        assert_eq!(
+            store.idempotency_begin(c, now).unwrap(),
+            IdempotencyBegin::Started
+        );
+    }
+    store
+        .idempotency_finish("c/production", "/v2/sandboxes/x/exec", "k1", 200, b"{}")
+        .unwrap();
+    let lease = |tenant: &str| {
+        store
+            .idempotency_get(tenant, "/v2/sandboxes/x/exec", "k1")
+            .unwrap()
+            .unwrap()
+            .lease_until
+    };
+    assert_eq!(
+        lease("a/production"),
+        now + Duration::seconds(30),
+        "stored as claimed"
+    );
+    // Renewal extends the owner's unfinished claims only.
+    let until = now + Duration::seconds(90);
+    assert_eq!(store.idempotency_renew(mine.owner, until).unwrap(), 1);
+    assert_eq!(lease("a/production"), until);
+    assert_eq!(lease("b/production"), now + Duration::seconds(30));
+    assert_eq!(
+        lease("c/production"),
+        now + Duration::seconds(30),
+        "finished: left alone"
+    );
+    // Ending the others' leases leaves the caller's own and the finished ones.
+    assert_eq!(store.idempotency_abandon_others(mine.owner).unwrap(), 1);
+    assert!(lease("b/production") <= now, "b's lease ended");
+    assert_eq!(lease("a/production"), until);
+    assert_eq!(
+        store.idempotency_abandon_others(mine.owner).unwrap(),
+        0,
+        "once"
+    );
+    // A new claim of an expired key carries its own lease (the take-over path).
+    let later = now + Duration::hours(25);
+    let mut again = claim("b/production", later);
+    again.lease_until = later + Duration::seconds(30);
+    assert_eq!(
+        store.idempotency_begin(&again, later).unwrap(),
+        IdempotencyBegin::Started
+    );
+    assert_eq!(lease("b/production"), later + Duration::seconds(30));
 }
 
 /// Runs `f(i)` on `n` threads at once, each on its own store on the same data.

@@ -82,6 +82,7 @@ on_every_backend!(
     secrets_are_replaced_listed_and_deleted,
     keys_are_found_by_digest_and_revoked_once,
     idempotency_claims_replay_and_expire,
+    idempotency_leases_are_renewed_by_their_owner_and_ended_for_others,
     concurrent_creates_of_one_name_create_once,
     concurrent_snapshot_creates_respect_the_limit,
     concurrent_claims_of_one_key_start_once,

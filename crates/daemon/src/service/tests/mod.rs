@@ -80,9 +80,10 @@ impl Harness {
         r
     }
 
-    /// The stored record.
+    /// The stored record, read synchronously (the polling closures are not async).
     fn get(&self, id: Uuid) -> SandboxRecord {
-        self.service.get(WS, id).expect("sandbox exists")
+        let row = self.service.store.blocking().get_sandbox(id).expect("read");
+        row.filter(|r| r.workspace == WS).expect("sandbox exists")
     }
 
     /// Polls until the sandbox has `status`, and returns its record.

@@ -95,7 +95,7 @@ async fn hammer(p: &Pair, rounds: usize) {
         assert_eq!(p.runtime.calls_for(Op::Start, id), 1, "round {round}");
         eventually(
             "the sandbox runs",
-            || matches!(p.a.get(WS, id), Ok(r) if r.status == SandboxStatus::Running),
+            || matches!(p.a.store.blocking().get_sandbox(id).expect("read"), Some(r) if r.status == SandboxStatus::Running),
         )
         .await;
 
@@ -146,13 +146,13 @@ async fn hammer(p: &Pair, rounds: usize) {
             assert_eq!(p.runtime.calls_for(Op::Start, next), 1, "round {round}");
             eventually(
                 "the successor runs",
-                || matches!(p.a.get(WS, next), Ok(r) if r.status == SandboxStatus::Running),
+                || matches!(p.a.store.blocking().get_sandbox(next).expect("read"), Some(r) if r.status == SandboxStatus::Running),
             )
             .await;
             p.b.destroy(WS, next).await.expect("destroy the successor");
             eventually(
                 "the successor is terminated",
-                || matches!(p.a.get(WS, next), Ok(r) if r.status == SandboxStatus::Terminated),
+                || matches!(p.a.store.blocking().get_sandbox(next).expect("read"), Some(r) if r.status == SandboxStatus::Terminated),
             )
             .await;
             assert_eq!(p.runtime.calls_for(Op::Destroy, next), 1, "round {round}");
@@ -161,10 +161,10 @@ async fn hammer(p: &Pair, rounds: usize) {
         // Consistent: the store says TERMINATED and nothing is left on the "host".
         eventually(
             "the sandbox is terminated",
-            || matches!(p.b.get(WS, id), Ok(r) if r.status == SandboxStatus::Terminated),
+            || matches!(p.b.store.blocking().get_sandbox(id).expect("read"), Some(r) if r.status == SandboxStatus::Terminated),
         )
         .await;
-        let end = p.a.get(WS, id).expect("row");
+        let end = p.a.get(WS, id).await.expect("row");
         assert!(end.running_since.is_none(), "round {round}: {end:?}");
         assert_eq!(p.runtime.life(id), None, "round {round}");
         // Each transition reached the runtime once: one destroy for two destroy
@@ -194,9 +194,10 @@ async fn hammer(p: &Pair, rounds: usize) {
         let mut snaps = Vec::new();
         eventually("every snapshot settles", || {
             snaps =
-                p.a.snapshot_list(WS, None, 100, None)
+                p.a.store
+                    .blocking()
+                    .list_snapshots(WS, None, 100, None)
                     .expect("list")
-                    .items
                     .into_iter()
                     .filter(|s| s.source_sandbox == id)
                     .collect();
@@ -281,7 +282,7 @@ async fn a_pause_that_lost_to_a_destroy_answers_wrong_state() {
     }
     eventually(
         "terminated",
-        || matches!(p.a.get(WS, r.id), Ok(s) if s.status == SandboxStatus::Terminated),
+        || matches!(p.a.store.blocking().get_sandbox(r.id).expect("read"), Some(s) if s.status == SandboxStatus::Terminated),
     )
     .await;
     assert_eq!(p.runtime.calls_for(Op::Pause, r.id), 1);
@@ -294,7 +295,7 @@ async fn a_destroy_that_lost_to_a_pause_decides_again_on_the_new_row() {
     let p = sqlite_pair();
     let r = running(&p, "stale-destroy").await;
     // A read the row, then B paused it (two writes) before A wrote its change.
-    let stale = p.a.get(WS, r.id).expect("row");
+    let stale = p.a.get(WS, r.id).await.expect("row");
     let paused = p.b.pause(WS, r.id).await.expect("pause");
     assert_eq!(paused.generation, stale.generation + 2);
     let (row, won) =
@@ -303,6 +304,7 @@ async fn a_destroy_that_lost_to_a_pause_decides_again_on_the_new_row() {
                 r.status = SandboxStatus::Terminating;
             }
         })
+        .await
         .expect("the change is made on the current row");
     assert!(won);
     assert_eq!(row.status, SandboxStatus::Terminating);
@@ -314,6 +316,7 @@ async fn a_destroy_that_lost_to_a_pause_decides_again_on_the_new_row() {
                 r.status = SandboxStatus::Pausing;
             }
         })
+        .await
         .expect("answered");
     assert!(!won, "nothing to pause: {row:?}");
     assert_eq!(row.status, SandboxStatus::Terminating);
@@ -362,18 +365,126 @@ async fn a_snapshot_whose_sandbox_changed_during_the_checkpoint_is_not_ready() {
     })
     .await;
     // Another actor writes the row meanwhile (as one that ignores CREATING would).
-    let mut moved = p.b.get(WS, r.id).expect("row");
+    let mut moved = p.b.get(WS, r.id).await.expect("row");
     moved.error = Some("changed by another actor".into());
     p.b.store
         .update_sandbox(&mut moved)
+        .await
         .expect("compare-and-set on the current row");
     let snap = snap.await.expect("task").expect("snapshot answered");
     let mut settled = None;
     eventually("the snapshot settles", || {
-        settled = p.a.snapshot_get(WS, snap.id).ok();
+        settled = p.a.store.blocking().get_snapshot(snap.id).expect("read");
         matches!(&settled, Some(s) if s.status != SnapshotStatus::Creating)
     })
     .await;
     let settled = settled.expect("snapshot");
     assert_eq!(settled.status, SnapshotStatus::Failed, "{settled:?}");
+}
+
+/// One `Idempotency-Key` claimed through `a` while `b` repeats the request: `b` waits
+/// for a live claim and replays its answer; a claim whose owner stopped renewing its
+/// lease is reported as interrupted, never run again.
+async fn claims_of_a_live_peer_are_waited_for(p: &Pair) {
+    use crate::service::{Claim, ClaimKey};
+    let key = |k: &str| ClaimKey {
+        tenant: WS.to_string(),
+        path: "/v2/sandboxes/x/exec".to_string(),
+        key: k.to_string(),
+    };
+    // A request running in `a`: `b`'s repeat waits for it instead of calling it interrupted.
+    let running = key("running-in-a");
+    assert_eq!(
+        p.a.idempotency_claim(&running, "f").await.expect("claim"),
+        Claim::Run
+    );
+    let (b, repeat_key) = (p.b.clone(), running.clone());
+    let mut repeat = tokio::spawn(async move { b.idempotency_claim(&repeat_key, "f").await });
+    // Without the lease the repeat would answer operation_ambiguous at once; with it, it
+    // waits for as long as the first request runs.
+    let early = tokio::time::timeout(Duration::from_millis(500), &mut repeat).await;
+    assert!(
+        early.is_err(),
+        "the repeat answered while the first request ran: {early:?}"
+    );
+    p.a.idempotency_finish(&running, 200, b"{\"done\":true}")
+        .await;
+    let replayed = tokio::time::timeout(DEADLINE, repeat)
+        .await
+        .expect("the repeat answered")
+        .expect("task")
+        .expect("replay");
+    assert_eq!(replayed, Claim::Replay(200, b"{\"done\":true}".to_vec()));
+
+    // The lease is renewed while `a` runs a request.
+    let renewed = key("renewed-by-a");
+    assert_eq!(
+        p.a.idempotency_claim(&renewed, "f").await.expect("claim"),
+        Claim::Run
+    );
+    let lease = |k: &str| {
+        p.a.store
+            .blocking()
+            .idempotency_get(WS, "/v2/sandboxes/x/exec", k)
+            .expect("read")
+            .expect("claim kept")
+            .lease_until
+    };
+    let first = lease("renewed-by-a");
+    let claimed_at =
+        first - chrono::Duration::from_std(crate::service::CLAIM_LEASE).expect("lease");
+    eventually("the clock moves on", || {
+        chrono::Utc::now() > claimed_at + chrono::Duration::milliseconds(2)
+    })
+    .await;
+    p.a.renew_idempotency_leases().await;
+    assert!(lease("renewed-by-a") > first, "the lease was not renewed");
+
+    // `a` stops (its leases end, as when they run out): `b` says so and runs nothing.
+    let abandoned = key("abandoned-by-a");
+    assert_eq!(
+        p.a.idempotency_claim(&abandoned, "f").await.expect("claim"),
+        Claim::Run
+    );
+    let ended =
+        p.b.store
+            .blocking()
+            .idempotency_abandon_others(p.b.boot_id)
+            .expect("end a's leases");
+    assert_eq!(ended, 2, "a's two unfinished claims");
+    match p.b.idempotency_claim(&abandoned, "f").await {
+        Err(ServiceError::Ambiguous(why)) => assert!(why.contains("interrupted"), "{why}"),
+        other => panic!("an abandoned claim must be ambiguous: {other:?}"),
+    }
+    // `b`'s own claims are not touched by ending the others'.
+    let own = key("own-of-b");
+    assert_eq!(
+        p.b.idempotency_claim(&own, "f").await.expect("claim"),
+        Claim::Run
+    );
+    assert_eq!(
+        p.b.store
+            .blocking()
+            .idempotency_abandon_others(p.b.boot_id)
+            .expect("end others' leases"),
+        0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_of_a_live_peer_are_waited_for_on_sqlite() {
+    claims_of_a_live_peer_are_waited_for(&sqlite_pair()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL; run ./scripts/test"]
+async fn claims_of_a_live_peer_are_waited_for_on_postgresql() {
+    let url = std::env::var("SBX_TEST_DATABASE_URL")
+        .expect("SBX_TEST_DATABASE_URL is not set: run ./scripts/test, which starts PostgreSQL");
+    let db = TestDatabase::create(&url).expect("test database");
+    let db_url = db.url().to_string();
+    let p = Pair::new(move |_| Arc::new(PostgresStore::open(&db_url).expect("open PostgreSQL")));
+    claims_of_a_live_peer_are_waited_for(&p).await;
+    drop(p);
+    drop(db);
 }

@@ -1,0 +1,5 @@
+-- Idempotency claims carry a lease that their owner renews while the request runs.
+-- A claim whose lease ran out was left by a process that stopped mid-request; a claim
+-- with a live lease belongs to a running process (perhaps another sbxd on the same
+-- database) and is waited for. Claims from before this version have no lease (0).
+ALTER TABLE idempotency ADD COLUMN lease_until_ms INTEGER NOT NULL DEFAULT 0;

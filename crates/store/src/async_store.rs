@@ -1,0 +1,288 @@
+//! The store as async code calls it.
+//!
+//! Both backends answer synchronously: SQLite does its I/O on the calling thread, and
+//! the PostgreSQL pool blocks the caller until a worker answers. Called straight from an
+//! async task, either would stall every other task of that runtime thread for as long
+//! as the database takes (a slow disk, a PostgreSQL failover). [`AsyncStore`] runs each
+//! call on Tokio's blocking pool instead, so the runtime keeps serving other requests.
+//! Its methods mirror [`Store`]'s one for one.
+
+use crate::{
+    ApiKeyRecord, CreateOutcome, IdempotencyBegin, IdempotencyRecord, SandboxCursor, SandboxRecord,
+    SecretRecord, SnapshotCreateOutcome, SnapshotRecord, SnapshotStatus, Store, StoreError,
+};
+use chrono::{DateTime, Utc};
+use sbx_api_types::SandboxStatus;
+use std::sync::Arc;
+use uuid::Uuid;
+
+/// A [`Store`] whose calls run off the async runtime's worker threads.
+#[derive(Clone)]
+pub struct AsyncStore {
+    inner: Arc<dyn Store>,
+}
+
+impl AsyncStore {
+    /// Wraps a store.
+    pub fn new(inner: Arc<dyn Store>) -> Self {
+        AsyncStore { inner }
+    }
+
+    /// The synchronous store, for code that is not on the async runtime (start-up,
+    /// blocking tasks, tests).
+    pub fn blocking(&self) -> &Arc<dyn Store> {
+        &self.inner
+    }
+
+    /// See [`Store::is_shared`].
+    pub fn is_shared(&self) -> bool {
+        self.inner.is_shared()
+    }
+
+    /// Runs `f` against the store on the blocking pool: for synchronous code that makes
+    /// several calls (or calls and decides) in one go.
+    pub async fn run<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&dyn Store) -> Result<T, StoreError> + Send + 'static,
+    {
+        let store = Arc::clone(&self.inner);
+        match tokio::task::spawn_blocking(move || f(store.as_ref())).await {
+            Ok(result) => result,
+            // A panic in a backend, or the runtime shutting down: nothing is known to
+            // have been written, and the caller reports it like any database failure.
+            Err(e) => Err(StoreError::Database(Box::new(e))),
+        }
+    }
+
+    /// See [`Store::create_sandbox`].
+    pub async fn create_sandbox(
+        &self,
+        record: &SandboxRecord,
+    ) -> Result<CreateOutcome, StoreError> {
+        let record = record.clone();
+        self.run(move |s| s.create_sandbox(&record)).await
+    }
+
+    /// See [`Store::active_sandbox_named`].
+    pub async fn active_sandbox_named(
+        &self,
+        workspace: &str,
+        name: &str,
+    ) -> Result<Option<SandboxRecord>, StoreError> {
+        let (workspace, name) = (workspace.to_string(), name.to_string());
+        self.run(move |s| s.active_sandbox_named(&workspace, &name))
+            .await
+    }
+
+    /// See [`Store::get_sandbox`].
+    pub async fn get_sandbox(&self, id: Uuid) -> Result<Option<SandboxRecord>, StoreError> {
+        self.run(move |s| s.get_sandbox(id)).await
+    }
+
+    /// See [`Store::update_sandbox`]: on success `record` carries the row's new generation.
+    pub async fn update_sandbox(&self, record: &mut SandboxRecord) -> Result<(), StoreError> {
+        let mut copy = record.clone();
+        let copy = self
+            .run(move |s| s.update_sandbox(&mut copy).map(|()| copy))
+            .await?;
+        *record = copy;
+        Ok(())
+    }
+
+    /// See [`Store::list_sandboxes`].
+    pub async fn list_sandboxes(
+        &self,
+        workspace: &str,
+        limit: u32,
+        after: Option<&SandboxCursor>,
+    ) -> Result<Vec<SandboxRecord>, StoreError> {
+        let (workspace, after) = (workspace.to_string(), after.cloned());
+        self.run(move |s| s.list_sandboxes(&workspace, limit, after.as_ref()))
+            .await
+    }
+
+    /// See [`Store::sandboxes_in_status`].
+    pub async fn sandboxes_in_status(
+        &self,
+        statuses: &[SandboxStatus],
+    ) -> Result<Vec<SandboxRecord>, StoreError> {
+        let statuses = statuses.to_vec();
+        self.run(move |s| s.sandboxes_in_status(&statuses)).await
+    }
+
+    /// See [`Store::create_snapshot`].
+    pub async fn create_snapshot(
+        &self,
+        record: &SnapshotRecord,
+        now: DateTime<Utc>,
+        max_live: u32,
+    ) -> Result<SnapshotCreateOutcome, StoreError> {
+        let record = record.clone();
+        self.run(move |s| s.create_snapshot(&record, now, max_live))
+            .await
+    }
+
+    /// See [`Store::get_snapshot`].
+    pub async fn get_snapshot(&self, id: Uuid) -> Result<Option<SnapshotRecord>, StoreError> {
+        self.run(move |s| s.get_snapshot(id)).await
+    }
+
+    /// See [`Store::update_snapshot`]: on success `record` carries the row's new generation.
+    pub async fn update_snapshot(&self, record: &mut SnapshotRecord) -> Result<(), StoreError> {
+        let mut copy = record.clone();
+        let copy = self
+            .run(move |s| s.update_snapshot(&mut copy).map(|()| copy))
+            .await?;
+        *record = copy;
+        Ok(())
+    }
+
+    /// See [`Store::list_snapshots`].
+    pub async fn list_snapshots(
+        &self,
+        workspace: &str,
+        name: Option<&str>,
+        limit: u32,
+        after: Option<&SandboxCursor>,
+    ) -> Result<Vec<SnapshotRecord>, StoreError> {
+        let (workspace, name, after) = (
+            workspace.to_string(),
+            name.map(str::to_string),
+            after.cloned(),
+        );
+        self.run(move |s| s.list_snapshots(&workspace, name.as_deref(), limit, after.as_ref()))
+            .await
+    }
+
+    /// See [`Store::snapshots_in_status`].
+    pub async fn snapshots_in_status(
+        &self,
+        statuses: &[SnapshotStatus],
+    ) -> Result<Vec<SnapshotRecord>, StoreError> {
+        let statuses = statuses.to_vec();
+        self.run(move |s| s.snapshots_in_status(&statuses)).await
+    }
+
+    /// See [`Store::put_secret`].
+    pub async fn put_secret(&self, record: &SecretRecord) -> Result<(), StoreError> {
+        let record = record.clone();
+        self.run(move |s| s.put_secret(&record)).await
+    }
+
+    /// See [`Store::get_secret`].
+    pub async fn get_secret(
+        &self,
+        workspace: &str,
+        name: &str,
+    ) -> Result<Option<SecretRecord>, StoreError> {
+        let (workspace, name) = (workspace.to_string(), name.to_string());
+        self.run(move |s| s.get_secret(&workspace, &name)).await
+    }
+
+    /// See [`Store::list_secrets`].
+    pub async fn list_secrets(&self, workspace: &str) -> Result<Vec<SecretRecord>, StoreError> {
+        let workspace = workspace.to_string();
+        self.run(move |s| s.list_secrets(&workspace)).await
+    }
+
+    /// See [`Store::delete_secret`].
+    pub async fn delete_secret(&self, workspace: &str, name: &str) -> Result<bool, StoreError> {
+        let (workspace, name) = (workspace.to_string(), name.to_string());
+        self.run(move |s| s.delete_secret(&workspace, &name)).await
+    }
+
+    /// See [`Store::create_api_key`].
+    pub async fn create_api_key(&self, record: &ApiKeyRecord) -> Result<(), StoreError> {
+        let record = record.clone();
+        self.run(move |s| s.create_api_key(&record)).await
+    }
+
+    /// See [`Store::find_api_key`].
+    pub async fn find_api_key(&self, digest: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
+        let digest = digest.to_string();
+        self.run(move |s| s.find_api_key(&digest)).await
+    }
+
+    /// See [`Store::list_api_keys`].
+    pub async fn list_api_keys(&self) -> Result<Vec<ApiKeyRecord>, StoreError> {
+        self.run(|s| s.list_api_keys()).await
+    }
+
+    /// See [`Store::revoke_api_key`].
+    pub async fn revoke_api_key(&self, id: Uuid, now: DateTime<Utc>) -> Result<bool, StoreError> {
+        self.run(move |s| s.revoke_api_key(id, now)).await
+    }
+
+    /// See [`Store::idempotency_begin`].
+    pub async fn idempotency_begin(
+        &self,
+        record: &IdempotencyRecord,
+        now: DateTime<Utc>,
+    ) -> Result<IdempotencyBegin, StoreError> {
+        let record = record.clone();
+        self.run(move |s| s.idempotency_begin(&record, now)).await
+    }
+
+    /// See [`Store::idempotency_get`].
+    pub async fn idempotency_get(
+        &self,
+        tenant: &str,
+        path: &str,
+        key: &str,
+    ) -> Result<Option<IdempotencyRecord>, StoreError> {
+        let (tenant, path, key) = (tenant.to_string(), path.to_string(), key.to_string());
+        self.run(move |s| s.idempotency_get(&tenant, &path, &key))
+            .await
+    }
+
+    /// See [`Store::idempotency_finish`].
+    pub async fn idempotency_finish(
+        &self,
+        tenant: &str,
+        path: &str,
+        key: &str,
+        status: u16,
+        body: &[u8],
+    ) -> Result<(), StoreError> {
+        let (tenant, path, key, body) = (
+            tenant.to_string(),
+            path.to_string(),
+            key.to_string(),
+            body.to_vec(),
+        );
+        self.run(move |s| s.idempotency_finish(&tenant, &path, &key, status, &body))
+            .await
+    }
+
+    /// See [`Store::idempotency_forget`].
+    pub async fn idempotency_forget(
+        &self,
+        tenant: &str,
+        path: &str,
+        key: &str,
+    ) -> Result<(), StoreError> {
+        let (tenant, path, key) = (tenant.to_string(), path.to_string(), key.to_string());
+        self.run(move |s| s.idempotency_forget(&tenant, &path, &key))
+            .await
+    }
+
+    /// See [`Store::idempotency_renew`].
+    pub async fn idempotency_renew(
+        &self,
+        owner: Uuid,
+        until: DateTime<Utc>,
+    ) -> Result<usize, StoreError> {
+        self.run(move |s| s.idempotency_renew(owner, until)).await
+    }
+
+    /// See [`Store::idempotency_abandon_others`].
+    pub async fn idempotency_abandon_others(&self, owner: Uuid) -> Result<usize, StoreError> {
+        self.run(move |s| s.idempotency_abandon_others(owner)).await
+    }
+
+    /// See [`Store::idempotency_expire`].
+    pub async fn idempotency_expire(&self, now: DateTime<Utc>) -> Result<usize, StoreError> {
+        self.run(move |s| s.idempotency_expire(now)).await
+    }
+}
