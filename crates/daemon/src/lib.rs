@@ -4,6 +4,8 @@ pub mod api;
 pub mod config;
 pub mod connect;
 pub mod console;
+pub mod data_dir;
+pub mod migrate_store;
 pub mod network;
 pub mod reaper;
 pub mod runtime;

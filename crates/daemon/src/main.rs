@@ -220,6 +220,34 @@ enum KeysCommand {
     },
 }
 
+/// `sbxd migrate-store`: copies a stopped single node's SQLite store into PostgreSQL.
+#[derive(Parser, Debug)]
+#[command(name = "sbxd migrate-store")]
+struct MigrateStoreArgs {
+    /// Data directory of the node (holds sbx.sqlite); sbxd must not be running on it.
+    #[arg(long)]
+    from: PathBuf,
+    /// PostgreSQL to copy into (as later given to sbxd with --database-url).
+    #[arg(long, env = "SBX_DATABASE_URL", hide_env_values = true)]
+    to: String,
+}
+
+fn migrate_store_main(args: MigrateStoreArgs) -> anyhow::Result<()> {
+    let report = sbx_daemon::migrate_store::migrate(&args.from, &args.to)?;
+    let s = report.store;
+    println!("signing keys: {}", s.api_keys);
+    println!("sandboxes: {}", s.sandboxes);
+    println!("snapshots: {}", s.snapshots);
+    println!("secrets: {}", s.secrets);
+    println!("{}", report.connect);
+    eprintln!(
+        "done: start sbxd with --data-dir {} --database-url {}",
+        args.from.display(),
+        sbx_store::redact_url(&args.to)
+    );
+    Ok(())
+}
+
 /// The sandbox store: PostgreSQL at `database_url` if given, else SQLite at `sqlite_path`.
 ///
 /// A failure names the database (a URL without its password) and why, so that a
@@ -313,6 +341,9 @@ async fn main() -> anyhow::Result<()> {
         let args = KeysArgs::parse_from(std::env::args().skip(1));
         return keys_main(args);
     }
+    if std::env::args().nth(1).as_deref() == Some("migrate-store") {
+        return migrate_store_main(MigrateStoreArgs::parse_from(std::env::args().skip(1)));
+    }
     let args = Args::parse();
     let config = Config {
         listen: args.listen,
@@ -374,6 +405,8 @@ async fn main() -> anyhow::Result<()> {
         .map_err(anyhow::Error::msg)?;
     config.validate()?;
     std::fs::create_dir_all(&config.data_dir).context("creating data dir")?;
+    // Held until sbxd exits: one sbxd per data dir, and no migrate-store under it.
+    let _data_dir_lock = sbx_daemon::data_dir::DataDirLock::acquire(&config.data_dir)?;
     let store = open_store(&config.database_path(), args.database_url.as_deref())?;
     let runtime: Arc<GvisorRuntime> = Arc::new(
         GvisorRuntime::new(GvisorConfig {

@@ -6,6 +6,7 @@
 //! migrations at open and refuse a schema newer than themselves.
 
 mod async_store;
+mod migrate;
 mod postgres;
 mod records;
 mod snapshots;
@@ -13,6 +14,7 @@ mod sqlite;
 mod tenants;
 
 pub use async_store::AsyncStore;
+pub use migrate::{copy_store, Copied, CopyReport};
 pub use postgres::{redact_url, PostgresStore, TestDatabase};
 pub use records::*;
 pub use sqlite::SqliteStore;

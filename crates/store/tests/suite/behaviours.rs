@@ -10,14 +10,16 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use uuid::Uuid;
 
+pub use crate::copying::copy_store_moves_every_row_and_finishes_an_interrupted_copy;
+
 /// Opens another store on the same data.
 pub type Other<'a> = &'a dyn Fn() -> Arc<dyn Store>;
 
-fn at(ms: i64) -> DateTime<Utc> {
+pub(crate) fn at(ms: i64) -> DateTime<Utc> {
     DateTime::from_timestamp_millis(ms).expect("valid time")
 }
 
-fn record(name: &str, created_ms: i64) -> SandboxRecord {
+pub(crate) fn record(name: &str, created_ms: i64) -> SandboxRecord {
     SandboxRecord {
         id: Uuid::new_v4(),
         workspace: "default".into(),
@@ -40,7 +42,7 @@ fn record(name: &str, created_ms: i64) -> SandboxRecord {
     }
 }
 
-fn snapshot(workspace: &str, name: Option<&str>, now: DateTime<Utc>) -> SnapshotRecord {
+pub(crate) fn snapshot(workspace: &str, name: Option<&str>, now: DateTime<Utc>) -> SnapshotRecord {
     SnapshotRecord {
         id: Uuid::new_v4(),
         workspace: workspace.into(),
@@ -64,7 +66,7 @@ fn snapshot(workspace: &str, name: Option<&str>, now: DateTime<Utc>) -> Snapshot
     }
 }
 
-fn key(digest: &str) -> ApiKeyRecord {
+pub(crate) fn key(digest: &str) -> ApiKeyRecord {
     ApiKeyRecord {
         id: Uuid::new_v4(),
         workspace: "acme".into(),

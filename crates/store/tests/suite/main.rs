@@ -5,6 +5,7 @@
 //! sets `SBX_TEST_DATABASE_URL`; each test gets a database of its own.
 
 mod behaviours;
+mod copying;
 
 use sbx_store::{PostgresStore, SqliteStore, Store, TestDatabase};
 
@@ -88,6 +89,7 @@ on_every_backend!(
     concurrent_claims_of_one_key_start_once,
     stale_updates_conflict_and_change_nothing,
     concurrent_updates_of_one_row_let_exactly_one_win,
+    copy_store_moves_every_row_and_finishes_an_interrupted_copy,
 );
 
 mod schema {

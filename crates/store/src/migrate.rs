@@ -1,0 +1,168 @@
+//! Copies one store into another: `sbxd migrate-store` moves a single node's embedded
+//! SQLite into PostgreSQL when it outgrows one machine.
+//!
+//! Rows keep their ids, times and states; the target assigns fresh generations (a
+//! generation only orders writes within one database). A row the target holds already
+//! is left as it is, so a copy interrupted half-way is finished by running it again.
+//! Idempotency claims are not copied: they live for minutes, and a repeat of a request
+//! that ran before the move answers `operation_ambiguous` rather than run twice.
+
+use crate::{CreateOutcome, SnapshotCreateOutcome, SnapshotStatus, Store, StoreError};
+use sbx_api_types::SandboxStatus;
+
+/// Every sandbox status, so that a copy misses none.
+const SANDBOX_STATUSES: [SandboxStatus; 9] = [
+    SandboxStatus::Pending,
+    SandboxStatus::Starting,
+    SandboxStatus::Pausing,
+    SandboxStatus::Running,
+    SandboxStatus::Paused,
+    SandboxStatus::Resuming,
+    SandboxStatus::Terminating,
+    SandboxStatus::Terminated,
+    SandboxStatus::Failed,
+];
+
+/// Every snapshot status.
+const SNAPSHOT_STATUSES: [SnapshotStatus; 6] = [
+    SnapshotStatus::Creating,
+    SnapshotStatus::Ready,
+    SnapshotStatus::Deleting,
+    SnapshotStatus::Deleted,
+    SnapshotStatus::Failed,
+    SnapshotStatus::Lost,
+];
+
+/// Rows of one kind: how many were copied, how many the target held already.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Copied {
+    /// Written to the target.
+    pub copied: usize,
+    /// Present in the target already (an earlier, interrupted run).
+    pub present: usize,
+}
+
+impl Copied {
+    fn count(&mut self, written: bool) {
+        if written {
+            self.copied += 1;
+        } else {
+            self.present += 1;
+        }
+    }
+}
+
+impl std::fmt::Display for Copied {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} copied, {} already there", self.copied, self.present)
+    }
+}
+
+/// What [`copy_store`] did, per kind of row.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct CopyReport {
+    /// Signing keys.
+    pub api_keys: Copied,
+    /// Sandboxes, of every status.
+    pub sandboxes: Copied,
+    /// Snapshots, of every status.
+    pub snapshots: Copied,
+    /// Workspace secrets (their ciphertexts, as stored).
+    pub secrets: Copied,
+}
+
+/// Copies every signing key, sandbox, snapshot and secret of `from` into `to`.
+pub fn copy_store(from: &dyn Store, to: &dyn Store) -> Result<CopyReport, StoreError> {
+    let mut report = CopyReport::default();
+    for key in from.list_api_keys()? {
+        let present = to.find_api_key(&key.digest)?.is_some();
+        if !present {
+            to.create_api_key(&key)?;
+        }
+        report.api_keys.count(!present);
+    }
+    // Oldest first: of two rows with one name, the terminated one goes in before the
+    // active one that took the name over.
+    let mut sandboxes = from.sandboxes_in_status(&SANDBOX_STATUSES)?;
+    sandboxes.sort_by_key(|r| (r.created_at, r.id));
+    for sandbox in sandboxes {
+        if to.get_sandbox(sandbox.id)?.is_some() {
+            report.sandboxes.count(false);
+            continue;
+        }
+        match to.create_sandbox(&sandbox)? {
+            CreateOutcome::Created => report.sandboxes.count(true),
+            CreateOutcome::NameHeld(holder) => {
+                return Err(StoreError::Conflict(
+                    format!(
+                        "the target already has an active sandbox {} named {:?} in workspace {:?}; \
+                         migrate into an empty database",
+                        holder.id, sandbox.name, sandbox.workspace
+                    )
+                    .into(),
+                ))
+            }
+        }
+    }
+    let mut snapshots = from.snapshots_in_status(&SNAPSHOT_STATUSES)?;
+    snapshots.sort_by_key(|r| (r.created_at, r.id));
+    for snapshot in snapshots {
+        if to.get_snapshot(snapshot.id)?.is_some() {
+            report.snapshots.count(false);
+            continue;
+        }
+        // The name and limit checks are the target's own, as of the snapshot's creation:
+        // the source held the same rows, so they pass unless the target is not empty.
+        match to.create_snapshot(&snapshot, snapshot.created_at, 0)? {
+            SnapshotCreateOutcome::Created => {}
+            SnapshotCreateOutcome::NameHeld(holder) => {
+                return Err(StoreError::Conflict(
+                    format!(
+                        "the target already has a live snapshot {} named {:?}; migrate into an empty database",
+                        holder.id, snapshot.name
+                    )
+                    .into(),
+                ))
+            }
+            SnapshotCreateOutcome::LimitReached(n) => {
+                return Err(StoreError::Conflict(
+                    format!("the target refused a snapshot over its limit of {n}").into(),
+                ))
+            }
+        }
+        // create_snapshot writes the row as captured first; its later fields
+        // (status, size, expiry, error) are an update, as they were in the source.
+        let mut written = to.get_snapshot(snapshot.id)?.ok_or(StoreError::NotFound)?;
+        let generation = written.generation;
+        written = crate::SnapshotRecord {
+            generation,
+            ..snapshot
+        };
+        to.update_snapshot(&mut written)?;
+        report.snapshots.count(true);
+    }
+    for secret in all_secrets(from)? {
+        let present = to.get_secret(&secret.workspace, &secret.name)?.is_some();
+        if !present {
+            to.put_secret(&secret)?;
+        }
+        report.secrets.count(!present);
+    }
+    Ok(report)
+}
+
+/// Every secret of every workspace.
+fn all_secrets(from: &dyn Store) -> Result<Vec<crate::SecretRecord>, StoreError> {
+    let mut workspaces = std::collections::BTreeSet::new();
+    for r in from.sandboxes_in_status(&SANDBOX_STATUSES)? {
+        workspaces.insert(r.workspace);
+    }
+    for k in from.list_api_keys()? {
+        workspaces.insert(k.workspace);
+    }
+    let mut out = Vec::new();
+    for w in workspaces {
+        out.extend(from.list_secrets(&w)?);
+    }
+    Ok(out)
+}
