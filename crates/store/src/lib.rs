@@ -11,7 +11,7 @@ mod snapshots;
 mod sqlite;
 mod tenants;
 
-pub use postgres::{redact_url, PostgresStore, TestDatabase};
+pub use postgres::{redact_url, Pool as PostgresPool, PostgresStore, TestDatabase};
 pub use records::*;
 pub use sqlite::SqliteStore;
 
