@@ -77,7 +77,7 @@ impl LogPolicy {
 
 /// Deletes log lines older than the retention; returns how many went.
 pub fn janitor(
-    store: &crate::store::Store,
+    store: &dyn crate::store::Store,
     now: chrono::DateTime<chrono::Utc>,
     retention: std::time::Duration,
 ) -> Result<usize, LogsError> {
@@ -89,6 +89,7 @@ pub fn janitor(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::Runs;
 
     #[test]
     fn records_until_message_too_large_then_stops_once() {
@@ -159,7 +160,7 @@ mod tests {
     #[test]
     fn janitor_deletes_lines_past_retention() {
         let dir = tempfile::tempdir().expect("tmp");
-        let store = crate::store::Store::open(&dir.path().join("c.db")).expect("store");
+        let store = crate::store::SqliteStore::open(&dir.path().join("c.db")).expect("store");
         store
             .insert_log("ws", "r1", Some("c1"), LogLevel::Info, "old")
             .expect("log");

@@ -434,7 +434,13 @@ async fn main() -> anyhow::Result<()> {
     let secrets = SecretBox::load_or_create(&config.secret_key_path())?;
     sbx_daemon::reaper::start();
     let service = Service::new(config.clone(), store, runtime.clone(), secrets);
-    service.set_connect(open_connect(&config, &args.connect, &service, runtime)?);
+    service.set_connect(open_connect(
+        &config,
+        &args.connect,
+        args.database_url.as_deref(),
+        &service,
+        runtime,
+    )?);
     let capacity = service.capacity();
     tracing::info!(
         vcpus = capacity.vcpu_milli as f64 / 1000.0,
@@ -506,11 +512,13 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Opens the Connect runtime: its own database and files under the data dir,
-/// credentials sealed with the secret store's key, jobs in this daemon's sandboxes.
+/// Opens the Connect runtime: its tables in the PostgreSQL of `database_url` (else its own
+/// SQLite file), files under the data dir, credentials sealed with the secret store's key,
+/// jobs in this daemon's sandboxes.
 fn open_connect(
     config: &sbx_daemon::config::Config,
     args: &ConnectArgs,
+    database_url: Option<&str>,
     service: &Arc<Service>,
     runtime: Arc<GvisorRuntime>,
 ) -> anyhow::Result<Arc<sbx_connect::service::ConnectService>> {
@@ -589,6 +597,10 @@ fn open_connect(
             limits,
             broker,
             credential_key: key,
+            database_url: database_url
+                .map(str::trim)
+                .filter(|u| !u.is_empty())
+                .map(str::to_string),
         },
         Arc::new(jobs),
     )

@@ -15,7 +15,7 @@ mod tenants;
 
 pub use async_store::AsyncStore;
 pub use migrate::{copy_store, Copied, CopyReport};
-pub use postgres::{redact_url, PostgresStore, TestDatabase};
+pub use postgres::{redact_url, Pool as PostgresPool, PostgresStore, TestDatabase};
 pub use records::*;
 pub use sqlite::SqliteStore;
 

@@ -3,7 +3,7 @@
 
 use super::{ConnectService, ServiceError, StoreLogs, StoreTokens};
 use crate::broker::BrokerSession;
-use crate::commit::{commit, CommitError, CommitTarget};
+use crate::commit::{CommitError, CommitTarget};
 use crate::job::{drive, JobEnv, JobOutcome, JobSpec};
 use crate::model::{Connection, Definition, FailureCategory, JobKind, Run, SyncMode};
 use crate::sandbox::{JobSandboxRequest, SandboxEnd};
@@ -109,14 +109,13 @@ impl ConnectService {
         );
         // A large commit takes seconds of CPU and disk: keep it off the async workers.
         let joined = tokio::task::spawn_blocking(move || -> Result<u64, CommitError> {
-            let mut conn = store.open_writer()?;
             let target = CommitTarget {
                 workspace: &ws,
                 connection_id: &conn_id,
                 sync: &sync,
                 mode,
             };
-            Ok(commit(&mut conn, target, spool)?.records)
+            Ok(store.commit(target, spool)?.records)
         })
         .await;
         match joined {

@@ -17,7 +17,7 @@ use crate::job::LogSink;
 use crate::limits::Limits;
 use crate::model::{ConnectionStatus, LogLevel};
 use crate::sandbox::JobSandboxes;
-use crate::store::{Store, StoreError};
+use crate::store::{Location, Store, StoreError};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -40,6 +40,9 @@ pub enum ServiceError {
     /// Files under the data directory could not be written or read.
     #[error("connect data directory: {0}")]
     Io(String),
+    /// The database is unreachable or busy: nothing is known to have changed (safe to repeat).
+    #[error("{0}")]
+    Unavailable(String),
     /// The data disk is full: nothing was changed (safe to repeat once space is freed).
     #[error("the data disk is full: {0}")]
     StorageFull(String),
@@ -64,6 +67,9 @@ impl From<StoreError> for ServiceError {
                  free space in the data dir, then retry"
                     .into(),
             ),
+            StoreError::Unavailable(e) => ServiceError::Unavailable(format!(
+                "the Connect database is unavailable, so nothing changed; retry: {e}"
+            )),
             other => ServiceError::Store(other),
         }
     }
@@ -82,6 +88,8 @@ pub enum ErrorClass {
     Upstream,
     /// 503: the data disk is full.
     StorageFull,
+    /// 503: the database is unavailable; retry.
+    Unavailable,
     /// 500.
     Internal,
 }
@@ -96,6 +104,7 @@ impl ServiceError {
             ServiceError::Oauth(crate::oauth::OauthError::Rejected) => ErrorClass::Invalid,
             ServiceError::Oauth(_) => ErrorClass::Upstream,
             ServiceError::StorageFull(_) => ErrorClass::StorageFull,
+            ServiceError::Unavailable(_) => ErrorClass::Unavailable,
             _ => ErrorClass::Internal,
         }
     }
@@ -123,11 +132,14 @@ pub struct ServiceConfig {
     pub broker: BrokerConfig,
     /// 32-byte key for credentials at rest (the daemon's `secret.key`).
     pub credential_key: [u8; 32],
+    /// PostgreSQL for the Connect tables (sbxd's `--database-url`, the main store's
+    /// database); without it, SQLite at `data_dir/connect.db`.
+    pub database_url: Option<String>,
 }
 
 /// The Connect service.
 pub struct ConnectService {
-    store: Arc<Store>,
+    store: Arc<dyn Store>,
     sandboxes: Arc<dyn JobSandboxes>,
     crypto: CredentialBox,
     limits: Limits,
@@ -157,7 +169,11 @@ impl ConnectService {
     ) -> Result<Arc<Self>, ServiceError> {
         config.limits.validate()?;
         std::fs::create_dir_all(&config.data_dir).map_err(|e| io_error(&config.data_dir, e))?;
-        let store = Arc::new(Store::open(&config.data_dir.join("connect.db"))?);
+        let location = match &config.database_url {
+            Some(url) => Location::Postgres(url.clone()),
+            None => Location::Sqlite(config.data_dir.join("connect.db")),
+        };
+        let store = crate::store::open(&location)?;
         let mut broker = config.broker;
         broker.max_response_bytes = config.limits.max_response_bytes;
         let service = ConnectService {
@@ -191,8 +207,8 @@ impl ConnectService {
     }
 
     /// The store (read access for the daemon's own needs).
-    pub fn store(&self) -> &Store {
-        &self.store
+    pub fn store(&self) -> &dyn Store {
+        &*self.store
     }
 
     /// The limits in force.
@@ -202,7 +218,7 @@ impl ConnectService {
 
     /// Deletes log lines past the retention; call periodically.
     pub fn run_janitor(&self, now: chrono::DateTime<chrono::Utc>) -> Result<usize, ServiceError> {
-        crate::logs::janitor(&self.store, now, self.limits.log_retention).map_err(|e| match e {
+        crate::logs::janitor(&*self.store, now, self.limits.log_retention).map_err(|e| match e {
             crate::logs::LogsError::Store(s) => s.into(),
         })
     }
@@ -237,7 +253,7 @@ impl ConnectService {
 
 /// Persists broker token updates for one connection.
 struct StoreTokens {
-    store: Arc<Store>,
+    store: Arc<dyn Store>,
     crypto: CredentialBox,
     workspace: String,
     connection_id: String,
@@ -268,7 +284,7 @@ impl TokenStore for StoreTokens {
 
 /// Writes a run's recorded log lines to the store.
 struct StoreLogs {
-    store: Arc<Store>,
+    store: Arc<dyn Store>,
     workspace: String,
     run_id: String,
     connection_id: Option<String>,

@@ -1,242 +1,146 @@
-//! The Connect database: its own SQLite file (WAL); every query is scoped by workspace.
+//! The Connect database, behind one trait with two backends: embedded SQLite (its own file
+//! in the Connect data dir, WAL) and PostgreSQL (the main store's database, tables prefixed
+//! `connect_`). Every query is scoped by workspace; both backends apply their forward-only
+//! migrations at open and refuse a schema newer than this build.
 
-mod connections;
-mod packages;
-mod records;
-mod runs;
+mod dump;
+mod postgres;
+mod sqlite;
+mod types;
 
-pub use connections::{NewConnection, OauthPending};
-pub use packages::{NewPackageVersion, VersionDeletion};
-pub use runs::NewRun;
+#[cfg(test)]
+mod tests;
 
+pub use dump::{copy_store, Dump};
+pub use postgres::PostgresStore;
+pub use sqlite::SqliteStore;
+pub use types::{
+    CredentialBlob, NewConnection, NewPackageVersion, NewRun, OauthPending, VersionDeletion,
+};
+
+use crate::commit::{CommitError, CommitStats, CommitTarget};
+use crate::model::{
+    Build, BuildStatus, Connection, ConnectionStatus, Definition, FailureCategory, LogLevel,
+    LogLine, Package, PackageVersion, RecordRow, Run,
+};
+use crate::spool::Spool;
 use chrono::{DateTime, Utc};
-use rusqlite::Connection;
-use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::path::PathBuf;
+use std::sync::Arc;
 
-/// Errors of the store.
+/// The boxed cause of a [`StoreError`]: whatever the backend reported.
+pub type Source = sbx_store::Source;
+
+/// Errors of the store. No variant names a backend: each backend's errors become these
+/// (as in `sbx_store::StoreError`), keeping the original as the source.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// The disk holding the database is full (SQLITE_FULL); the write was rolled back whole.
+    /// The disk holding the database is full; the write was rolled back whole.
     #[error("connect database: the disk is full: {0}")]
-    Full(rusqlite::Error),
-    /// SQLite failed.
-    #[error("connect database: {0}")]
-    Sqlite(rusqlite::Error),
-    /// A stored value does not parse.
+    Full(Source),
+    /// The database could not be reached, lost the connection or is busy: nothing is
+    /// known to have changed and the call may be repeated.
+    #[error("connect database is unavailable: {0}")]
+    Unavailable(Source),
+    /// A stored value does not parse, or the database reports damage.
     #[error("connect database holds a bad value: {0}")]
-    Corrupt(String),
+    Corrupt(Source),
     /// The row does not exist (in this workspace).
     #[error("{0} not found")]
     NotFound(&'static str),
     /// The row exists already.
     #[error("{0} exists already")]
     Exists(&'static str),
+    /// Another writer got there first (a unique row the call did not expect).
+    #[error("connect database: conflicting change: {0}")]
+    Conflict(Source),
+    /// The Connect schema was written by a newer sbxd; this one refuses to touch it.
+    #[error("the Connect database schema version {found} is newer than this sbxd ({supported}); upgrade sbxd")]
+    SchemaTooNew {
+        /// Schema version recorded in the database.
+        found: u32,
+        /// Newest schema version this build knows.
+        supported: u32,
+    },
+    /// The database refused or failed an operation for another reason.
+    #[error("connect database: {0}")]
+    Database(Source),
 }
 
+impl StoreError {
+    /// A stored value that does not decode.
+    pub(crate) fn corrupt(what: impl std::fmt::Display) -> Self {
+        StoreError::Corrupt(what.to_string().into())
+    }
+}
+
+impl From<sbx_store::StoreError> for StoreError {
+    fn from(e: sbx_store::StoreError) -> Self {
+        use sbx_store::StoreError as S;
+        match e {
+            S::Full(s) => StoreError::Full(s),
+            S::Unavailable(s) => StoreError::Unavailable(s),
+            S::Conflict(s) => StoreError::Conflict(s),
+            S::Corrupt(s) => StoreError::Corrupt(s),
+            S::SchemaTooNew { found, supported } => StoreError::SchemaTooNew { found, supported },
+            S::Database(s) => StoreError::Database(s),
+            S::NotFound => StoreError::NotFound("row"),
+        }
+    }
+}
+
+// Both backends' errors are classified the way the main store does it.
 impl From<rusqlite::Error> for StoreError {
     fn from(e: rusqlite::Error) -> Self {
-        // A full disk heals once space is freed: the service answers it apart.
-        if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull) {
-            StoreError::Full(e)
-        } else {
-            StoreError::Sqlite(e)
-        }
+        sbx_store::StoreError::from(e).into()
+    }
+}
+
+impl From<::postgres::Error> for StoreError {
+    fn from(e: ::postgres::Error) -> Self {
+        sbx_store::StoreError::from(e).into()
     }
 }
 
 impl From<crate::model::ModelError> for StoreError {
     fn from(e: crate::model::ModelError) -> Self {
-        StoreError::Corrupt(e.to_string())
+        StoreError::Corrupt(Box::new(e))
     }
 }
 
 impl From<serde_json::Error> for StoreError {
     fn from(e: serde_json::Error) -> Self {
-        StoreError::Corrupt(e.to_string())
+        StoreError::Corrupt(Box::new(e))
     }
 }
 
-const MIGRATIONS: &[&str] = &[r#"
-CREATE TABLE packages (
-    workspace TEXT NOT NULL,
-    name TEXT NOT NULL,
-    created_at TEXT NOT NULL,
-    PRIMARY KEY (workspace, name)
-);
-CREATE TABLE package_versions (
-    workspace TEXT NOT NULL,
-    name TEXT NOT NULL,
-    version TEXT NOT NULL,
-    sha256 TEXT NOT NULL,
-    size INTEGER NOT NULL,
-    entry TEXT NOT NULL,
-    created_at TEXT NOT NULL,
-    build_id TEXT,
-    definition TEXT,
-    PRIMARY KEY (workspace, name, version)
-);
-CREATE TABLE builds (
-    id TEXT PRIMARY KEY,
-    workspace TEXT NOT NULL,
-    name TEXT NOT NULL,
-    version TEXT NOT NULL,
-    status TEXT NOT NULL,
-    log TEXT NOT NULL DEFAULT '',
-    artifact_dir TEXT,
-    failure TEXT,
-    created_at TEXT NOT NULL,
-    finished_at TEXT
-);
-CREATE INDEX builds_by_version ON builds (workspace, name, version, created_at);
-CREATE TABLE connections (
-    id TEXT PRIMARY KEY,
-    workspace TEXT NOT NULL,
-    name TEXT NOT NULL,
-    package TEXT NOT NULL,
-    version TEXT NOT NULL,
-    config TEXT NOT NULL,
-    origin TEXT NOT NULL,
-    auth_kind TEXT NOT NULL,
-    credentials BLOB NOT NULL,
-    status TEXT NOT NULL,
-    schedule_secs INTEGER,
-    created_at TEXT NOT NULL,
-    updated_at TEXT NOT NULL
-);
-CREATE INDEX connections_by_workspace ON connections (workspace, created_at);
-CREATE TABLE oauth_pending (
-    state TEXT PRIMARY KEY,
-    workspace TEXT NOT NULL,
-    connection_id TEXT NOT NULL,
-    verifier TEXT NOT NULL,
-    redirect_uri TEXT NOT NULL,
-    created_at TEXT NOT NULL
-);
-CREATE TABLE runs (
-    id TEXT PRIMARY KEY,
-    workspace TEXT NOT NULL,
-    connection_id TEXT,
-    package TEXT NOT NULL,
-    version TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    sync TEXT,
-    status TEXT NOT NULL,
-    attempt INTEGER NOT NULL DEFAULT 0,
-    created_at TEXT NOT NULL,
-    started_at TEXT,
-    finished_at TEXT,
-    records_committed INTEGER NOT NULL DEFAULT 0,
-    failure_category TEXT,
-    failure_kind TEXT,
-    result TEXT
-);
-CREATE INDEX runs_by_connection ON runs (workspace, connection_id, created_at);
-CREATE INDEX runs_by_status ON runs (status);
-CREATE TABLE logs (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    workspace TEXT NOT NULL,
-    run_id TEXT NOT NULL,
-    connection_id TEXT,
-    ts TEXT NOT NULL,
-    level TEXT NOT NULL,
-    message TEXT NOT NULL
-);
-CREATE INDEX logs_by_run ON logs (workspace, run_id, id);
-CREATE INDEX logs_by_connection ON logs (workspace, connection_id, id);
-CREATE INDEX logs_by_ts ON logs (ts);
-CREATE TABLE sync_state (
-    id INTEGER PRIMARY KEY,
-    workspace TEXT NOT NULL,
-    connection_id TEXT NOT NULL,
-    sync TEXT NOT NULL,
-    checkpoint TEXT,
-    updated_at TEXT NOT NULL,
-    UNIQUE (workspace, connection_id, sync)
-);
-CREATE TABLE records (
-    seq INTEGER PRIMARY KEY,
-    dataset INTEGER NOT NULL,
-    key TEXT,
-    data TEXT NOT NULL
-);
-CREATE INDEX records_by_dataset ON records (dataset, seq);
-CREATE UNIQUE INDEX records_by_key ON records (dataset, key) WHERE key IS NOT NULL;
-"#];
+/// Where the Connect store lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    /// A SQLite file (created if missing).
+    Sqlite(PathBuf),
+    /// A PostgreSQL database (`postgres://…` or `key=value` form).
+    Postgres(String),
+}
 
-/// Formats a time the way the store keeps it (sortable as text).
+/// Opens the store at `location`, applying migrations.
+pub fn open(location: &Location) -> Result<Arc<dyn Store>, StoreError> {
+    Ok(match location {
+        Location::Sqlite(path) => Arc::new(SqliteStore::open(path)?),
+        Location::Postgres(url) => Arc::new(PostgresStore::open(url)?),
+    })
+}
+
+/// Formats a time the way the model shows it (RFC 3339, milliseconds, `Z`).
 pub fn ts(t: DateTime<Utc>) -> String {
     t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
 }
 
-/// Parses a stored time.
-pub fn parse_ts(s: &str) -> Result<DateTime<Utc>, StoreError> {
-    DateTime::parse_from_rfc3339(s)
-        .map(|t| t.with_timezone(&Utc))
-        .map_err(|e| StoreError::Corrupt(format!("time {s:?}: {e}")))
-}
-
-/// The Connect store.
-pub struct Store {
-    path: PathBuf,
-    conn: Mutex<Connection>,
-}
-
-impl std::fmt::Debug for Store {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store").field("path", &self.path).finish()
-    }
-}
-
-fn open_connection(path: &Path) -> Result<Connection, StoreError> {
-    let conn = Connection::open(path)?;
-    conn.pragma_update(None, "journal_mode", "WAL")?;
-    // WAL + NORMAL is durable against process crashes; a power loss may drop the last commit,
-    // which a sync then redoes from the older checkpoint.
-    conn.pragma_update(None, "synchronous", "NORMAL")?;
-    conn.busy_timeout(std::time::Duration::from_secs(30))?;
-    Ok(conn)
-}
-
-impl Store {
-    /// Opens (creating if needed) the database file and applies migrations.
-    pub fn open(path: &Path) -> Result<Self, StoreError> {
-        let mut conn = open_connection(path)?;
-        let version: usize = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-        if version > MIGRATIONS.len() {
-            return Err(StoreError::Corrupt(format!(
-                "connect schema version {version} is newer than this sbxd ({})",
-                MIGRATIONS.len()
-            )));
-        }
-        for (i, sql) in MIGRATIONS.iter().enumerate().skip(version) {
-            let tx = conn.transaction()?;
-            tx.execute_batch(sql)?;
-            tx.pragma_update(None, "user_version", i + 1)?;
-            tx.commit()?;
-        }
-        Ok(Store {
-            path: path.to_path_buf(),
-            conn: Mutex::new(conn),
-        })
-    }
-
-    /// A separate connection for long writes (a sync commit), so reads are not blocked behind it.
-    pub fn open_writer(&self) -> Result<Connection, StoreError> {
-        open_connection(&self.path)
-    }
-
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Connection> {
-        // A panic while holding the lock cannot leave a half-written row (SQLite rolls the
-        // open transaction back), so a poisoned lock is still usable.
-        self.conn.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Deletes log lines recorded before `cutoff`.
-    pub fn delete_logs_before(&self, cutoff: DateTime<Utc>) -> Result<usize, StoreError> {
-        let conn = self.lock();
-        Ok(conn.execute("DELETE FROM logs WHERE ts < ?1", [ts(cutoff)])?)
-    }
+/// The model's text of a time stored as milliseconds since the epoch.
+pub(crate) fn ms_text(ms: i64) -> Result<String, StoreError> {
+    DateTime::<Utc>::from_timestamp_millis(ms)
+        .map(ts)
+        .ok_or_else(|| StoreError::corrupt(format!("time {ms} ms is out of range")))
 }
 
 pub(crate) fn opt_json(text: Option<String>) -> Result<Option<serde_json::Value>, StoreError> {
@@ -244,4 +148,263 @@ pub(crate) fn opt_json(text: Option<String>) -> Result<Option<serde_json::Value>
         None => Ok(None),
         Some(t) => Ok(Some(serde_json::from_str(&t)?)),
     }
+}
+
+/// The Connect store: packages, connections, runs, records, and what moves them between stores.
+pub trait Store: Packages + Connections + Runs + Records + Send + Sync {
+    /// Every row, for [`copy_store`].
+    fn export(&self) -> Result<Dump, StoreError>;
+    /// Writes every row of `dump` in one transaction; `Conflict` (nothing written) unless
+    /// this store holds no Connect row yet.
+    fn import(&self, dump: &Dump) -> Result<(), StoreError>;
+}
+
+/// Packages, versions and builds.
+pub trait Packages {
+    /// Inserts a version (and its package row). Fails with `Exists` when the version exists.
+    fn insert_package_version(
+        &self,
+        workspace: &str,
+        v: &NewPackageVersion,
+    ) -> Result<PackageVersion, StoreError>;
+    /// One version.
+    fn get_package_version(
+        &self,
+        workspace: &str,
+        name: &str,
+        version: &str,
+    ) -> Result<PackageVersion, StoreError>;
+    /// All packages with their versions.
+    fn list_packages(&self, workspace: &str) -> Result<Vec<Package>, StoreError>;
+    /// All versions of a package, oldest first.
+    fn list_package_versions(
+        &self,
+        workspace: &str,
+        name: &str,
+    ) -> Result<Vec<PackageVersion>, StoreError>;
+    /// Deletes a version with its builds, unless a connection uses it or a build of it is going
+    /// (checked in the same transaction, so a connection created meanwhile cannot lose it).
+    fn delete_package_version(
+        &self,
+        workspace: &str,
+        name: &str,
+        version: &str,
+    ) -> Result<VersionDeletion, StoreError>;
+    /// Records a successful build and its definition on the version; a version's definition
+    /// is immutable (`Exists` when a rebuild describes another one).
+    fn set_version_build(
+        &self,
+        workspace: &str,
+        name: &str,
+        version: &str,
+        build_id: &str,
+        definition: &Definition,
+    ) -> Result<(), StoreError>;
+    /// Creates a queued build.
+    fn insert_build(&self, workspace: &str, name: &str, version: &str)
+        -> Result<Build, StoreError>;
+    /// Updates a build's status, log, artifact and failure.
+    fn update_build(
+        &self,
+        workspace: &str,
+        id: &str,
+        status: BuildStatus,
+        log: &str,
+        artifact_dir: Option<&str>,
+        failure: Option<&str>,
+    ) -> Result<(), StoreError>;
+    /// One build.
+    fn get_build(&self, workspace: &str, id: &str) -> Result<Build, StoreError>;
+    /// Builds of a package version, newest first.
+    fn list_builds(
+        &self,
+        workspace: &str,
+        name: &str,
+        version: &str,
+    ) -> Result<Vec<Build>, StoreError>;
+    /// Marks builds left queued or running by a previous daemon as failed; returns how many.
+    fn fail_unfinished_builds(&self) -> Result<usize, StoreError>;
+}
+
+/// Connections, their sealed credentials and pending OAuth sign-ins.
+pub trait Connections {
+    /// Inserts a connection with the id and sealed credentials the caller made.
+    fn insert_connection(
+        &self,
+        workspace: &str,
+        id: &str,
+        c: &NewConnection,
+        credentials: &[u8],
+    ) -> Result<Connection, StoreError>;
+    /// One connection.
+    fn get_connection(&self, workspace: &str, id: &str) -> Result<Connection, StoreError>;
+    /// A connection's sealed credentials.
+    fn get_connection_credentials(&self, workspace: &str, id: &str) -> Result<Vec<u8>, StoreError>;
+    /// All connections of a workspace, oldest first.
+    fn list_connections(&self, workspace: &str) -> Result<Vec<Connection>, StoreError>;
+    /// Active connections with a schedule, across workspaces: (workspace, connection).
+    fn list_scheduled_connections(&self) -> Result<Vec<(String, Connection)>, StoreError>;
+    /// Replaces the editable fields of a connection.
+    fn update_connection(
+        &self,
+        workspace: &str,
+        id: &str,
+        name: &str,
+        config: &serde_json::Value,
+        status: ConnectionStatus,
+        schedule_interval_seconds: Option<u64>,
+    ) -> Result<Connection, StoreError>;
+    /// Moves a connection to another version of its package with the config validated for it;
+    /// committed records and checkpoints stay (they are kept per connection and sync name).
+    fn set_connection_version(
+        &self,
+        workspace: &str,
+        id: &str,
+        version: &str,
+        config: &serde_json::Value,
+    ) -> Result<(), StoreError>;
+    /// Names of the connection's syncs that committed at least once (records or checkpoint).
+    fn committed_syncs(
+        &self,
+        workspace: &str,
+        connection_id: &str,
+    ) -> Result<Vec<String>, StoreError>;
+    /// Sets a connection's status.
+    fn set_connection_status(
+        &self,
+        workspace: &str,
+        id: &str,
+        status: ConnectionStatus,
+    ) -> Result<(), StoreError>;
+    /// Replaces a connection's sealed credentials, optionally setting the status too.
+    fn set_connection_credentials(
+        &self,
+        workspace: &str,
+        id: &str,
+        credentials: &[u8],
+        status: Option<ConnectionStatus>,
+    ) -> Result<(), StoreError>;
+    /// Every connection's sealed credentials across workspaces (key rotation), by id.
+    fn credential_blobs(&self) -> Result<Vec<CredentialBlob>, StoreError>;
+    /// Writes `new` as a connection's credentials only if the stored blob is still `old`
+    /// (compare-and-set: a token refresh meanwhile wins); whether it wrote.
+    fn replace_credentials(
+        &self,
+        workspace: &str,
+        id: &str,
+        old: &[u8],
+        new: &[u8],
+    ) -> Result<bool, StoreError>;
+    /// Deletes a connection with its committed data, checkpoints, pending sign-ins, runs and logs.
+    fn delete_connection(&self, workspace: &str, id: &str) -> Result<(), StoreError>;
+    /// Stores a pending OAuth sign-in under its state.
+    fn insert_oauth_pending(
+        &self,
+        workspace: &str,
+        state: &str,
+        p: &OauthPending,
+    ) -> Result<(), StoreError>;
+    /// Takes (reads and deletes) a pending sign-in: a state works once.
+    fn take_oauth_pending(&self, workspace: &str, state: &str) -> Result<OauthPending, StoreError>;
+}
+
+/// Runs and their log lines.
+pub trait Runs {
+    /// Inserts a queued run.
+    fn insert_run(&self, workspace: &str, r: &NewRun) -> Result<Run, StoreError>;
+    /// One run.
+    fn get_run(&self, workspace: &str, id: &str) -> Result<Run, StoreError>;
+    /// The JSON result of a finished run (describe and OAuth hooks).
+    fn get_run_result(
+        &self,
+        workspace: &str,
+        id: &str,
+    ) -> Result<Option<serde_json::Value>, StoreError>;
+    /// Runs of a connection, newest first; `before` is the id of the last run of the previous page.
+    fn list_runs(
+        &self,
+        workspace: &str,
+        connection_id: &str,
+        before: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<Run>, StoreError>;
+    /// Marks a run running for this attempt.
+    fn start_run(&self, workspace: &str, id: &str, attempt: u32) -> Result<(), StoreError>;
+    /// Marks a run succeeded.
+    fn succeed_run(
+        &self,
+        workspace: &str,
+        id: &str,
+        records_committed: u64,
+        result: Option<&serde_json::Value>,
+    ) -> Result<(), StoreError>;
+    /// Marks a run failed with a category and a short kind word.
+    fn fail_run(
+        &self,
+        workspace: &str,
+        id: &str,
+        category: FailureCategory,
+        kind: &str,
+    ) -> Result<(), StoreError>;
+    /// Marks runs left queued or running by a previous daemon as failed/platform; returns them.
+    fn fail_unfinished_runs(&self) -> Result<Vec<String>, StoreError>;
+    /// Creation time of the latest sync run of a connection's sync (any status).
+    fn last_sync_run_at(
+        &self,
+        workspace: &str,
+        connection_id: &str,
+        sync: &str,
+    ) -> Result<Option<DateTime<Utc>>, StoreError>;
+    /// Records one log line.
+    fn insert_log(
+        &self,
+        workspace: &str,
+        run_id: &str,
+        connection_id: Option<&str>,
+        level: LogLevel,
+        message: &str,
+    ) -> Result<(), StoreError>;
+    /// Log lines of a run (when `run_id` is set) or of a connection, oldest first, after the cursor id.
+    fn list_logs(
+        &self,
+        workspace: &str,
+        connection_id: Option<&str>,
+        run_id: Option<&str>,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<LogLine>, StoreError>;
+    /// Deletes log lines recorded before `cutoff`.
+    fn delete_logs_before(&self, cutoff: DateTime<Utc>) -> Result<usize, StoreError>;
+}
+
+/// Committed sync state: the all-or-nothing commit, checkpoints and the records read API.
+pub trait Records {
+    /// Commits a finished spool in ONE transaction: append inserts; merge upserts by key (the
+    /// newer record gets a new seq); replace deletes the dataset's rows and inserts the new
+    /// ones; the last checkpoint is stored with them. The spool is consumed (its file is
+    /// deleted) whatever happens.
+    fn commit(&self, target: CommitTarget<'_>, spool: Spool) -> Result<CommitStats, CommitError>;
+    /// The last committed checkpoint of a connection's sync.
+    fn get_checkpoint(
+        &self,
+        workspace: &str,
+        connection_id: &str,
+        sync: &str,
+    ) -> Result<Option<serde_json::Value>, StoreError>;
+    /// Committed records of a connection's sync with `seq > after`, in seq order.
+    fn read_records(
+        &self,
+        workspace: &str,
+        connection_id: &str,
+        sync: &str,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<RecordRow>, StoreError>;
+    /// Number of committed records of a connection's sync.
+    fn count_records(
+        &self,
+        workspace: &str,
+        connection_id: &str,
+        sync: &str,
+    ) -> Result<u64, StoreError>;
 }

@@ -230,6 +230,7 @@ pub fn open(
         limits: Limits::default(),
         broker,
         credential_key: KEY,
+        database_url: None,
     };
     ConnectService::open(config, fake).expect("open")
 }

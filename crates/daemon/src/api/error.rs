@@ -123,6 +123,9 @@ impl ApiError {
             ErrorCode::InternalError => tracing::error!(error = %e, "connect internal error"),
             ErrorCode::ConnectOauthFailed => tracing::warn!(error = %e, "connect OAuth failed"),
             ErrorCode::StorageFull => tracing::warn!(error = %e, "connect: data disk full"),
+            ErrorCode::ComputeUnavailable => {
+                tracing::warn!(error = %e, "connect: database unavailable")
+            }
             _ => tracing::debug!(error = %e, "connect request refused"),
         }
         ApiError::new(code, message.unwrap_or_else(|| e.to_string()))
@@ -153,6 +156,11 @@ fn connect_code(op: ConnectOp, e: &ConnectError) -> (ErrorCode, Option<String>) 
         (ErrorClass::StorageFull, _) => (
             ErrorCode::StorageFull,
             Some("the data disk is full: the Connect runtime could not record the change, so nothing changed; free space in the data dir, then retry".into()),
+        ),
+        // As the sandbox API answers a store that is down: 503, retryable.
+        (ErrorClass::Unavailable, _) => (
+            ErrorCode::ComputeUnavailable,
+            Some("the Connect database is unavailable, so nothing changed; retry".into()),
         ),
         (ErrorClass::Internal, _) => (
             ErrorCode::InternalError,
@@ -298,6 +306,14 @@ mod tests {
             (a.code.as_str(), a.code.http_status()),
             ("storage_full", 503)
         );
+    }
+
+    #[test]
+    fn an_unreachable_connect_database_is_a_retryable_503() {
+        let e = sbx_connect::store::StoreError::Unavailable("connection refused".into());
+        let (c, status, message) = code(ConnectOp::Other, ConnectError::from(e));
+        assert_eq!((c, status), ("compute_unavailable", 503));
+        assert!(message.contains("retry"), "{message}");
     }
 
     #[test]

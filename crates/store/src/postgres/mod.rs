@@ -11,10 +11,10 @@ mod rows;
 mod store;
 mod testing;
 
+pub use pool::Pool;
 pub use testing::TestDatabase;
 
 use crate::StoreError;
-use pool::Pool;
 use postgres::error::SqlState;
 
 /// Schema versions, applied in order at open; `schema_version` records each one.

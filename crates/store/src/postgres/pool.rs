@@ -42,13 +42,13 @@ fn connect_error(e: postgres::Error) -> StoreError {
 }
 
 /// Hands jobs to the worker threads and waits for their answers.
-pub(super) struct Pool {
+pub struct Pool {
     jobs: Mutex<mpsc::Sender<Job>>,
 }
 
 impl Pool {
     /// Starts `size` workers; none connects until it gets a job.
-    pub(super) fn new(config: Config, size: usize) -> Pool {
+    pub fn new(config: Config, size: usize) -> Pool {
         let (tx, rx) = mpsc::channel::<Job>();
         let rx = Arc::new(Mutex::new(rx));
         for i in 0..size.max(1) {
@@ -81,7 +81,7 @@ impl Pool {
     }
 
     /// Runs `f` on a connection and waits for its result.
-    pub(super) fn run<T, F>(&self, f: F) -> Result<T, StoreError>
+    pub fn run<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&mut Client) -> Result<T, StoreError> + Send + 'static,

@@ -1,41 +1,9 @@
-//! Connections, their encrypted credentials and pending OAuth sign-ins.
+//! Connections, their sealed credentials and pending OAuth sign-ins.
 
-use super::{ts, Store, StoreError};
+use super::{now_ms, time, SqliteStore};
 use crate::model::{AuthKind, Connection, ConnectionStatus};
-use chrono::Utc;
+use crate::store::{CredentialBlob, NewConnection, OauthPending, StoreError};
 use rusqlite::{params, OptionalExtension, Row};
-
-/// A connection to insert.
-#[derive(Debug, Clone)]
-pub struct NewConnection {
-    /// Display name.
-    pub name: String,
-    /// Package name.
-    pub package: String,
-    /// Version.
-    pub version: String,
-    /// Validated config.
-    pub config: serde_json::Value,
-    /// Normalized origin.
-    pub origin: String,
-    /// Auth kind.
-    pub auth_kind: AuthKind,
-    /// Initial status.
-    pub status: ConnectionStatus,
-    /// Schedule interval, seconds.
-    pub schedule_interval_seconds: Option<u64>,
-}
-
-/// A pending OAuth sign-in (by `state`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OauthPending {
-    /// Connection id.
-    pub connection_id: String,
-    /// PKCE verifier.
-    pub verifier: String,
-    /// Redirect URI given at start (must be repeated in the code exchange).
-    pub redirect_uri: String,
-}
 
 const COLUMNS: &str = "id, name, package, version, config, origin, auth_kind, status, schedule_secs, created_at, updated_at";
 
@@ -54,8 +22,8 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<RawConnection> {
             auth_kind: AuthKind::None,
             status: ConnectionStatus::Disabled,
             schedule_interval_seconds: schedule.map(|s| s.max(0) as u64),
-            created_at: row.get(9)?,
-            updated_at: row.get(10)?,
+            created_at: time(row, 9)?,
+            updated_at: time(row, 10)?,
         },
         row.get(4)?,
         row.get(6)?,
@@ -70,16 +38,15 @@ fn finish((mut c, config, auth, status): RawConnection) -> Result<Connection, St
     Ok(c)
 }
 
-impl Store {
-    /// Inserts a connection with the id and sealed credentials the caller made.
-    pub fn insert_connection(
+impl super::super::Connections for SqliteStore {
+    fn insert_connection(
         &self,
         workspace: &str,
         id: &str,
         c: &NewConnection,
         credentials: &[u8],
     ) -> Result<Connection, StoreError> {
-        let now = ts(Utc::now());
+        let now = now_ms();
         let conn = self.lock();
         conn.execute(
             &format!("INSERT INTO connections ({COLUMNS}, workspace, credentials) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11, ?12)"),
@@ -102,8 +69,7 @@ impl Store {
         self.get_connection(workspace, id)
     }
 
-    /// One connection.
-    pub fn get_connection(&self, workspace: &str, id: &str) -> Result<Connection, StoreError> {
+    fn get_connection(&self, workspace: &str, id: &str) -> Result<Connection, StoreError> {
         let conn = self.lock();
         let row = conn
             .query_row(
@@ -116,12 +82,7 @@ impl Store {
         finish(row)
     }
 
-    /// A connection's sealed credentials.
-    pub fn get_connection_credentials(
-        &self,
-        workspace: &str,
-        id: &str,
-    ) -> Result<Vec<u8>, StoreError> {
+    fn get_connection_credentials(&self, workspace: &str, id: &str) -> Result<Vec<u8>, StoreError> {
         let conn = self.lock();
         conn.query_row(
             "SELECT credentials FROM connections WHERE workspace = ?1 AND id = ?2",
@@ -132,8 +93,7 @@ impl Store {
         .ok_or(StoreError::NotFound("connection"))
     }
 
-    /// All connections of a workspace, oldest first.
-    pub fn list_connections(&self, workspace: &str) -> Result<Vec<Connection>, StoreError> {
+    fn list_connections(&self, workspace: &str) -> Result<Vec<Connection>, StoreError> {
         let conn = self.lock();
         let mut stmt = conn.prepare(&format!(
             "SELECT {COLUMNS} FROM connections WHERE workspace = ?1 ORDER BY created_at, id"
@@ -142,8 +102,7 @@ impl Store {
         rows.map(|r| finish(r?)).collect()
     }
 
-    /// Active connections with a schedule, across workspaces: (workspace, connection).
-    pub fn list_scheduled_connections(&self) -> Result<Vec<(String, Connection)>, StoreError> {
+    fn list_scheduled_connections(&self) -> Result<Vec<(String, Connection)>, StoreError> {
         let conn = self.lock();
         let mut stmt = conn.prepare(&format!(
             "SELECT {COLUMNS}, workspace FROM connections WHERE status = 'active' AND schedule_secs IS NOT NULL ORDER BY id"
@@ -156,8 +115,7 @@ impl Store {
         .collect()
     }
 
-    /// Replaces the editable fields of a connection.
-    pub fn update_connection(
+    fn update_connection(
         &self,
         workspace: &str,
         id: &str,
@@ -177,7 +135,7 @@ impl Store {
                 serde_json::to_string(config)?,
                 status.as_str(),
                 schedule_interval_seconds.map(|s| s as i64),
-                ts(Utc::now())
+                now_ms()
             ],
         )?;
         drop(conn);
@@ -187,9 +145,7 @@ impl Store {
         self.get_connection(workspace, id)
     }
 
-    /// Moves a connection to another version of its package with the config validated for it;
-    /// committed records and checkpoints stay (they are kept per connection and sync name).
-    pub fn set_connection_version(
+    fn set_connection_version(
         &self,
         workspace: &str,
         id: &str,
@@ -205,7 +161,7 @@ impl Store {
                 id,
                 version,
                 serde_json::to_string(config)?,
-                ts(Utc::now())
+                now_ms()
             ],
         )?;
         if n == 0 {
@@ -214,8 +170,7 @@ impl Store {
         Ok(())
     }
 
-    /// Names of the connection's syncs that committed at least once (records or checkpoint).
-    pub fn committed_syncs(
+    fn committed_syncs(
         &self,
         workspace: &str,
         connection_id: &str,
@@ -228,8 +183,7 @@ impl Store {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    /// Sets a connection's status.
-    pub fn set_connection_status(
+    fn set_connection_status(
         &self,
         workspace: &str,
         id: &str,
@@ -238,7 +192,7 @@ impl Store {
         let conn = self.lock();
         let n = conn.execute(
             "UPDATE connections SET status = ?3, updated_at = ?4 WHERE workspace = ?1 AND id = ?2",
-            params![workspace, id, status.as_str(), ts(Utc::now())],
+            params![workspace, id, status.as_str(), now_ms()],
         )?;
         if n == 0 {
             return Err(StoreError::NotFound("connection"));
@@ -246,8 +200,7 @@ impl Store {
         Ok(())
     }
 
-    /// Replaces a connection's sealed credentials, optionally setting the status too.
-    pub fn set_connection_credentials(
+    fn set_connection_credentials(
         &self,
         workspace: &str,
         id: &str,
@@ -258,7 +211,7 @@ impl Store {
         let n = conn.execute(
             "UPDATE connections SET credentials = ?3, status = COALESCE(?4, status), updated_at = ?5
              WHERE workspace = ?1 AND id = ?2",
-            params![workspace, id, credentials, status.map(|s| s.as_str()), ts(Utc::now())],
+            params![workspace, id, credentials, status.map(|s| s.as_str()), now_ms()],
         )?;
         if n == 0 {
             return Err(StoreError::NotFound("connection"));
@@ -266,8 +219,37 @@ impl Store {
         Ok(())
     }
 
-    /// Deletes a connection with its committed data, checkpoints, pending sign-ins, runs and logs.
-    pub fn delete_connection(&self, workspace: &str, id: &str) -> Result<(), StoreError> {
+    fn credential_blobs(&self) -> Result<Vec<CredentialBlob>, StoreError> {
+        let conn = self.lock();
+        let mut stmt =
+            conn.prepare("SELECT workspace, id, credentials FROM connections ORDER BY id")?;
+        let rows = stmt.query_map([], |r| {
+            Ok(CredentialBlob {
+                workspace: r.get(0)?,
+                connection_id: r.get(1)?,
+                blob: r.get(2)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn replace_credentials(
+        &self,
+        workspace: &str,
+        id: &str,
+        old: &[u8],
+        new: &[u8],
+    ) -> Result<bool, StoreError> {
+        let conn = self.lock();
+        let n = conn.execute(
+            "UPDATE connections SET credentials = ?4
+             WHERE workspace = ?1 AND id = ?2 AND credentials = ?3",
+            params![workspace, id, old, new],
+        )?;
+        Ok(n == 1)
+    }
+
+    fn delete_connection(&self, workspace: &str, id: &str) -> Result<(), StoreError> {
         let mut conn = self.lock();
         let tx = conn.transaction()?;
         let n = tx.execute(
@@ -302,8 +284,7 @@ impl Store {
         Ok(())
     }
 
-    /// Stores a pending OAuth sign-in under its state.
-    pub fn insert_oauth_pending(
+    fn insert_oauth_pending(
         &self,
         workspace: &str,
         state: &str,
@@ -313,17 +294,12 @@ impl Store {
         conn.execute(
             "INSERT INTO oauth_pending (state, workspace, connection_id, verifier, redirect_uri, created_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![state, workspace, p.connection_id, p.verifier, p.redirect_uri, ts(Utc::now())],
+            params![state, workspace, p.connection_id, p.verifier, p.redirect_uri, now_ms()],
         )?;
         Ok(())
     }
 
-    /// Takes (reads and deletes) a pending sign-in: a state works once.
-    pub fn take_oauth_pending(
-        &self,
-        workspace: &str,
-        state: &str,
-    ) -> Result<OauthPending, StoreError> {
+    fn take_oauth_pending(&self, workspace: &str, state: &str) -> Result<OauthPending, StoreError> {
         let mut conn = self.lock();
         let tx = conn.transaction()?;
         let p = tx

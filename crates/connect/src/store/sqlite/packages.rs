@@ -1,38 +1,9 @@
 //! Packages, versions and builds.
 
-use super::{ts, Store, StoreError};
+use super::{now_ms, opt_time, time, SqliteStore};
 use crate::model::{Build, BuildStatus, Definition, Package, PackageVersion};
-use chrono::Utc;
+use crate::store::{NewPackageVersion, StoreError, VersionDeletion};
 use rusqlite::{params, OptionalExtension, Row};
-
-/// What deleting a package version did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum VersionDeletion {
-    /// The version, its builds and (if it was its last version) the package are gone.
-    Deleted {
-        /// Ids of the deleted builds (their artifact directories can go).
-        build_ids: Vec<String>,
-    },
-    /// Nothing changed: these connections use the version.
-    UsedBy(Vec<String>),
-    /// Nothing changed: a build of the version is queued or running.
-    Building,
-}
-
-/// A version to insert.
-#[derive(Debug, Clone)]
-pub struct NewPackageVersion {
-    /// Package name.
-    pub name: String,
-    /// Version.
-    pub version: String,
-    /// Hex sha256 of the tarball.
-    pub sha256: String,
-    /// Tarball bytes.
-    pub size: u64,
-    /// Entry module path inside the package.
-    pub entry: String,
-}
 
 fn version_from_row(row: &Row<'_>) -> rusqlite::Result<(PackageVersion, Option<String>)> {
     Ok((
@@ -42,7 +13,7 @@ fn version_from_row(row: &Row<'_>) -> rusqlite::Result<(PackageVersion, Option<S
             sha256: row.get(2)?,
             size: row.get::<_, i64>(3)?.max(0) as u64,
             entry: row.get(4)?,
-            created_at: row.get(5)?,
+            created_at: time(row, 5)?,
             build_id: row.get(6)?,
             definition: None,
         },
@@ -74,8 +45,8 @@ fn build_from_row(row: &Row<'_>) -> rusqlite::Result<(Build, String)> {
             log: row.get(3)?,
             artifact_dir: row.get(5)?,
             failure: row.get(6)?,
-            created_at: row.get(7)?,
-            finished_at: row.get(8)?,
+            created_at: time(row, 7)?,
+            finished_at: opt_time(row, 8)?,
         },
         status,
     ))
@@ -89,14 +60,13 @@ fn with_status((mut b, status): (Build, String)) -> Result<Build, StoreError> {
 const BUILD_COLUMNS: &str =
     "id, name, version, log, status, artifact_dir, failure, created_at, finished_at";
 
-impl Store {
-    /// Inserts a version (and its package row). Fails with `Exists` when the version exists.
-    pub fn insert_package_version(
+impl super::super::Packages for SqliteStore {
+    fn insert_package_version(
         &self,
         workspace: &str,
         v: &NewPackageVersion,
     ) -> Result<PackageVersion, StoreError> {
-        let now = ts(Utc::now());
+        let now = now_ms();
         let mut conn = self.lock();
         let tx = conn.transaction()?;
         tx.execute(
@@ -116,8 +86,7 @@ impl Store {
         self.get_package_version(workspace, &v.name, &v.version)
     }
 
-    /// One version.
-    pub fn get_package_version(
+    fn get_package_version(
         &self,
         workspace: &str,
         name: &str,
@@ -135,8 +104,7 @@ impl Store {
         with_definition(row)
     }
 
-    /// All packages with their versions.
-    pub fn list_packages(&self, workspace: &str) -> Result<Vec<Package>, StoreError> {
+    fn list_packages(&self, workspace: &str) -> Result<Vec<Package>, StoreError> {
         let conn = self.lock();
         let mut stmt = conn.prepare(
             "SELECT p.name, p.created_at, v.version FROM packages p
@@ -151,7 +119,7 @@ impl Store {
             if out.last().map(|p| p.name != name).unwrap_or(true) {
                 out.push(Package {
                     name,
-                    created_at: row.get(1)?,
+                    created_at: time(row, 1)?,
                     versions: Vec::new(),
                 });
             }
@@ -162,8 +130,7 @@ impl Store {
         Ok(out)
     }
 
-    /// All versions of a package, oldest first.
-    pub fn list_package_versions(
+    fn list_package_versions(
         &self,
         workspace: &str,
         name: &str,
@@ -176,9 +143,7 @@ impl Store {
         rows.map(|r| with_definition(r?)).collect()
     }
 
-    /// Deletes a version with its builds, unless a connection uses it or a build of it is going
-    /// (checked in the same transaction, so a connection created meanwhile cannot lose it).
-    pub fn delete_package_version(
+    fn delete_package_version(
         &self,
         workspace: &str,
         name: &str,
@@ -234,8 +199,7 @@ impl Store {
         Ok(VersionDeletion::Deleted { build_ids })
     }
 
-    /// Records a successful build and its definition on the version.
-    pub fn set_version_build(
+    fn set_version_build(
         &self,
         workspace: &str,
         name: &str,
@@ -278,8 +242,7 @@ impl Store {
         Ok(())
     }
 
-    /// Creates a queued build.
-    pub fn insert_build(
+    fn insert_build(
         &self,
         workspace: &str,
         name: &str,
@@ -289,14 +252,13 @@ impl Store {
         let conn = self.lock();
         conn.execute(
             "INSERT INTO builds (id, workspace, name, version, status, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![id, workspace, name, version, BuildStatus::Queued.as_str(), ts(Utc::now())],
+            params![id, workspace, name, version, BuildStatus::Queued.as_str(), now_ms()],
         )?;
         drop(conn);
         self.get_build(workspace, &id)
     }
 
-    /// Updates a build's status, log, artifact and failure.
-    pub fn update_build(
+    fn update_build(
         &self,
         workspace: &str,
         id: &str,
@@ -305,8 +267,7 @@ impl Store {
         artifact_dir: Option<&str>,
         failure: Option<&str>,
     ) -> Result<(), StoreError> {
-        let finished =
-            matches!(status, BuildStatus::Succeeded | BuildStatus::Failed).then(|| ts(Utc::now()));
+        let finished = matches!(status, BuildStatus::Succeeded | BuildStatus::Failed).then(now_ms);
         let conn = self.lock();
         let n = conn.execute(
             "UPDATE builds SET status = ?3, log = ?4, artifact_dir = ?5, failure = ?6, finished_at = ?7
@@ -319,8 +280,7 @@ impl Store {
         Ok(())
     }
 
-    /// One build.
-    pub fn get_build(&self, workspace: &str, id: &str) -> Result<Build, StoreError> {
+    fn get_build(&self, workspace: &str, id: &str) -> Result<Build, StoreError> {
         let conn = self.lock();
         let row = conn
             .query_row(
@@ -333,8 +293,7 @@ impl Store {
         with_status(row)
     }
 
-    /// Builds of a package version, newest first.
-    pub fn list_builds(
+    fn list_builds(
         &self,
         workspace: &str,
         name: &str,
@@ -348,13 +307,12 @@ impl Store {
         rows.map(|r| with_status(r?)).collect()
     }
 
-    /// Marks builds left queued or running by a previous daemon as failed; returns how many.
-    pub fn fail_unfinished_builds(&self) -> Result<usize, StoreError> {
+    fn fail_unfinished_builds(&self) -> Result<usize, StoreError> {
         let conn = self.lock();
         Ok(conn.execute(
             "UPDATE builds SET status = 'failed', failure = 'the daemon restarted during the build', finished_at = ?1
              WHERE status IN ('queued', 'running')",
-            [ts(Utc::now())],
+            [now_ms()],
         )?)
     }
 }

@@ -1,24 +1,10 @@
 //! Runs and their log lines.
 
-use super::{ts, Store, StoreError};
+use super::{ms, now_ms, opt_time, time, SqliteStore};
 use crate::model::{FailureCategory, LogLevel, LogLine, Run, RunKind, RunStatus};
+use crate::store::{NewRun, StoreError};
 use chrono::{DateTime, Utc};
 use rusqlite::{params, OptionalExtension, Row};
-
-/// A run to insert (queued).
-#[derive(Debug, Clone)]
-pub struct NewRun {
-    /// Connection (none for describe).
-    pub connection_id: Option<String>,
-    /// Package.
-    pub package: String,
-    /// Version.
-    pub version: String,
-    /// Kind.
-    pub kind: RunKind,
-    /// Sync or hook name.
-    pub sync: Option<String>,
-}
 
 const COLUMNS: &str = "id, connection_id, package, version, kind, sync, status, attempt, created_at, started_at, finished_at, records_committed, failure_category, failure_kind";
 
@@ -35,9 +21,9 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<RawRun> {
             sync: row.get(5)?,
             status: RunStatus::Queued,
             attempt: row.get::<_, i64>(7)?.max(0) as u32,
-            created_at: row.get(8)?,
-            started_at: row.get(9)?,
-            finished_at: row.get(10)?,
+            created_at: time(row, 8)?,
+            started_at: opt_time(row, 9)?,
+            finished_at: opt_time(row, 10)?,
             records_committed: row.get::<_, i64>(11)?.max(0) as u64,
             failure_category: None,
             failure_kind: row.get(13)?,
@@ -58,22 +44,20 @@ fn finish((mut r, kind, status, category): RawRun) -> Result<Run, StoreError> {
     Ok(r)
 }
 
-impl Store {
-    /// Inserts a queued run.
-    pub fn insert_run(&self, workspace: &str, r: &NewRun) -> Result<Run, StoreError> {
+impl super::super::Runs for SqliteStore {
+    fn insert_run(&self, workspace: &str, r: &NewRun) -> Result<Run, StoreError> {
         let id = uuid::Uuid::new_v4().to_string();
         let conn = self.lock();
         conn.execute(
             "INSERT INTO runs (id, workspace, connection_id, package, version, kind, sync, status, created_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', ?8)",
-            params![id, workspace, r.connection_id, r.package, r.version, r.kind.as_str(), r.sync, ts(Utc::now())],
+            params![id, workspace, r.connection_id, r.package, r.version, r.kind.as_str(), r.sync, now_ms()],
         )?;
         drop(conn);
         self.get_run(workspace, &id)
     }
 
-    /// One run.
-    pub fn get_run(&self, workspace: &str, id: &str) -> Result<Run, StoreError> {
+    fn get_run(&self, workspace: &str, id: &str) -> Result<Run, StoreError> {
         let conn = self.lock();
         let row = conn
             .query_row(
@@ -86,8 +70,7 @@ impl Store {
         finish(row)
     }
 
-    /// The JSON result of a finished run (describe and OAuth hooks).
-    pub fn get_run_result(
+    fn get_run_result(
         &self,
         workspace: &str,
         id: &str,
@@ -101,11 +84,10 @@ impl Store {
             )
             .optional()?
             .ok_or(StoreError::NotFound("run"))?;
-        super::opt_json(text)
+        crate::store::opt_json(text)
     }
 
-    /// Runs of a connection, newest first; `before` is the id of the last run of the previous page.
-    pub fn list_runs(
+    fn list_runs(
         &self,
         workspace: &str,
         connection_id: &str,
@@ -115,26 +97,24 @@ impl Store {
         let conn = self.lock();
         let mut stmt = conn.prepare(&format!(
             "SELECT {COLUMNS} FROM runs WHERE workspace = ?1 AND connection_id = ?2
-             AND (?3 IS NULL OR rowid < (SELECT rowid FROM runs WHERE workspace = ?1 AND id = ?3))
-             ORDER BY rowid DESC LIMIT ?4"
+             AND (?3 IS NULL OR seq < (SELECT seq FROM runs WHERE workspace = ?1 AND id = ?3))
+             ORDER BY seq DESC LIMIT ?4"
         ))?;
         let rows = stmt.query_map(params![workspace, connection_id, before, limit], from_row)?;
         rows.map(|r| finish(r?)).collect()
     }
 
-    /// Marks a run running for this attempt.
-    pub fn start_run(&self, workspace: &str, id: &str, attempt: u32) -> Result<(), StoreError> {
+    fn start_run(&self, workspace: &str, id: &str, attempt: u32) -> Result<(), StoreError> {
         let conn = self.lock();
         conn.execute(
             "UPDATE runs SET status = 'running', attempt = ?3, started_at = COALESCE(started_at, ?4)
              WHERE workspace = ?1 AND id = ?2",
-            params![workspace, id, attempt, ts(Utc::now())],
+            params![workspace, id, attempt, now_ms()],
         )?;
         Ok(())
     }
 
-    /// Marks a run succeeded.
-    pub fn succeed_run(
+    fn succeed_run(
         &self,
         workspace: &str,
         id: &str,
@@ -146,13 +126,12 @@ impl Store {
         conn.execute(
             "UPDATE runs SET status = 'succeeded', finished_at = ?3, records_committed = ?4, result = ?5
              WHERE workspace = ?1 AND id = ?2",
-            params![workspace, id, ts(Utc::now()), records_committed as i64, result],
+            params![workspace, id, now_ms(), records_committed as i64, result],
         )?;
         Ok(())
     }
 
-    /// Marks a run failed with a category and a short kind word.
-    pub fn fail_run(
+    fn fail_run(
         &self,
         workspace: &str,
         id: &str,
@@ -163,13 +142,12 @@ impl Store {
         conn.execute(
             "UPDATE runs SET status = 'failed', finished_at = ?3, failure_category = ?4, failure_kind = ?5
              WHERE workspace = ?1 AND id = ?2",
-            params![workspace, id, ts(Utc::now()), category.as_str(), kind],
+            params![workspace, id, now_ms(), category.as_str(), kind],
         )?;
         Ok(())
     }
 
-    /// Marks runs left queued or running by a previous daemon as failed/platform; returns them.
-    pub fn fail_unfinished_runs(&self) -> Result<Vec<String>, StoreError> {
+    fn fail_unfinished_runs(&self) -> Result<Vec<String>, StoreError> {
         let conn = self.lock();
         let mut stmt = conn.prepare("SELECT id FROM runs WHERE status IN ('queued', 'running')")?;
         let ids = stmt
@@ -178,29 +156,32 @@ impl Store {
         conn.execute(
             "UPDATE runs SET status = 'failed', finished_at = ?1, failure_category = 'platform', failure_kind = 'daemon_restart'
              WHERE status IN ('queued', 'running')",
-            [ts(Utc::now())],
+            [now_ms()],
         )?;
         Ok(ids)
     }
 
-    /// Creation time of the latest sync run of a connection's sync (any status).
-    pub fn last_sync_run_at(
+    fn last_sync_run_at(
         &self,
         workspace: &str,
         connection_id: &str,
         sync: &str,
     ) -> Result<Option<DateTime<Utc>>, StoreError> {
         let conn = self.lock();
-        let text: Option<String> = conn.query_row(
+        let latest: Option<i64> = conn.query_row(
             "SELECT MAX(created_at) FROM runs WHERE workspace = ?1 AND connection_id = ?2 AND kind = 'sync' AND sync = ?3",
             params![workspace, connection_id, sync],
             |r| r.get(0),
         )?;
-        text.as_deref().map(super::parse_ts).transpose()
+        latest
+            .map(|v| {
+                DateTime::<Utc>::from_timestamp_millis(v)
+                    .ok_or_else(|| StoreError::corrupt(format!("time {v} ms is out of range")))
+            })
+            .transpose()
     }
 
-    /// Records one log line.
-    pub fn insert_log(
+    fn insert_log(
         &self,
         workspace: &str,
         run_id: &str,
@@ -216,15 +197,14 @@ impl Store {
             workspace,
             run_id,
             connection_id,
-            ts(Utc::now()),
+            now_ms(),
             level.as_str(),
             message
         ])?;
         Ok(())
     }
 
-    /// Log lines of a run (when `run_id` is set) or of a connection, oldest first, after the cursor id.
-    pub fn list_logs(
+    fn list_logs(
         &self,
         workspace: &str,
         connection_id: Option<&str>,
@@ -244,7 +224,7 @@ impl Store {
                 Ok((
                     r.get::<_, i64>(0)?,
                     r.get::<_, String>(1)?,
-                    r.get::<_, String>(2)?,
+                    time(r, 2)?,
                     r.get::<_, String>(3)?,
                     r.get::<_, String>(4)?,
                 ))
@@ -261,5 +241,10 @@ impl Store {
             })
         })
         .collect()
+    }
+
+    fn delete_logs_before(&self, cutoff: DateTime<Utc>) -> Result<usize, StoreError> {
+        let conn = self.lock();
+        Ok(conn.execute("DELETE FROM logs WHERE ts < ?1", [ms(cutoff)])?)
     }
 }

@@ -1,12 +1,20 @@
 //! Committed sync state: checkpoints and the records read API.
 
-use super::{Store, StoreError};
+use super::SqliteStore;
+use crate::commit::{CommitError, CommitStats, CommitTarget};
 use crate::model::RecordRow;
+use crate::spool::Spool;
+use crate::store::StoreError;
 use rusqlite::{params, OptionalExtension};
 
-impl Store {
-    /// The last committed checkpoint of a connection's sync.
-    pub fn get_checkpoint(
+impl super::super::Records for SqliteStore {
+    fn commit(&self, target: CommitTarget<'_>, spool: Spool) -> Result<CommitStats, CommitError> {
+        // A separate connection: reads are not blocked behind a commit of many records.
+        let mut conn = self.open_writer()?;
+        super::commit::commit(&mut conn, target, spool)
+    }
+
+    fn get_checkpoint(
         &self,
         workspace: &str,
         connection_id: &str,
@@ -20,11 +28,10 @@ impl Store {
                 |r| r.get(0),
             )
             .optional()?;
-        super::opt_json(text.flatten())
+        crate::store::opt_json(text.flatten())
     }
 
-    /// Committed records of a connection's sync with `seq > after`, in seq order.
-    pub fn read_records(
+    fn read_records(
         &self,
         workspace: &str,
         connection_id: &str,
@@ -60,8 +67,7 @@ impl Store {
         .collect()
     }
 
-    /// Number of committed records of a connection's sync.
-    pub fn count_records(
+    fn count_records(
         &self,
         workspace: &str,
         connection_id: &str,

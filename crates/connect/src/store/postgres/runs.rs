@@ -1,0 +1,266 @@
+//! Runs and their log lines.
+
+use super::{opt_time, time, unsigned, PostgresStore};
+use crate::model::{FailureCategory, LogLevel, LogLine, Run, RunKind, RunStatus};
+use crate::store::{NewRun, StoreError};
+use chrono::{DateTime, Utc};
+use postgres::{GenericClient, Row};
+
+const COLUMNS: &str = "id, connection_id, package, version, kind, sync, status, attempt, created_at, started_at, finished_at, records_committed, failure_category, failure_kind";
+
+fn from_row(row: &Row) -> Result<Run, StoreError> {
+    let kind: String = row.try_get(4)?;
+    let status: String = row.try_get(6)?;
+    let category: Option<String> = row.try_get(12)?;
+    Ok(Run {
+        id: row.try_get(0)?,
+        connection_id: row.try_get(1)?,
+        package: row.try_get(2)?,
+        version: row.try_get(3)?,
+        kind: RunKind::parse(&kind)?,
+        sync: row.try_get(5)?,
+        status: RunStatus::parse(&status)?,
+        attempt: unsigned(row, 7)?.min(u32::MAX as u64) as u32,
+        created_at: time(row, 8)?,
+        started_at: opt_time(row, 9)?,
+        finished_at: opt_time(row, 10)?,
+        records_committed: unsigned(row, 11)?,
+        failure_category: category
+            .as_deref()
+            .map(FailureCategory::parse)
+            .transpose()?,
+        failure_kind: row.try_get(13)?,
+    })
+}
+
+fn get(c: &mut impl GenericClient, workspace: &str, id: &str) -> Result<Run, StoreError> {
+    let row = c
+        .query_opt(
+            &format!("SELECT {COLUMNS} FROM connect_runs WHERE workspace = $1 AND id = $2"),
+            &[&workspace, &id],
+        )?
+        .ok_or(StoreError::NotFound("run"))?;
+    from_row(&row)
+}
+
+impl crate::store::Runs for PostgresStore {
+    fn insert_run(&self, workspace: &str, r: &NewRun) -> Result<Run, StoreError> {
+        let id = uuid::Uuid::new_v4().to_string();
+        let (ws, r) = (workspace.to_string(), r.clone());
+        self.run(move |c| {
+            c.execute(
+                "INSERT INTO connect_runs (id, workspace, connection_id, package, version, kind, sync, status, created_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, 'queued', $8)",
+                &[&id, &ws, &r.connection_id, &r.package, &r.version, &r.kind.as_str(), &r.sync, &Utc::now()],
+            )?;
+            get(c, &ws, &id)
+        })
+    }
+
+    fn get_run(&self, workspace: &str, id: &str) -> Result<Run, StoreError> {
+        let (ws, id) = (workspace.to_string(), id.to_string());
+        self.run(move |c| get(c, &ws, &id))
+    }
+
+    fn get_run_result(
+        &self,
+        workspace: &str,
+        id: &str,
+    ) -> Result<Option<serde_json::Value>, StoreError> {
+        let (ws, id) = (workspace.to_string(), id.to_string());
+        self.run(move |c| {
+            let row = c
+                .query_opt(
+                    "SELECT result FROM connect_runs WHERE workspace = $1 AND id = $2",
+                    &[&ws, &id],
+                )?
+                .ok_or(StoreError::NotFound("run"))?;
+            crate::store::opt_json(row.try_get(0)?)
+        })
+    }
+
+    fn list_runs(
+        &self,
+        workspace: &str,
+        connection_id: &str,
+        before: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<Run>, StoreError> {
+        let (ws, id) = (workspace.to_string(), connection_id.to_string());
+        let before = before.map(str::to_string);
+        self.run(move |c| {
+            c.query(
+                &format!(
+                    "SELECT {COLUMNS} FROM connect_runs WHERE workspace = $1 AND connection_id = $2
+                     AND ($3::text IS NULL OR seq < (SELECT seq FROM connect_runs WHERE workspace = $1 AND id = $3))
+                     ORDER BY seq DESC LIMIT $4"
+                ),
+                &[&ws, &id, &before, &i64::from(limit)],
+            )?
+            .iter()
+            .map(from_row)
+            .collect()
+        })
+    }
+
+    fn start_run(&self, workspace: &str, id: &str, attempt: u32) -> Result<(), StoreError> {
+        let (ws, id) = (workspace.to_string(), id.to_string());
+        self.run(move |c| {
+            c.execute(
+                "UPDATE connect_runs SET status = 'running', attempt = $3, started_at = COALESCE(started_at, $4)
+                 WHERE workspace = $1 AND id = $2",
+                &[&ws, &id, &i64::from(attempt), &Utc::now()],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn succeed_run(
+        &self,
+        workspace: &str,
+        id: &str,
+        records_committed: u64,
+        result: Option<&serde_json::Value>,
+    ) -> Result<(), StoreError> {
+        let result = result.map(serde_json::to_string).transpose()?;
+        let (ws, id) = (workspace.to_string(), id.to_string());
+        self.run(move |c| {
+            c.execute(
+                "UPDATE connect_runs SET status = 'succeeded', finished_at = $3, records_committed = $4, result = $5
+                 WHERE workspace = $1 AND id = $2",
+                &[&ws, &id, &Utc::now(), &(records_committed as i64), &result],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn fail_run(
+        &self,
+        workspace: &str,
+        id: &str,
+        category: FailureCategory,
+        kind: &str,
+    ) -> Result<(), StoreError> {
+        let (ws, id, kind) = (workspace.to_string(), id.to_string(), kind.to_string());
+        self.run(move |c| {
+            c.execute(
+                "UPDATE connect_runs SET status = 'failed', finished_at = $3, failure_category = $4, failure_kind = $5
+                 WHERE workspace = $1 AND id = $2",
+                &[&ws, &id, &Utc::now(), &category.as_str(), &kind],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn fail_unfinished_runs(&self) -> Result<Vec<String>, StoreError> {
+        self.run(move |c| {
+            c.query(
+                "UPDATE connect_runs SET status = 'failed', finished_at = $1, failure_category = 'platform', failure_kind = 'daemon_restart'
+                 WHERE status IN ('queued', 'running') RETURNING id",
+                &[&Utc::now()],
+            )?
+            .iter()
+            .map(|r| Ok(r.try_get(0)?))
+            .collect()
+        })
+    }
+
+    fn last_sync_run_at(
+        &self,
+        workspace: &str,
+        connection_id: &str,
+        sync: &str,
+    ) -> Result<Option<DateTime<Utc>>, StoreError> {
+        let (ws, id, sync) = (
+            workspace.to_string(),
+            connection_id.to_string(),
+            sync.to_string(),
+        );
+        self.run(move |c| {
+            Ok(c.query_one(
+                "SELECT MAX(created_at) FROM connect_runs
+                 WHERE workspace = $1 AND connection_id = $2 AND kind = 'sync' AND sync = $3",
+                &[&ws, &id, &sync],
+            )?
+            .try_get(0)?)
+        })
+    }
+
+    fn insert_log(
+        &self,
+        workspace: &str,
+        run_id: &str,
+        connection_id: Option<&str>,
+        level: LogLevel,
+        message: &str,
+    ) -> Result<(), StoreError> {
+        let (ws, run_id, message) = (
+            workspace.to_string(),
+            run_id.to_string(),
+            message.to_string(),
+        );
+        let connection_id = connection_id.map(str::to_string);
+        self.run(move |c| {
+            c.execute(
+                "INSERT INTO connect_logs (workspace, run_id, connection_id, ts, level, message)
+                 VALUES ($1, $2, $3, $4, $5, $6)",
+                &[
+                    &ws,
+                    &run_id,
+                    &connection_id,
+                    &Utc::now(),
+                    &level.as_str(),
+                    &message,
+                ],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn list_logs(
+        &self,
+        workspace: &str,
+        connection_id: Option<&str>,
+        run_id: Option<&str>,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<LogLine>, StoreError> {
+        let ws = workspace.to_string();
+        let connection_id = connection_id.map(str::to_string);
+        let run_id = run_id.map(str::to_string);
+        self.run(move |c| {
+            c.query(
+                "SELECT id, run_id, ts, level, message FROM connect_logs
+                 WHERE workspace = $1 AND ($2::text IS NULL OR connection_id = $2)
+                 AND ($3::text IS NULL OR run_id = $3) AND id > $4
+                 ORDER BY id LIMIT $5",
+                &[
+                    &ws,
+                    &connection_id,
+                    &run_id,
+                    &after.unwrap_or(0),
+                    &i64::from(limit),
+                ],
+            )?
+            .iter()
+            .map(|r| {
+                let level: String = r.try_get(3)?;
+                Ok(LogLine {
+                    id: r.try_get(0)?,
+                    run_id: r.try_get(1)?,
+                    ts: time(r, 2)?,
+                    level: LogLevel::parse(&level)?,
+                    message: r.try_get(4)?,
+                })
+            })
+            .collect()
+        })
+    }
+
+    fn delete_logs_before(&self, cutoff: DateTime<Utc>) -> Result<usize, StoreError> {
+        self.run(move |c| {
+            let n = c.execute("DELETE FROM connect_logs WHERE ts < $1", &[&cutoff])?;
+            Ok(n as usize)
+        })
+    }
+}
