@@ -10,10 +10,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use uuid::Uuid;
 
+mod secrets;
+pub use secrets::*;
+
 /// Opens another store on the same data.
 pub type Other<'a> = &'a dyn Fn() -> Arc<dyn Store>;
 
-fn at(ms: i64) -> DateTime<Utc> {
+pub(crate) fn at(ms: i64) -> DateTime<Utc> {
     DateTime::from_timestamp_millis(ms).expect("valid time")
 }
 
