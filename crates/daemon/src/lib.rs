@@ -7,6 +7,7 @@ pub mod console;
 pub mod network;
 pub mod reaper;
 pub mod runtime;
+pub mod secret_keys;
 pub mod server;
 pub mod service;
 pub mod tenants;

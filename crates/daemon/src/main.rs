@@ -107,6 +107,8 @@ struct Args {
     http: HttpArgs,
     #[command(flatten)]
     connect: ConnectArgs,
+    #[command(flatten)]
+    secret_keys: sbx_daemon::secret_keys::SecretKeyArgs,
 }
 
 /// Settings of the HTTP server and the browser guard.
@@ -313,6 +315,17 @@ async fn main() -> anyhow::Result<()> {
         let args = KeysArgs::parse_from(std::env::args().skip(1));
         return keys_main(args);
     }
+    if std::env::args().nth(1).as_deref() == Some("rotate-secret-key") {
+        let args =
+            sbx_daemon::secret_keys::rotate::RotateArgs::parse_from(std::env::args().skip(1));
+        let store = open_store(
+            &args.data_dir.join("sbx.sqlite"),
+            args.database_url.as_deref(),
+        )?;
+        return Ok(sbx_daemon::secret_keys::rotate::rotate_main(
+            &args, &*store,
+        )?);
+    }
     let args = Args::parse();
     let config = Config {
         listen: args.listen,
@@ -398,10 +411,18 @@ async fn main() -> anyhow::Result<()> {
             other => anyhow::Error::new(other).context("setting up the runtime"),
         })?,
     );
-    let secrets = SecretBox::load_or_create(&config.secret_key_path())?;
+    let keys = args.secret_keys.load(&config.data_dir)?;
+    let secrets = SecretBox::new(keys.clone());
+    sbx_daemon::secret_keys::check_stored_secrets(&*store, &secrets)?;
     sbx_daemon::reaper::start();
     let service = Service::new(config.clone(), store, runtime.clone(), secrets);
-    service.set_connect(open_connect(&config, &args.connect, &service, runtime)?);
+    service.set_connect(open_connect(
+        &config,
+        &args.connect,
+        &service,
+        runtime,
+        keys,
+    )?);
     let capacity = service.capacity();
     tracing::info!(
         vcpus = capacity.vcpu_milli as f64 / 1000.0,
@@ -465,17 +486,14 @@ async fn main() -> anyhow::Result<()> {
 }
 
 /// Opens the Connect runtime: its own database and files under the data dir,
-/// credentials sealed with the secret store's key, jobs in this daemon's sandboxes.
+/// credentials sealed with the secret store's keys, jobs in this daemon's sandboxes.
 fn open_connect(
     config: &sbx_daemon::config::Config,
     args: &ConnectArgs,
     service: &Arc<Service>,
     runtime: Arc<GvisorRuntime>,
+    credential_keys: sbx_secrets::KeyRing,
 ) -> anyhow::Result<Arc<sbx_connect::service::ConnectService>> {
-    let key: [u8; 32] = std::fs::read(config.secret_key_path())
-        .context("reading the secret key")?
-        .try_into()
-        .map_err(|_| anyhow::anyhow!("the secret key file must hold exactly 32 bytes"))?;
     // The broker reaches public addresses only (plus the ranges tests mark public),
     // never loopback, the host's own addresses or its directly connected networks.
     let test_public: Vec<sbx_daemon::network::policy::Cidr> = config
@@ -546,7 +564,7 @@ fn open_connect(
             data_dir: config.data_dir.join("connect"),
             limits,
             broker,
-            credential_key: key,
+            credential_keys,
         },
         Arc::new(jobs),
     )

@@ -21,7 +21,7 @@ pub enum KeyError {
         source: std::io::Error,
     },
     /// An explicitly given key file does not exist (only the default one is created).
-    #[error("{what} does not exist; an explicitly given key file is never created")]
+    #[error("{what} does not exist (sbxd creates only the default key file, DATA_DIR/secret.key, at its first start)")]
     Missing {
         /// The source.
         what: String,
