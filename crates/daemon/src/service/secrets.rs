@@ -18,6 +18,9 @@ use std::path::Path;
 /// Largest secret value.
 pub const MAX_SECRET_BYTES: usize = 64 * 1024;
 
+/// The (nonce, ciphertext) columns of a sealed secret.
+pub type SealedColumns = (Vec<u8>, Vec<u8>);
+
 /// Why a stored secret did not open.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
@@ -69,12 +72,7 @@ impl SecretBox {
     }
 
     /// Encrypts a value for (workspace, name); returns the (nonce, ciphertext) columns.
-    pub fn seal(
-        &self,
-        workspace: &str,
-        name: &str,
-        value: &str,
-    ) -> std::io::Result<(Vec<u8>, Vec<u8>)> {
+    pub fn seal(&self, workspace: &str, name: &str, value: &str) -> std::io::Result<SealedColumns> {
         let mut blob = self
             .keys
             .seal(&Self::aad(workspace, name), value.as_bytes())
@@ -108,7 +106,7 @@ impl SecretBox {
 
     /// Key rotation: the (nonce, ciphertext) columns sealed again with the
     /// current key for the record's own row, or `None` when they already are.
-    pub fn reseal(&self, record: &SecretRecord) -> Result<Option<(Vec<u8>, Vec<u8>)>, OpenError> {
+    pub fn reseal(&self, record: &SecretRecord) -> Result<Option<SealedColumns>, OpenError> {
         let opened = self.open_blob(record)?;
         if self.keys.is_current(&opened) {
             return Ok(None);
