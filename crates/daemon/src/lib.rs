@@ -9,6 +9,7 @@ pub mod migrate_store;
 pub mod network;
 pub mod reaper;
 pub mod runtime;
+pub mod secret_keys;
 pub mod server;
 pub mod service;
 pub mod tenants;

@@ -107,6 +107,8 @@ struct Args {
     http: HttpArgs,
     #[command(flatten)]
     connect: ConnectArgs,
+    #[command(flatten)]
+    secret_keys: sbx_daemon::secret_keys::SecretKeyArgs,
 }
 
 /// Settings of the HTTP server and the browser guard.
@@ -344,6 +346,17 @@ async fn main() -> anyhow::Result<()> {
     if std::env::args().nth(1).as_deref() == Some("migrate-store") {
         return migrate_store_main(MigrateStoreArgs::parse_from(std::env::args().skip(1)));
     }
+    if std::env::args().nth(1).as_deref() == Some("rotate-secret-key") {
+        let args =
+            sbx_daemon::secret_keys::rotate::RotateArgs::parse_from(std::env::args().skip(1));
+        let store = open_store(
+            &args.data_dir.join("sbx.sqlite"),
+            args.database_url.as_deref(),
+        )?;
+        return Ok(sbx_daemon::secret_keys::rotate::rotate_main(
+            &args, &*store,
+        )?);
+    }
     let args = Args::parse();
     let config = Config {
         listen: args.listen,
@@ -431,7 +444,9 @@ async fn main() -> anyhow::Result<()> {
             other => anyhow::Error::new(other).context("setting up the runtime"),
         })?,
     );
-    let secrets = SecretBox::load_or_create(&config.secret_key_path())?;
+    let keys = args.secret_keys.load(&config.data_dir)?;
+    let secrets = SecretBox::new(keys.clone());
+    sbx_daemon::secret_keys::check_stored_secrets(&*store, &secrets)?;
     sbx_daemon::reaper::start();
     let service = Service::new(config.clone(), store, runtime.clone(), secrets);
     service.set_connect(open_connect(
@@ -440,6 +455,7 @@ async fn main() -> anyhow::Result<()> {
         args.database_url.as_deref(),
         &service,
         runtime,
+        keys,
     )?);
     let capacity = service.capacity();
     tracing::info!(
@@ -513,7 +529,7 @@ async fn main() -> anyhow::Result<()> {
 }
 
 /// Opens the Connect runtime: its tables in the PostgreSQL of `database_url` (else its own
-/// SQLite file), files under the data dir, credentials sealed with the secret store's key,
+/// SQLite file), files under the data dir, credentials sealed with the secret store's keys,
 /// jobs in this daemon's sandboxes.
 fn open_connect(
     config: &sbx_daemon::config::Config,
@@ -521,11 +537,8 @@ fn open_connect(
     database_url: Option<&str>,
     service: &Arc<Service>,
     runtime: Arc<GvisorRuntime>,
+    credential_keys: sbx_secrets::KeyRing,
 ) -> anyhow::Result<Arc<sbx_connect::service::ConnectService>> {
-    let key: [u8; 32] = std::fs::read(config.secret_key_path())
-        .context("reading the secret key")?
-        .try_into()
-        .map_err(|_| anyhow::anyhow!("the secret key file must hold exactly 32 bytes"))?;
     // The broker reaches public addresses only (plus the ranges tests mark public),
     // never loopback, the host's own addresses or its directly connected networks.
     let test_public: Vec<sbx_daemon::network::policy::Cidr> = config
@@ -596,7 +609,7 @@ fn open_connect(
             data_dir: config.data_dir.join("connect"),
             limits,
             broker,
-            credential_key: key,
+            credential_keys,
             database_url: database_url
                 .map(str::trim)
                 .filter(|u| !u.is_empty())

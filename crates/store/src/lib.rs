@@ -182,6 +182,18 @@ pub trait Store: Send + Sync {
     fn list_secrets(&self, workspace: &str) -> Result<Vec<SecretRecord>, StoreError>;
     /// Deletes a secret; false if it did not exist.
     fn delete_secret(&self, workspace: &str, name: &str) -> Result<bool, StoreError>;
+    /// Every secret of every workspace, by workspace then name (key rotation).
+    fn list_all_secrets(&self) -> Result<Vec<SecretRecord>, StoreError>;
+    /// Replaces the nonce and ciphertext of `current`'s secret if the row still
+    /// holds `current.nonce` and `current.ciphertext` (compare-and-set: a value
+    /// changed or deleted meanwhile is left alone); false if it changed nothing.
+    /// The times stay: the value is the same, only its encryption changed.
+    fn replace_secret_ciphertext(
+        &self,
+        current: &SecretRecord,
+        nonce: &[u8],
+        ciphertext: &[u8],
+    ) -> Result<bool, StoreError>;
 
     /// Stores a new signing key (its digest).
     fn create_api_key(&self, record: &ApiKeyRecord) -> Result<(), StoreError>;

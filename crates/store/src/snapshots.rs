@@ -223,6 +223,36 @@ impl SqliteStore {
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
     }
 
+    pub(crate) fn list_all_secret_rows(&self) -> Result<Vec<SecretRecord>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare(
+            "SELECT workspace, name, nonce, ciphertext, created_at_ms, updated_at_ms FROM secrets ORDER BY workspace, name",
+        )?;
+        let rows = stmt.query_map([], secret_from_row)?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
+    pub(crate) fn replace_secret_ciphertext_row(
+        &self,
+        current: &SecretRecord,
+        nonce: &[u8],
+        ciphertext: &[u8],
+    ) -> Result<bool, StoreError> {
+        let conn = self.lock();
+        Ok(conn.execute(
+            "UPDATE secrets SET nonce = ?1, ciphertext = ?2 \
+             WHERE workspace = ?3 AND name = ?4 AND nonce = ?5 AND ciphertext = ?6",
+            params![
+                nonce,
+                ciphertext,
+                current.workspace,
+                current.name,
+                current.nonce,
+                current.ciphertext
+            ],
+        )? > 0)
+    }
+
     pub(crate) fn delete_secret_row(
         &self,
         workspace: &str,

@@ -130,8 +130,8 @@ pub struct ServiceConfig {
     pub limits: Limits,
     /// Broker configuration (the daemon sets the public-address filter).
     pub broker: BrokerConfig,
-    /// 32-byte key for credentials at rest (the daemon's `secret.key`).
-    pub credential_key: [u8; 32],
+    /// Keys for credentials at rest (the daemon's secret keys).
+    pub credential_keys: sbx_secrets::KeyRing,
     /// PostgreSQL for the Connect tables (sbxd's `--database-url`, the main store's
     /// database); without it, SQLite at `data_dir/connect.db`.
     pub database_url: Option<String>,
@@ -179,7 +179,7 @@ impl ConnectService {
         let service = ConnectService {
             store,
             sandboxes,
-            crypto: CredentialBox::new(&config.credential_key),
+            crypto: CredentialBox::from_ring(config.credential_keys),
             limits: config.limits,
             broker,
             data_dir: config.data_dir,

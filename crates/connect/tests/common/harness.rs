@@ -229,7 +229,7 @@ pub fn open(
         data_dir: dir.to_path_buf(),
         limits: Limits::default(),
         broker,
-        credential_key: KEY,
+        credential_keys: sbx_secrets::KeyRing::new(sbx_secrets::Key::from_bytes(KEY)),
         database_url: None,
     };
     ConnectService::open(config, fake).expect("open")

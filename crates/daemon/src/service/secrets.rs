@@ -1,75 +1,69 @@
-//! Workspace secrets: encrypted at rest with ChaCha20-Poly1305; values leave
-//! the store only into a sandbox's environment, never into a response or log.
+//! Workspace secrets: sealed at rest by the key ring of `sbx-secrets`; values
+//! leave the store only into a sandbox's environment, never into a response or log.
+//!
+//! A sealed value is stored as its blob split in two columns: `nonce` holds the
+//! blob's header (format and key id) and nonce, `ciphertext` the rest. Rows
+//! written before key ids hold a bare 12-byte nonce; both join into a blob that
+//! [`KeyRing::open`] reads.
 
 use super::{Result, Service, ServiceError};
-use chacha20poly1305::aead::{Aead, KeyInit, Payload};
-use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
 use chrono::Utc;
 use sbx_api_types::validate::{self, ValidationError};
+pub use sbx_secrets::{CryptoError, KeyError};
+use sbx_secrets::{Key, KeyRing};
 use sbx_store::SecretRecord;
 use std::collections::BTreeMap;
-use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 /// Largest secret value.
 pub const MAX_SECRET_BYTES: usize = 64 * 1024;
 
-/// Errors of the key file.
+/// The (nonce, ciphertext) columns of a sealed secret.
+pub type SealedColumns = (Vec<u8>, Vec<u8>);
+
+/// Why a stored secret did not open.
 #[derive(Debug, thiserror::Error)]
-pub enum KeyError {
-    /// The key file could not be read or created.
-    #[error("secret key file {path}: {source}")]
-    Io {
-        /// Key file path.
-        path: String,
-        /// Cause.
-        source: std::io::Error,
-    },
-    /// The key file has the wrong size.
-    #[error("secret key file {0} must hold exactly 32 bytes")]
-    BadLength(String),
+pub enum OpenError {
+    /// No key of this node opens it, or it was tampered with or moved.
+    #[error(transparent)]
+    Crypto(#[from] CryptoError),
+    /// It opened but is not text (never written by sbx).
+    #[error("the decrypted value is not UTF-8")]
+    NotText,
 }
 
-/// The AEAD key of the secret store.
+impl OpenError {
+    /// The key the value names when this node does not have it.
+    pub fn needed_key(&self) -> Option<sbx_secrets::KeyId> {
+        match self {
+            OpenError::Crypto(CryptoError::UnknownKey { key, .. }) => Some(*key),
+            _ => None,
+        }
+    }
+}
+
+/// The key ring of the secret store. `Debug` shows key ids only.
+#[derive(Debug, Clone)]
 pub struct SecretBox {
-    cipher: ChaCha20Poly1305,
-}
-
-fn random_bytes<const N: usize>() -> std::io::Result<[u8; N]> {
-    let mut buf = [0u8; N];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
-    Ok(buf)
+    keys: KeyRing,
 }
 
 impl SecretBox {
     /// Loads the key file, creating it (mode 0600) with a random key at first start.
     pub fn load_or_create(path: &Path) -> Result<Self, KeyError> {
-        let io = |source| KeyError::Io {
-            path: path.display().to_string(),
-            source,
-        };
-        if !path.exists() {
-            let key = random_bytes::<32>().map_err(io)?;
-            let tmp = path.with_extension("tmp");
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(&tmp)
-                .map_err(io)?;
-            std::io::Write::write_all(&mut f, &key).map_err(io)?;
-            f.sync_all().map_err(io)?;
-            std::fs::rename(&tmp, path).map_err(io)?;
-        }
-        let key = std::fs::read(path).map_err(io)?;
-        if key.len() != 32 {
-            return Err(KeyError::BadLength(path.display().to_string()));
-        }
-        Ok(SecretBox {
-            cipher: ChaCha20Poly1305::new(Key::from_slice(&key)),
-        })
+        Ok(SecretBox::new(KeyRing::new(Key::read_or_create_file(
+            path,
+        )?)))
+    }
+
+    /// A box sealing with the ring's current key and opening with any of its keys.
+    pub fn new(keys: KeyRing) -> Self {
+        SecretBox { keys }
+    }
+
+    /// The key ring.
+    pub fn keys(&self) -> &KeyRing {
+        &self.keys
     }
 
     fn aad(workspace: &str, name: &str) -> Vec<u8> {
@@ -77,53 +71,50 @@ impl SecretBox {
         format!("sbx-secret\0{workspace}\0{name}").into_bytes()
     }
 
-    /// Encrypts a value for (workspace, name); returns (nonce, ciphertext).
-    pub fn seal(
-        &self,
-        workspace: &str,
-        name: &str,
-        value: &str,
-    ) -> std::io::Result<(Vec<u8>, Vec<u8>)> {
-        let nonce = random_bytes::<12>()?;
-        let aad = Self::aad(workspace, name);
-        let ct = self
-            .cipher
-            .encrypt(
-                Nonce::from_slice(&nonce),
-                Payload {
-                    msg: value.as_bytes(),
-                    aad: &aad,
-                },
-            )
-            .map_err(|_| std::io::Error::other("encryption failed"))?;
-        Ok((nonce.to_vec(), ct))
+    /// Encrypts a value for (workspace, name); returns the (nonce, ciphertext) columns.
+    pub fn seal(&self, workspace: &str, name: &str, value: &str) -> std::io::Result<SealedColumns> {
+        let mut blob = self
+            .keys
+            .seal(&Self::aad(workspace, name), value.as_bytes())
+            .map_err(|e| std::io::Error::other(format!("sealing: {e}")))?;
+        let ciphertext = blob.split_off(sbx_secrets::SEALED_PREFIX_LEN);
+        Ok((blob, ciphertext))
+    }
+
+    /// Opens a stored secret with any key of the ring.
+    fn open_blob(&self, record: &SecretRecord) -> Result<sbx_secrets::Opened, CryptoError> {
+        let blob = [record.nonce.as_slice(), record.ciphertext.as_slice()].concat();
+        self.keys
+            .open(&Self::aad(&record.workspace, &record.name), &blob)
+            .or_else(|first| {
+                // Secrets sealed before tenants existed were bound to the workspace
+                // "default", which the tenants migration renamed "default/production".
+                if record.workspace != "default/production" {
+                    return Err(first);
+                }
+                self.keys
+                    .open(&Self::aad("default", &record.name), &blob)
+                    .map_err(|_| first)
+            })
     }
 
     /// Decrypts a stored secret.
-    pub fn open(&self, record: &SecretRecord) -> Option<String> {
-        if record.nonce.len() != 12 {
-            return None;
+    pub fn open(&self, record: &SecretRecord) -> Result<String, OpenError> {
+        let opened = self.open_blob(record)?;
+        String::from_utf8(opened.plaintext).map_err(|_| OpenError::NotText)
+    }
+
+    /// Key rotation: the (nonce, ciphertext) columns sealed again with the
+    /// current key for the record's own row, or `None` when they already are.
+    pub fn reseal(&self, record: &SecretRecord) -> Result<Option<SealedColumns>, OpenError> {
+        let opened = self.open_blob(record)?;
+        if self.keys.is_current(&opened) {
+            return Ok(None);
         }
-        let decrypt = |workspace: &str| {
-            let aad = Self::aad(workspace, &record.name);
-            self.cipher
-                .decrypt(
-                    Nonce::from_slice(&record.nonce),
-                    Payload {
-                        msg: &record.ciphertext,
-                        aad: &aad,
-                    },
-                )
-                .ok()
-        };
-        // Secrets sealed before tenants existed were bound to the workspace
-        // "default", which the tenants migration renamed "default/production".
-        let pt = decrypt(&record.workspace).or_else(|| {
-            (record.workspace == "default/production")
-                .then(|| decrypt("default"))
-                .flatten()
-        })?;
-        String::from_utf8(pt).ok()
+        let value = String::from_utf8(opened.plaintext).map_err(|_| OpenError::NotText)?;
+        self.seal(&record.workspace, &record.name, &value)
+            .map(Some)
+            .map_err(|_| OpenError::Crypto(CryptoError::Seal))
     }
 }
 
@@ -236,8 +227,8 @@ impl Service {
                 .await
                 .map_err(|e| format!("secret store unavailable: {e}"))?
                 .ok_or_else(|| format!("secret {name:?} was deleted before the sandbox started"))?;
-            let value = self.secrets.open(&record).ok_or_else(|| {
-                format!("secret {name:?} could not be decrypted with this node's key")
+            let value = self.secrets.open(&record).map_err(|e| {
+                format!("secret {name:?} could not be decrypted with this node's keys: {e}")
             })?;
             out.insert(name.clone(), value);
         }
@@ -248,6 +239,47 @@ impl Service {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use chacha20poly1305::aead::{Aead, KeyInit, Payload};
+    use chacha20poly1305::{ChaCha20Poly1305, Nonce};
+
+    fn record(
+        workspace: &str,
+        name: &str,
+        (nonce, ciphertext): (Vec<u8>, Vec<u8>),
+    ) -> SecretRecord {
+        SecretRecord {
+            workspace: workspace.into(),
+            name: name.into(),
+            nonce,
+            ciphertext,
+            created_at: Utc::now(),
+            updated_at: Utc::now(),
+        }
+    }
+
+    /// A row as sbx wrote it before key ids: a 12-byte nonce and the bare ciphertext.
+    fn legacy_columns(
+        key: [u8; 32],
+        workspace: &str,
+        name: &str,
+        value: &str,
+    ) -> (Vec<u8>, Vec<u8>) {
+        let nonce = [5u8; 12];
+        let ct = ChaCha20Poly1305::new(chacha20poly1305::Key::from_slice(&key))
+            .encrypt(
+                Nonce::from_slice(&nonce),
+                Payload {
+                    msg: value.as_bytes(),
+                    aad: format!("sbx-secret\0{workspace}\0{name}").as_bytes(),
+                },
+            )
+            .unwrap();
+        (nonce.to_vec(), ct)
+    }
+
+    fn boxed(byte: u8) -> SecretBox {
+        SecretBox::new(KeyRing::new(Key::from_bytes([byte; 32])))
+    }
 
     #[test]
     fn seal_open_round_trip_and_binding() {
@@ -261,51 +293,86 @@ mod tests {
         );
         let (nonce, ciphertext) = b.seal("ws", "TOKEN", "hunter2").unwrap();
         assert!(!ciphertext.windows(7).any(|w| w == b"hunter2"));
-        let mut r = SecretRecord {
-            workspace: "ws".into(),
-            name: "TOKEN".into(),
-            nonce,
-            ciphertext,
-            created_at: Utc::now(),
-            updated_at: Utc::now(),
-        };
-        assert_eq!(b.open(&r).as_deref(), Some("hunter2"));
+        // The nonce column carries the header with the key id.
+        assert_eq!(nonce.len(), sbx_secrets::SEALED_PREFIX_LEN);
+        assert_eq!(&nonce[5..13], b.keys().current_id().as_bytes());
+        let mut r = record("ws", "TOKEN", (nonce, ciphertext));
+        assert_eq!(b.open(&r).ok().as_deref(), Some("hunter2"));
         // The same key file loads the same key.
         assert_eq!(
             SecretBox::load_or_create(&path)
                 .unwrap()
                 .open(&r)
+                .ok()
                 .as_deref(),
             Some("hunter2")
         );
         r.name = "OTHER".into();
-        assert_eq!(
-            b.open(&r),
-            None,
+        assert!(
+            b.open(&r).is_err(),
             "ciphertext moved to another name must not decrypt"
         );
     }
 
     #[test]
     fn secrets_sealed_before_tenants_still_open_only_for_default_production() {
-        let dir = tempfile::tempdir().unwrap();
-        let b = SecretBox::load_or_create(&dir.path().join("key")).unwrap();
-        let (nonce, ciphertext) = b.seal("default", "TOKEN", "old").unwrap();
-        let mut r = SecretRecord {
-            workspace: "default/production".into(),
-            name: "TOKEN".into(),
-            nonce,
-            ciphertext,
-            created_at: Utc::now(),
-            updated_at: Utc::now(),
-        };
-        assert_eq!(b.open(&r).as_deref(), Some("old"));
+        let b = boxed(1);
+        let mut r = record(
+            "default/production",
+            "TOKEN",
+            b.seal("default", "TOKEN", "old").unwrap(),
+        );
+        assert_eq!(b.open(&r).ok().as_deref(), Some("old"));
         r.workspace = "acme/production".into();
-        assert_eq!(b.open(&r), None, "another tenant must not decrypt it");
-        let (nonce, ciphertext) = b.seal("acme/production", "TOKEN", "new").unwrap();
-        r.nonce = nonce;
-        r.ciphertext = ciphertext;
+        assert!(b.open(&r).is_err(), "another tenant must not decrypt it");
+        let mut r = record(
+            "acme/production",
+            "TOKEN",
+            b.seal("acme/production", "TOKEN", "new").unwrap(),
+        );
         r.workspace = "acme/staging".into();
-        assert_eq!(b.open(&r), None, "bound to its environment too");
+        assert!(b.open(&r).is_err(), "bound to its environment too");
+    }
+
+    #[test]
+    fn rows_written_before_key_ids_open_and_reseal_for_their_own_row() {
+        let legacy = record(
+            "ws/production",
+            "TOKEN",
+            legacy_columns([1; 32], "ws/production", "TOKEN", "v1"),
+        );
+        assert_eq!(boxed(1).open(&legacy).ok().as_deref(), Some("v1"));
+        // A ring rotated to key 2 still reads it, and rewrites it under key 2.
+        let rotated = SecretBox::new(boxed(1).keys().rotated_to(Key::from_bytes([2; 32])));
+        assert_eq!(rotated.open(&legacy).ok().as_deref(), Some("v1"));
+        let (nonce, ciphertext) = rotated.reseal(&legacy).unwrap().expect("rewritten");
+        let new = record("ws/production", "TOKEN", (nonce, ciphertext));
+        assert!(
+            rotated.reseal(&new).unwrap().is_none(),
+            "nothing left to do"
+        );
+        assert_eq!(boxed(2).open(&new).ok().as_deref(), Some("v1"));
+        assert!(boxed(1).open(&new).is_err());
+        // A pre-tenant row in default/production is resealed for its new name.
+        let pre_tenant = record(
+            "default/production",
+            "T",
+            legacy_columns([1; 32], "default", "T", "v0"),
+        );
+        let (nonce, ciphertext) = rotated.reseal(&pre_tenant).unwrap().expect("rewritten");
+        let new = record("default/production", "T", (nonce, ciphertext));
+        assert_eq!(boxed(2).open(&new).ok().as_deref(), Some("v0"));
+    }
+
+    #[test]
+    fn a_wrong_key_says_which_key_the_value_needs() {
+        let r = record("ws", "TOKEN", boxed(1).seal("ws", "TOKEN", "v").unwrap());
+        let e = boxed(2).open(&r).unwrap_err().to_string();
+        assert!(e.contains(&boxed(1).keys().current_id().to_string()), "{e}");
+        assert!(e.contains("not among this node's keys"), "{e}");
+        assert!(
+            boxed(2).reseal(&r).is_err(),
+            "a rotation never rewrites what it cannot read"
+        );
     }
 }

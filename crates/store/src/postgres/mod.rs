@@ -8,6 +8,7 @@
 
 mod pool;
 mod rows;
+mod secrets;
 mod store;
 mod testing;
 

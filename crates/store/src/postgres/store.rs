@@ -4,9 +4,7 @@
 //! are made atomic here by the database itself: `ON CONFLICT` on the unique
 //! indexes, or a transaction-scoped advisory lock where a count decides.
 
-use super::rows::{
-    self, json, ms, IDEM_COLUMNS, KEY_COLUMNS, SANDBOX_COLUMNS, SECRET_COLUMNS, SNAPSHOT_COLUMNS,
-};
+use super::rows::{self, json, ms, IDEM_COLUMNS, KEY_COLUMNS, SANDBOX_COLUMNS, SNAPSHOT_COLUMNS};
 use super::PostgresStore;
 use crate::{
     ApiKeyRecord, CreateOutcome, IdempotencyBegin, IdempotencyRecord, SandboxCursor, SandboxRecord,
@@ -358,63 +356,32 @@ impl Store for PostgresStore {
     }
 
     fn put_secret(&self, record: &SecretRecord) -> Result<(), StoreError> {
-        let r = record.clone();
-        self.pool.run(move |c| {
-            c.execute(
-                &format!(
-                    "INSERT INTO secrets ({SECRET_COLUMNS}) VALUES ($1,$2,$3,$4,$5,$6) \
-                     ON CONFLICT (workspace, name) DO UPDATE SET nonce = EXCLUDED.nonce, \
-                     ciphertext = EXCLUDED.ciphertext, updated_at_ms = EXCLUDED.updated_at_ms"
-                ),
-                &[
-                    &r.workspace,
-                    &r.name,
-                    &r.nonce,
-                    &r.ciphertext,
-                    &ms(r.created_at),
-                    &ms(r.updated_at),
-                ],
-            )?;
-            Ok(())
-        })
+        self.put_secret_row(record)
     }
 
     fn get_secret(&self, workspace: &str, name: &str) -> Result<Option<SecretRecord>, StoreError> {
-        let (workspace, name) = (workspace.to_string(), name.to_string());
-        self.pool.run(move |c| {
-            c.query_opt(
-                &format!("SELECT {SECRET_COLUMNS} FROM secrets WHERE workspace = $1 AND name = $2"),
-                &[&workspace, &name],
-            )?
-            .map(|row| rows::secret(&row))
-            .transpose()
-        })
+        self.get_secret_row(workspace, name)
     }
 
     fn list_secrets(&self, workspace: &str) -> Result<Vec<SecretRecord>, StoreError> {
-        let workspace = workspace.to_string();
-        self.pool.run(move |c| {
-            // COLLATE "C": byte order, as SQLite's default BINARY collation sorts.
-            c.query(
-                &format!(
-                    "SELECT {SECRET_COLUMNS} FROM secrets WHERE workspace = $1 ORDER BY name COLLATE \"C\""
-                ),
-                &[&workspace],
-            )?
-            .iter()
-            .map(rows::secret)
-            .collect()
-        })
+        self.list_secrets_row(workspace)
     }
 
     fn delete_secret(&self, workspace: &str, name: &str) -> Result<bool, StoreError> {
-        let (workspace, name) = (workspace.to_string(), name.to_string());
-        self.pool.run(move |c| {
-            Ok(c.execute(
-                "DELETE FROM secrets WHERE workspace = $1 AND name = $2",
-                &[&workspace, &name],
-            )? > 0)
-        })
+        self.delete_secret_row(workspace, name)
+    }
+
+    fn list_all_secrets(&self) -> Result<Vec<SecretRecord>, StoreError> {
+        self.list_all_secrets_row()
+    }
+
+    fn replace_secret_ciphertext(
+        &self,
+        current: &SecretRecord,
+        nonce: &[u8],
+        ciphertext: &[u8],
+    ) -> Result<bool, StoreError> {
+        self.replace_secret_ciphertext_row(current, nonce, ciphertext)
     }
 
     fn create_api_key(&self, record: &ApiKeyRecord) -> Result<(), StoreError> {

@@ -407,6 +407,19 @@ impl Store for SqliteStore {
         self.delete_secret_row(workspace, name)
     }
 
+    fn list_all_secrets(&self) -> Result<Vec<SecretRecord>, StoreError> {
+        self.list_all_secret_rows()
+    }
+
+    fn replace_secret_ciphertext(
+        &self,
+        current: &SecretRecord,
+        nonce: &[u8],
+        ciphertext: &[u8],
+    ) -> Result<bool, StoreError> {
+        self.replace_secret_ciphertext_row(current, nonce, ciphertext)
+    }
+
     fn create_api_key(&self, r: &ApiKeyRecord) -> Result<(), StoreError> {
         self.insert_api_key(r)
     }

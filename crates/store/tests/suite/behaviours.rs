@@ -11,6 +11,8 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 pub use crate::copying::copy_store_moves_every_row_and_finishes_an_interrupted_copy;
+mod secrets;
+pub use secrets::*;
 
 /// Opens another store on the same data.
 pub type Other<'a> = &'a dyn Fn() -> Arc<dyn Store>;

@@ -81,6 +81,8 @@ on_every_backend!(
     snapshot_listing_filters_by_name_and_hides_deleted,
     rows_are_found_by_status,
     secrets_are_replaced_listed_and_deleted,
+    every_secret_of_every_workspace_is_listed_in_order,
+    ciphertext_replacement_is_compare_and_set,
     keys_are_found_by_digest_and_revoked_once,
     idempotency_claims_replay_and_expire,
     idempotency_leases_are_renewed_by_their_owner_and_ended_for_others,
