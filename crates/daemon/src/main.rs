@@ -250,6 +250,23 @@ fn migrate_store_main(args: MigrateStoreArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The Connect store of a node, for an admin command; `None` when the node never ran
+/// Connect (no database file, and no PostgreSQL to look in).
+fn open_connect_store(
+    data_dir: &std::path::Path,
+    database_url: Option<&str>,
+) -> anyhow::Result<Option<Arc<dyn sbx_connect::store::Store>>> {
+    let location = sbx_connect::store::Location::of_node(&data_dir.join("connect"), database_url);
+    if let sbx_connect::store::Location::Sqlite(path) = &location {
+        if !path.exists() {
+            return Ok(None);
+        }
+    }
+    Ok(Some(
+        sbx_connect::store::open(&location).context("opening the Connect store")?,
+    ))
+}
+
 /// The sandbox store: PostgreSQL at `database_url` if given, else SQLite at `sqlite_path`.
 ///
 /// A failure names the database (a URL without its password) and why, so that a
@@ -353,8 +370,11 @@ async fn main() -> anyhow::Result<()> {
             &args.data_dir.join("sbx.sqlite"),
             args.database_url.as_deref(),
         )?;
+        let connect = open_connect_store(&args.data_dir, args.database_url.as_deref())?;
         return Ok(sbx_daemon::secret_keys::rotate::rotate_main(
-            &args, &*store,
+            &args,
+            &*store,
+            connect.as_ref(),
         )?);
     }
     let args = Args::parse();

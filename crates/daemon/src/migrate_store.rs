@@ -73,7 +73,25 @@ pub fn migrate(data_dir: &Path, url: &str) -> Result<MigrateReport, MigrateError
     Ok(MigrateReport { store, connect })
 }
 
-/// Copies the Connect store of the data dir into the same database.
-fn migrate_connect(_data_dir: &Path, _url: &str) -> Result<String, MigrateError> {
-    Ok("Connect store: not copied yet".to_string())
+/// Copies the Connect store of the data dir into the same database, in one
+/// transaction on the target (an empty Connect store there, or nothing is written).
+fn migrate_connect(data_dir: &Path, url: &str) -> Result<String, MigrateError> {
+    use sbx_connect::store::Location;
+    let connect_dir = data_dir.join("connect");
+    let Location::Sqlite(path) = Location::of_node(&connect_dir, None) else {
+        unreachable!("without a database URL the Connect store is a SQLite file");
+    };
+    if !path.exists() {
+        return Ok("Connect: the node never ran Connect, nothing to copy".to_string());
+    }
+    let connect = |e: sbx_connect::store::StoreError| MigrateError::Connect(e.to_string());
+    let from = sbx_connect::store::open(&Location::Sqlite(path)).map_err(connect)?;
+    let to =
+        sbx_connect::store::open(&Location::of_node(&connect_dir, Some(url))).map_err(connect)?;
+    // An earlier run that got this far copied everything (the copy is one transaction).
+    if to.export().map_err(connect)?.rows() > 0 {
+        return Ok("Connect: the target holds Connect rows already (an earlier run copied them); nothing copied".to_string());
+    }
+    let rows = sbx_connect::store::copy_store(from.as_ref(), to.as_ref()).map_err(connect)?;
+    Ok(format!("Connect: {rows} rows copied"))
 }

@@ -141,7 +141,7 @@ pub fn copy_store(from: &dyn Store, to: &dyn Store) -> Result<CopyReport, StoreE
         to.update_snapshot(&mut written)?;
         report.snapshots.count(true);
     }
-    for secret in all_secrets(from)? {
+    for secret in from.list_all_secrets()? {
         let present = to.get_secret(&secret.workspace, &secret.name)?.is_some();
         if !present {
             to.put_secret(&secret)?;
@@ -149,20 +149,4 @@ pub fn copy_store(from: &dyn Store, to: &dyn Store) -> Result<CopyReport, StoreE
         report.secrets.count(!present);
     }
     Ok(report)
-}
-
-/// Every secret of every workspace.
-fn all_secrets(from: &dyn Store) -> Result<Vec<crate::SecretRecord>, StoreError> {
-    let mut workspaces = std::collections::BTreeSet::new();
-    for r in from.sandboxes_in_status(&SANDBOX_STATUSES)? {
-        workspaces.insert(r.workspace);
-    }
-    for k in from.list_api_keys()? {
-        workspaces.insert(k.workspace);
-    }
-    let mut out = Vec::new();
-    for w in workspaces {
-        out.extend(from.list_secrets(&w)?);
-    }
-    Ok(out)
 }

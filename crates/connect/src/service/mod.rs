@@ -169,10 +169,7 @@ impl ConnectService {
     ) -> Result<Arc<Self>, ServiceError> {
         config.limits.validate()?;
         std::fs::create_dir_all(&config.data_dir).map_err(|e| io_error(&config.data_dir, e))?;
-        let location = match &config.database_url {
-            Some(url) => Location::Postgres(url.clone()),
-            None => Location::Sqlite(config.data_dir.join("connect.db")),
-        };
+        let location = Location::of_node(&config.data_dir, config.database_url.as_deref());
         let store = crate::store::open(&location)?;
         let mut broker = config.broker;
         broker.max_response_bytes = config.limits.max_response_bytes;

@@ -123,6 +123,17 @@ pub enum Location {
     Postgres(String),
 }
 
+impl Location {
+    /// Where a node keeps the store: in the PostgreSQL of `database_url` if it has one,
+    /// else in `connect.db` under its Connect data dir (`<sbxd data dir>/connect`).
+    pub fn of_node(connect_dir: &std::path::Path, database_url: Option<&str>) -> Location {
+        match database_url.map(str::trim).filter(|u| !u.is_empty()) {
+            Some(url) => Location::Postgres(url.to_string()),
+            None => Location::Sqlite(connect_dir.join("connect.db")),
+        }
+    }
+}
+
 /// Opens the store at `location`, applying migrations.
 pub fn open(location: &Location) -> Result<Arc<dyn Store>, StoreError> {
     Ok(match location {

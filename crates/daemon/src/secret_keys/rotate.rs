@@ -177,8 +177,8 @@ impl CiphertextSource for WorkspaceSecrets<'_> {
     }
 }
 
-/// The two calls a rotation needs from the Connect store (being added there as
-/// `credential_blobs` and `replace_credentials`).
+/// The two calls a rotation needs from the Connect store (a trait, so that the
+/// unit tests can race a stand-in against the rotation).
 pub trait CredentialBlobs {
     /// Every connection's sealed credentials: (workspace, connection id, blob).
     fn credential_blobs(&self) -> Result<Vec<(String, String, Vec<u8>)>, String>;
@@ -192,11 +192,35 @@ pub trait CredentialBlobs {
     ) -> Result<bool, String>;
 }
 
+impl CredentialBlobs for std::sync::Arc<dyn sbx_connect::store::Store> {
+    fn credential_blobs(&self) -> Result<Vec<(String, String, Vec<u8>)>, String> {
+        let blobs = sbx_connect::store::Connections::credential_blobs(self.as_ref())
+            .map_err(|e| e.to_string())?;
+        Ok(blobs
+            .into_iter()
+            .map(|b| (b.workspace, b.connection_id, b.blob))
+            .collect())
+    }
+
+    fn replace_credentials(
+        &self,
+        workspace: &str,
+        connection_id: &str,
+        old: &[u8],
+        new: &[u8],
+    ) -> Result<bool, String> {
+        sbx_connect::store::Connections::replace_credentials(
+            self.as_ref(),
+            workspace,
+            connection_id,
+            old,
+            new,
+        )
+        .map_err(|e| e.to_string())
+    }
+}
+
 /// Connect connection credentials.
-///
-/// TODO(lead): once the Connect store has `credential_blobs` and
-/// `replace_credentials`, implement [`CredentialBlobs`] for it (two delegating
-/// calls) and add this source in [`rotate_main`] (see the TODO there).
 pub struct ConnectCredentials<'a, S: CredentialBlobs> {
     store: &'a S,
     crypto: CredentialBox,
@@ -254,7 +278,11 @@ impl<S: CredentialBlobs> CiphertextSource for ConnectCredentials<'_, S> {
 
 /// Runs the command on an open store: prints one line per source, and fails
 /// when a value could not be re-encrypted (it stays readable with its old key only).
-pub fn rotate_main(args: &RotateArgs, store: &dyn Store) -> Result<(), SecretKeysError> {
+pub fn rotate_main(
+    args: &RotateArgs,
+    store: &dyn Store,
+    connect: Option<&std::sync::Arc<dyn sbx_connect::store::Store>>,
+) -> Result<(), SecretKeysError> {
     let old = args.keys.sources(&args.data_dir).ring(false)?;
     let new = Key::read_file(&args.new_key_file)?;
     let keys = old.rotated_to(new);
@@ -267,12 +295,13 @@ pub fn rotate_main(args: &RotateArgs, store: &dyn Store) -> Result<(), SecretKey
             .collect::<Vec<_>>()
             .join(", ")
     );
-    let reports = vec![
-        rotate_source(&WorkspaceSecrets::new(store, keys.clone()))?,
-        // TODO(lead): Connect credentials, once the Connect store has the two calls
-        // of `CredentialBlobs` and is opened here as sbxd opens it:
-        // rotate_source(&ConnectCredentials::new(&connect_store, keys.clone()))?,
-    ];
+    let mut reports = vec![rotate_source(&WorkspaceSecrets::new(store, keys.clone()))?];
+    if let Some(connect) = connect {
+        reports.push(rotate_source(&ConnectCredentials::new(
+            connect,
+            keys.clone(),
+        ))?);
+    }
     let mut failed = Vec::new();
     for r in &reports {
         println!("{}", r.summary());

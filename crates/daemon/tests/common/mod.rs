@@ -77,6 +77,11 @@ impl Daemon {
         self.dir.path()
     }
 
+    /// Adds arguments for the next [`Daemon::spawn`] (e.g. a restart on another store).
+    pub fn add_args(&mut self, args: &[&str]) {
+        self.extra_args.extend(args.iter().map(|s| s.to_string()));
+    }
+
     /// (Re)starts the sbxd process on the same data dir and port.
     pub async fn spawn(&mut self) {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_sbxd"));
