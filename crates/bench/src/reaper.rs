@@ -1,4 +1,4 @@
-//! The bench as a child subreaper, as sbxd is (crates/daemon/src/reaper.rs).
+//! The bench as a child subreaper, as sbxd is (crates/node/src/reaper.rs).
 //!
 //! `runsc run --detach` and `runsc restore --detach` leave the sandbox and
 //! gofer processes orphaned, and `runsc delete` waits until their pids are

@@ -1,4 +1,7 @@
-//! sbxd: HTTP API, lifecycle service and gVisor runtime of sbx.
+//! sbxd, the control plane of sbx: what decides. The HTTP API (`api`), the lifecycle
+//! service (`service`: state transitions decided by the store, idempotency, secrets,
+//! admission), tenants, and the Connect runtime's wiring. What acts on the host lives in
+//! `sbx-node` (re-exported here as `runtime`, `network` and `reaper`).
 
 pub mod api;
 pub mod config;
@@ -6,10 +9,9 @@ pub mod connect;
 pub mod console;
 pub mod data_dir;
 pub mod migrate_store;
-pub mod network;
-pub mod reaper;
-pub mod runtime;
 pub mod secret_keys;
 pub mod server;
 pub mod service;
 pub mod tenants;
+
+pub use sbx_node::{network, reaper, runtime};
