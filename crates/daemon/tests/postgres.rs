@@ -1,6 +1,6 @@
 //! sbxd with its sandbox store on PostgreSQL (`--database-url`): the lifecycle
-//! across a kill -9, and the start-up refusals (unreachable server, schema from
-//! the future).
+//! across a kill -9, and the start-up refusals (unreachable server, wrong
+//! password, schema from the future).
 //!
 //! Needs what the other integration tests need, plus a PostgreSQL server whose
 //! URL `./scripts/test` exports as `SBX_TEST_DATABASE_URL`; each test gets a
@@ -156,6 +156,71 @@ async fn a_database_that_cannot_be_used_stops_sbxd_at_start() {
         )),
         "{stderr}"
     );
+}
+
+#[tokio::test]
+#[ignore = "needs root, runsc, the image and PostgreSQL; run ./scripts/test"]
+async fn a_wrong_password_stops_sbxd_at_start_without_printing_it() {
+    // scripts/lib/postgres.sh makes one role that must give its password.
+    let good = std::env::var("SBX_TEST_PASSWORD_DATABASE_URL").unwrap_or_else(|_| {
+        panic!("SBX_TEST_PASSWORD_DATABASE_URL is not set: run ./scripts/test")
+    });
+    let (userinfo, host_and_db) = good
+        .strip_prefix("postgres://")
+        .and_then(|rest| rest.split_once('@'))
+        .expect("postgres://user:password@host/db");
+    let (user, password) = userinfo.split_once(':').expect("a password in the URL");
+    let wrong_password = "not-the-Password-7f3a";
+    let wrong = format!("postgres://{user}:{wrong_password}@{host_and_db}");
+
+    // The right password is accepted and none at all is not: the server really
+    // checks this role's password, so the refusal below is about the password.
+    let probe = |url: String| {
+        std::thread::spawn(move || {
+            postgres::Client::connect(&url, postgres::NoTls)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        })
+        .join()
+        .expect("thread")
+    };
+    assert_eq!(probe(good.clone()), Ok(()), "the right password");
+    assert!(
+        probe(format!("postgres://{user}@{host_and_db}")).is_err(),
+        "{user} got in without a password"
+    );
+
+    let (code, stderr) = start_refused(&wrong);
+    assert_ne!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains(&format!("postgres://{user}:***@{host_and_db}")),
+        "names the database: {stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("password authentication failed for user \"{user}\"")),
+        "says why: {stderr}"
+    );
+    // No retry mends a wrong password: it is not reported as the database being away.
+    assert!(!stderr.contains("unavailable"), "called retryable: {stderr}");
+    assert!(!stderr.contains(wrong_password), "leaks the password: {stderr}");
+    assert!(!stderr.contains(password), "leaks the real password: {stderr}");
+
+    // With the right password the same role runs sbxd (on a database it owns).
+    let db = database();
+    let name = db
+        .url()
+        .rsplit("dbname=")
+        .next()
+        .expect("test database name")
+        .to_string();
+    let admin_url = std::env::var("SBX_TEST_DATABASE_URL").expect("SBX_TEST_DATABASE_URL");
+    admin(&admin_url, format!("ALTER DATABASE {name} OWNER TO {user}"));
+    let url = format!("{}?dbname={name}", good.trim_end_matches('/'));
+    let d = Daemon::start(&["--database-url", &url]).await;
+    let (status, body) = d.call("GET", "/v2/sandboxes", None).await;
+    assert_eq!(status, 200, "{body}");
+    drop(d);
+    drop(db);
 }
 
 /// Runs one statement on the server of `url` (as its admin), off the async runtime.
