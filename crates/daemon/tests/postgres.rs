@@ -197,7 +197,8 @@ async fn a_wrong_password_stops_sbxd_at_start_without_printing_it() {
         "names the database: {stderr}"
     );
     assert!(
-        stderr.contains(&format!("password authentication failed for user \"{user}\"")),
+        stderr.contains("the server refused the login")
+            && stderr.contains(&format!("password authentication failed for user \"{user}\"")),
         "says why: {stderr}"
     );
     // No retry mends a wrong password: it is not reported as the database being away.

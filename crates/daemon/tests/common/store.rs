@@ -112,3 +112,15 @@ impl StoreProbe {
         }
     }
 }
+
+impl Drop for StoreProbe {
+    fn drop(&mut self) {
+        // Closing a sync client blocks on its runtime too: not on the test's thread.
+        if let StoreProbe::Postgres { client, .. } = self {
+            let held = client.get_mut().unwrap_or_else(|p| p.into_inner()).take();
+            if let Some(c) = held {
+                let _ = std::thread::spawn(move || drop(c)).join();
+            }
+        }
+    }
+}

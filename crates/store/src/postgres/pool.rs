@@ -26,18 +26,26 @@ impl Connection {
     }
 }
 
+/// Why the server turned a connection away for good: no retry mends these.
+#[derive(Debug, thiserror::Error)]
+enum Refused {
+    /// SQLSTATE class 28: wrong user or password, or pg_hba.conf says no.
+    #[error("the server refused the login (check the user and password of the database URL)")]
+    Login(#[source] postgres::Error),
+    /// SQLSTATE 3D000.
+    #[error("the database named in the URL does not exist on that server")]
+    NoDatabase(#[source] postgres::Error),
+}
+
 /// A failure to connect: unavailable (retryable) unless the server refused who we
 /// are or what we asked for, which no retry mends.
 fn connect_error(e: postgres::Error) -> StoreError {
-    let refused = e.as_db_error().is_some_and(|db| {
-        let code = db.code().code();
+    let code = e.as_db_error().map(|db| db.code().code().to_string());
+    match code.as_deref() {
         // 28: invalid authorization (wrong user or password); 3D000: no such database.
-        code.starts_with("28") || code == "3D000"
-    });
-    if refused {
-        StoreError::Database(Box::new(e))
-    } else {
-        StoreError::Unavailable(Box::new(e))
+        Some(c) if c.starts_with("28") => StoreError::Database(Box::new(Refused::Login(e))),
+        Some("3D000") => StoreError::Database(Box::new(Refused::NoDatabase(e))),
+        _ => StoreError::Unavailable(Box::new(e)),
     }
 }
 
