@@ -75,7 +75,12 @@ pub fn report(b: &Bench, machine: &str, url: &str, started: &str, interrupted: b
     let sides = b
         .rows
         .values()
-        .flat_map(|r| [(r.name.as_str(), "sbx", &r.sbx), (r.name.as_str(), "raw", &r.raw)])
+        .flat_map(|r| {
+            [
+                (r.name.as_str(), "sbx", &r.sbx),
+                (r.name.as_str(), "raw", &r.raw),
+            ]
+        })
         .chain(b.store_rows.iter().flat_map(|r| {
             [
                 (r.name, "SQLite", &r.sqlite),

@@ -157,7 +157,7 @@ pub fn bootstrap_interval(a: &[f64], b: &[f64]) -> Option<(f64, f64)> {
     }
     let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
     let mut diffs = Vec::with_capacity(RESAMPLES);
-    let mut resample = |v: &[f64], rng: &mut XorShift| -> f64 {
+    let resample = |v: &[f64], rng: &mut XorShift| -> f64 {
         let s: Vec<f64> = (0..v.len()).map(|_| v[rng.below(v.len())]).collect();
         percentile(&s, 50.0).unwrap_or(f64::NAN)
     };
@@ -248,7 +248,10 @@ impl Bench {
     async fn store_exec(&self, pair: &StorePair, row: &mut StoreRow) {
         let mut ids = Vec::new();
         for api in [&pair.sqlite, &pair.postgres] {
-            match api.create(self.create_body(self.sbx_name("store-warm", 0))).await {
+            match api
+                .create(self.create_body(self.sbx_name("store-warm", 0)))
+                .await
+            {
                 Ok(id) => ids.push(Ok(id)),
                 Err(e) => {
                     eprintln!("  ! warm sandbox for store-exec: {e:#}");
@@ -329,7 +332,11 @@ mod tests {
     #[test]
     fn rows_without_servers_say_why() {
         let r = StoreRow::not_available("store-exec", "no servers");
-        assert!(r.markdown().contains("n/a (no servers)"), "{}", r.markdown());
+        assert!(
+            r.markdown().contains("n/a (no servers)"),
+            "{}",
+            r.markdown()
+        );
         assert_eq!(r.met(), "—");
         assert_eq!(bootstrap_interval(&[], &[1.0]), None);
     }

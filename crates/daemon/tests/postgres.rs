@@ -198,13 +198,24 @@ async fn a_wrong_password_stops_sbxd_at_start_without_printing_it() {
     );
     assert!(
         stderr.contains("the server refused the login")
-            && stderr.contains(&format!("password authentication failed for user \"{user}\"")),
+            && stderr.contains(&format!(
+                "password authentication failed for user \"{user}\""
+            )),
         "says why: {stderr}"
     );
     // No retry mends a wrong password: it is not reported as the database being away.
-    assert!(!stderr.contains("unavailable"), "called retryable: {stderr}");
-    assert!(!stderr.contains(wrong_password), "leaks the password: {stderr}");
-    assert!(!stderr.contains(password), "leaks the real password: {stderr}");
+    assert!(
+        !stderr.contains("unavailable"),
+        "called retryable: {stderr}"
+    );
+    assert!(
+        !stderr.contains(wrong_password),
+        "leaks the password: {stderr}"
+    );
+    assert!(
+        !stderr.contains(password),
+        "leaks the real password: {stderr}"
+    );
 
     // With the right password the same role runs sbxd (on a database it owns).
     let db = database();

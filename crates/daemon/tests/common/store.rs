@@ -52,7 +52,7 @@ pub enum StoreProbe {
     /// until the first query and after one failed.
     Postgres {
         url: String,
-        client: Mutex<Option<postgres::Client>>,
+        client: Mutex<Option<Box<postgres::Client>>>,
     },
 }
 
@@ -89,8 +89,10 @@ impl StoreProbe {
                 let (kept, result) = std::thread::spawn(move || {
                     let mut c = match held {
                         Some(c) if !c.is_closed() => c,
-                        _ => postgres::Client::connect(&url, postgres::NoTls)
-                            .unwrap_or_else(|e| panic!("connecting to the test database: {e}")),
+                        _ => Box::new(
+                            postgres::Client::connect(&url, postgres::NoTls)
+                                .unwrap_or_else(|e| panic!("connecting to the test database: {e}")),
+                        ),
                     };
                     let result = c.simple_query(&statement);
                     (Some(c), result)
