@@ -10,14 +10,18 @@ use crate::Bench;
 pub fn report(b: &Bench, machine: &str, url: &str, started: &str, interrupted: bool) -> String {
     let mut out = String::new();
     out.push_str(&format!("Machine: {machine}. Date: {started}.\n\n"));
-    out.push_str(&format!(
-        "sbxd at {url}; {} timed iterations per scenario ({} for 100 MiB transfers) after {} untimed warm-up; sbx and raw iterations alternate.{}\n\n",
-        b.n,
-        b.big,
-        b.warm,
-        if interrupted { " **Interrupted: partial results.**" } else { "" }
-    ));
+    let interrupted = if interrupted {
+        " **Interrupted: partial results.**"
+    } else {
+        ""
+    };
     if !b.rows.is_empty() {
+        out.push_str(&format!(
+            "sbxd at {url}; {} timed iterations per scenario ({} for 100 MiB transfers) after {} untimed warm-up; sbx and raw iterations alternate.{interrupted}\n\n",
+            b.n,
+            b.big,
+            b.warm,
+        ));
         out.push_str(TABLE_HEADER);
         out.push('\n');
         for name in SCENARIOS {
@@ -32,8 +36,9 @@ pub fn report(b: &Bench, machine: &str, url: &str, started: &str, interrupted: b
         out.push_str(&format!(
             "Store: the same operations on two sbxd that differ only in their store, SQLite \
              (the file in the data dir) and PostgreSQL (`--database-url`); {} timed \
-             create/destroy iterations and {} timed execs per store, the stores in turn.\n\n",
-            b.store_n, b.store_execs
+             create/destroy iterations and {} timed execs per store after {} untimed \
+             warm-up, the stores in turn.{interrupted}\n\n",
+            b.store_n, b.store_execs, b.warm
         ));
         out.push_str(STORE_TABLE_HEADER);
         out.push('\n');
@@ -43,7 +48,8 @@ pub fn report(b: &Bench, machine: &str, url: &str, started: &str, interrupted: b
         }
         out.push('\n');
     }
-    let mut notes: Vec<String> = vec![
+    let mut notes: Vec<String> = Vec::new();
+    let sbx_vs_raw: Vec<String> = vec![
         "create: sbx = POST /v2/sandboxes {vcpu 1, memoryMb 1024} until RUNNING (201, or 202 then \
          GET every poll interval); it includes sbxd's agent handshake. raw = write the same OCI \
          bundle (SpecBuilder, agent dir bound at /.sbx/bin, PID 1 `sbx-agent init`) + `runsc run \
@@ -60,6 +66,10 @@ pub fn report(b: &Bench, machine: &str, url: &str, started: &str, interrupted: b
          'cat > /tmp/x'` fed from memory / `runsc exec cat /tmp/x`."
             .into(),
     ];
+    if !b.rows.is_empty() {
+        notes.extend(sbx_vs_raw);
+        notes.extend(b.notes.iter().cloned());
+    }
     if !b.store_rows.is_empty() {
         notes.push(
             "store-*: create = POST /v2/sandboxes until RUNNING, destroy = DELETE until \
@@ -71,7 +81,6 @@ pub fn report(b: &Bench, machine: &str, url: &str, started: &str, interrupted: b
                 .into(),
         );
     }
-    notes.extend(b.notes.iter().cloned());
     let sides = b
         .rows
         .values()
