@@ -76,7 +76,7 @@ pub fn report(b: &Bench, machine: &str, url: &str, started: &str, interrupted: b
              TERMINATED (polled every 1 ms), exec = POST .../exec `[\"true\"]` on one warm \
              sandbox per store in alternating blocks; the difference is of the p50s, its \
              interval a bootstrap (2000 resamples of each side). Target from issue 14: \
-             PostgreSQL adds at most 2 ms to a create and nothing measurable (the interval \
+             PostgreSQL adds at most 2 ms to a create (met when the whole interval is below) and nothing measurable (the interval \
              reaches 0) to an exec."
                 .into(),
         );
