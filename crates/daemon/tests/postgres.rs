@@ -1,6 +1,7 @@
 //! sbxd with its sandbox store on PostgreSQL (`--database-url`): the lifecycle
 //! across a kill -9, and the start-up refusals (unreachable server, wrong
-//! password, schema from the future).
+//! password, schema from the future), and an outage: 503 then recovery, at most
+//! one 503 when the server ends every session.
 //!
 //! Needs what the other integration tests need, plus a PostgreSQL server whose
 //! URL `./scripts/test` exports as `SBX_TEST_DATABASE_URL`; each test gets a
@@ -292,6 +293,56 @@ async fn a_database_that_goes_away_is_503_then_sbxd_recovers() {
     let (code, out, _) = d.exec(&id, &["echo", "still here"]).await;
     assert_eq!((code, out.as_str()), (0, "still here\n"));
     d.destroy_all(Duration::from_secs(30)).await;
+    drop(d);
+    drop(db);
+}
+
+#[tokio::test]
+#[ignore = "needs root, runsc, the image and PostgreSQL; run ./scripts/test"]
+async fn sessions_ended_by_the_server_cost_at_most_one_503() {
+    // A server restart or failover ends every session sbxd holds; its clients
+    // learn that only when they next talk. One failed call must make every
+    // connection be replaced, not one 503 per pooled connection.
+    let admin_url = std::env::var("SBX_TEST_DATABASE_URL").expect("SBX_TEST_DATABASE_URL");
+    let db = database();
+    let d = Daemon::start(&["--database-url", db.url()]).await;
+    let name = db
+        .url()
+        .rsplit("dbname=")
+        .next()
+        .expect("test database name")
+        .to_string();
+    // Every pooled connection open: more concurrent reads than connections.
+    let mut reads = Vec::new();
+    for _ in 0..16 {
+        let (http, url) = (d.http.clone(), d.url("/v2/sandboxes"));
+        reads.push(tokio::spawn(async move {
+            http.get(url).send().await.map(|r| r.status().as_u16())
+        }));
+    }
+    for r in reads {
+        assert_eq!(r.await.expect("task").expect("request"), 200);
+    }
+    admin(
+        &admin_url,
+        format!("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'"),
+    );
+    let mut failed = Vec::new();
+    for i in 0..12 {
+        let (status, body) = d.call("GET", "/v2/sandboxes", None).await;
+        match status {
+            200 => {}
+            503 => {
+                assert_eq!(body["errors"][0]["code"], "compute_unavailable", "{body}");
+                failed.push(i);
+            }
+            other => panic!("GET /v2/sandboxes: {other} {body}"),
+        }
+    }
+    assert!(
+        failed.len() <= 1,
+        "503 on requests {failed:?} after the sessions ended"
+    );
     drop(d);
     drop(db);
 }
