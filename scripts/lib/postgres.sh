@@ -3,6 +3,15 @@
 # starts it listening on a Unix socket in that directory only (no TCP), exports
 # SBX_TEST_DATABASE_URL and stops and removes it when the shell exits.
 #
+# Every role connects without a password (trust) except one, `sbx_pw`, which
+# must give its password (scram-sha-256), so that tests can show what sbxd does
+# with a wrong one: SBX_TEST_PASSWORD_DATABASE_URL is a URL for that role with
+# its (random, per-cluster) password.
+#
+# SBX_PG_FSYNC=on keeps fsync on (the benchmark wants a durable server like a
+# real deployment's); the tests leave it off, durability is not wanted from a
+# cluster that lives for one run.
+#
 # Idempotent: clusters left by earlier runs that were killed (their owner
 # process is gone) are stopped and removed first; clusters of runs still going
 # are left alone, so that two runs on one machine do not disturb each other.
@@ -50,17 +59,55 @@ sbx_postgres_start() {
     cat "$SBX_PG_DIR/initdb.log" >&2
     return 1
   }
-  # No TCP at all; durability is not wanted from a cluster that lives for one run.
+  sbx_postgres_write_hba "$SBX_PG_DIR/data/pg_hba.conf"
+  # No TCP at all.
+  local fsync=off
+  [ "${SBX_PG_FSYNC:-off}" = on ] && fsync=on
   sbx_as_postgres "$SBX_PG_BIN/pg_ctl" -D "$SBX_PG_DIR/data" -l "$SBX_PG_DIR/server.log" -w \
-    -o "-c listen_addresses='' -c unix_socket_directories='$SBX_PG_DIR' -c fsync=off -c max_connections=200" \
+    -o "-c listen_addresses='' -c unix_socket_directories='$SBX_PG_DIR' -c fsync=$fsync -c max_connections=200" \
     start >/dev/null || {
     cat "$SBX_PG_DIR/server.log" >&2
     return 1
   }
   # The socket directory as the URL's host, percent-encoded.
-  SBX_TEST_DATABASE_URL="postgres://postgres@${SBX_PG_DIR//\//%2F}/postgres"
-  export SBX_PG_DIR SBX_TEST_DATABASE_URL
+  local host=${SBX_PG_DIR//\//%2F}
+  SBX_TEST_DATABASE_URL="postgres://postgres@$host/postgres"
+  local password
+  password=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
+  sbx_postgres_password_role "$password" || return 1
+  SBX_TEST_PASSWORD_DATABASE_URL="postgres://sbx_pw:$password@$host/postgres"
+  export SBX_PG_DIR SBX_TEST_DATABASE_URL SBX_TEST_PASSWORD_DATABASE_URL
   echo "PostgreSQL $("$SBX_PG_BIN/postgres" --version | awk '{print $3}') on $SBX_PG_DIR"
+}
+
+# Writes the cluster's pg_hba.conf: `sbx_pw` needs its password on the socket,
+# everyone else is trusted. The whole file is written (not appended to), so
+# writing it again gives the same file. Only local (socket) lines: no TCP.
+sbx_postgres_write_hba() {
+  local hba=$1
+  sbx_as_postgres tee "$hba" >/dev/null <<'HBA'
+# Written by scripts/lib/postgres.sh. First match wins.
+# TYPE  DATABASE  USER    METHOD
+local   all       sbx_pw  scram-sha-256
+local   all       all     trust
+HBA
+}
+
+# Creates the role `sbx_pw` with password $1 (scram-sha-256), or sets its
+# password when it exists already.
+sbx_postgres_password_role() {
+  local password=$1
+  sbx_as_postgres "$SBX_PG_BIN/psql" -h "$SBX_PG_DIR" -U postgres -d postgres -qAt \
+    -v ON_ERROR_STOP=1 >/dev/null <<SQL
+SET password_encryption = 'scram-sha-256';
+DO \$\$BEGIN
+  IF EXISTS (SELECT FROM pg_roles WHERE rolname = 'sbx_pw') THEN
+    ALTER ROLE sbx_pw LOGIN PASSWORD '$password';
+  ELSE
+    CREATE ROLE sbx_pw LOGIN PASSWORD '$password';
+  END IF;
+END\$\$;
+SQL
 }
 
 sbx_postgres_stop() {

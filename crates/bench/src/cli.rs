@@ -29,6 +29,9 @@ pub const SCENARIOS: &[&str] = &[
     "density-exec",
     "sbxd-cpu",
     "connect-job",
+    "store-create",
+    "store-exec",
+    "store-destroy",
 ];
 
 /// Scenarios that run on the long-lived ("warm") sandbox pair.
@@ -136,6 +139,19 @@ pub struct Args {
     /// sbxd-cpu: creates in the create window (and destroys in the destroy one).
     #[arg(long, default_value_t = 10)]
     pub cpu_creates: usize,
+    /// store rows: the sbxd on SQLite (`scripts/bench` starts it beside the
+    /// PostgreSQL one, with the same flags).
+    #[arg(long)]
+    pub store_sqlite_url: Option<String>,
+    /// store rows: the sbxd on PostgreSQL (`--database-url`).
+    #[arg(long)]
+    pub store_postgres_url: Option<String>,
+    /// store-create / store-destroy: timed iterations per store.
+    #[arg(long, default_value_t = 60)]
+    pub store_iterations: usize,
+    /// store-exec: timed execs per store.
+    #[arg(long, default_value_t = 200)]
+    pub store_execs: usize,
     /// Upper bound on one exec / create / destroy in exec-load and density, seconds.
     #[arg(long, default_value_t = 120)]
     pub op_timeout_secs: u64,
@@ -156,6 +172,10 @@ pub fn select(names: &[String]) -> Result<Vec<&'static str>> {
             out.extend(["snapshot-idle", "snapshot-50MB"]);
             continue;
         }
+        if n.eq_ignore_ascii_case("store") {
+            out.extend(crate::store::SCENARIOS);
+            continue;
+        }
         if n.eq_ignore_ascii_case("density") {
             out.extend(["density-mem", "density-exec"]);
             continue;
@@ -163,7 +183,7 @@ pub fn select(names: &[String]) -> Result<Vec<&'static str>> {
         match SCENARIOS.iter().find(|s| s.eq_ignore_ascii_case(n)) {
             Some(s) => out.push(*s),
             None => bail!(
-                "unknown scenario {n:?}; known: {} (or snapshot, density, all)",
+                "unknown scenario {n:?}; known: {} (or snapshot, density, store, all)",
                 SCENARIOS.join(", ")
             ),
         }
@@ -184,6 +204,10 @@ mod tests {
             ["exec", "snapshot-idle", "snapshot-50MB"]
         );
         assert!(select(&["nope".into()]).is_err());
+        assert_eq!(
+            select(&["store".into()]).unwrap(),
+            ["store-create", "store-exec", "store-destroy"]
+        );
         assert_eq!(
             select(&["exec-load".into(), "density".into(), "sbxd-cpu".into()]).unwrap(),
             ["exec-load", "density-mem", "density-exec", "sbxd-cpu"]

@@ -22,6 +22,7 @@ mod raw;
 mod reaper;
 mod report;
 mod stats;
+mod store;
 mod sys;
 mod warm;
 
@@ -88,6 +89,11 @@ struct Bench {
     density_pid: Option<u32>,
     cpu_execs: usize,
     cpu_creates: usize,
+    /// The two sbxd of the store rows, when given.
+    store_pair: Option<store::StorePair>,
+    store_n: usize,
+    store_execs: usize,
+    store_rows: Vec<store::StoreRow>,
 }
 
 impl Bench {
@@ -124,9 +130,29 @@ async fn main() -> Result<()> {
         Duration::from_millis(args.poll_ms.max(1)),
         args.upload_chunk_kib * 1024,
     )?;
-    api.health()
-        .await
-        .with_context(|| format!("sbxd is not answering at {}", args.url))?;
+    // The store rows run on sbxd of their own: a run of only those needs no --url.
+    if selected.iter().any(|s| !store::SCENARIOS.contains(s)) {
+        api.health()
+            .await
+            .with_context(|| format!("sbxd is not answering at {}", args.url))?;
+    }
+    let store_pair = match (&args.store_sqlite_url, &args.store_postgres_url) {
+        (Some(sqlite), Some(postgres)) => {
+            let sqlite = Api::new(sqlite, store::POLL, 0)?;
+            let postgres_api = Api::new(postgres, store::POLL, 0)?;
+            for (a, which) in [(&sqlite, "SQLite"), (&postgres_api, "PostgreSQL")] {
+                a.health()
+                    .await
+                    .with_context(|| format!("the sbxd on {which} is not answering"))?;
+            }
+            Some(store::StorePair {
+                sqlite,
+                postgres: postgres_api,
+            })
+        }
+        (None, None) => None,
+        _ => bail!("--store-sqlite-url and --store-postgres-url go together"),
+    };
     let pid_of = |url: &str| {
         reqwest::Url::parse(url)
             .ok()
@@ -202,6 +228,10 @@ async fn main() -> Result<()> {
         density_pid,
         cpu_execs: args.cpu_execs,
         cpu_creates: args.cpu_creates,
+        store_pair,
+        store_n: args.store_iterations.max(1),
+        store_execs: args.store_execs.max(1),
+        store_rows: Vec::new(),
     };
     bench.notes.push(match args.upload_chunk_kib {
         0 => "sbx uploads are sent as one body with a Content-Length.".to_string(),
@@ -244,6 +274,9 @@ async fn main() -> Result<()> {
             if b.wants("connect-job") {
                 b.connect().await;
             }
+            if store::SCENARIOS.iter().any(|s| b.wants(s)) {
+                b.store().await;
+            }
         };
         tokio::select! {
             _ = run => false,
@@ -258,6 +291,11 @@ async fn main() -> Result<()> {
     let mut leftovers = bench.api.cleanup(&format!("bench-{tag}-")).await;
     if let Some(d) = &bench.density_api {
         leftovers.extend(d.cleanup(&format!("bench-{tag}-")).await);
+    }
+    if let Some(pair) = &bench.store_pair {
+        for a in [&pair.sqlite, &pair.postgres] {
+            leftovers.extend(a.cleanup(&format!("bench-{tag}-")).await);
+        }
     }
     leftovers.extend(bench.raw.cleanup().await);
     for l in &leftovers {

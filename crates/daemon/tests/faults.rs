@@ -7,6 +7,10 @@
 //! reason, or TERMINATED), and do the store and the host agree (runsc
 //! containers, sandbox dirs, cgroups and host processes exist exactly for the
 //! RUNNING/PAUSED sandboxes)?
+//!
+//! `./scripts/test` runs this file twice: on the default SQLite store, then
+//! with `SBX_TEST_STORE=postgres` (every daemon on a PostgreSQL database of its
+//! own; see common/store.rs).
 
 mod common;
 
@@ -16,21 +20,16 @@ use std::time::{Duration, Instant};
 
 const SETTLE: Duration = Duration::from_secs(60);
 
-/// Polls sqlite (read-only, beside the running sbxd) until `sql` returns `want`.
 /// The fault tests run one at a time: a fork bomb or fifty boots on this
 /// 2-core machine would otherwise decide the other tests' latency assertions.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// Polls the daemon's store (SQLite or PostgreSQL, beside the running sbxd)
+/// until `sql` returns `want`.
 async fn wait_sql(d: &Daemon, sql: &str, want: &str, timeout: Duration) -> bool {
-    let db = d.data_dir().join("sbx.sqlite");
     let deadline = Instant::now() + timeout;
     while Instant::now() < deadline {
-        let out = std::process::Command::new("sqlite3")
-            .arg(&db)
-            .arg(sql)
-            .output()
-            .unwrap();
-        if String::from_utf8_lossy(&out.stdout).trim() == want {
+        if d.sql(sql) == want {
             return true;
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
@@ -39,12 +38,7 @@ async fn wait_sql(d: &Daemon, sql: &str, want: &str, timeout: Duration) -> bool 
 }
 
 fn sql_value(d: &Daemon, sql: &str) -> String {
-    let out = std::process::Command::new("sqlite3")
-        .arg(d.data_dir().join("sbx.sqlite"))
-        .arg(sql)
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
+    d.sql(sql)
 }
 
 async fn find_by_name(d: &Daemon, name: &str) -> Option<Value> {

@@ -1,6 +1,7 @@
 //! sbxd with its sandbox store on PostgreSQL (`--database-url`): the lifecycle
-//! across a kill -9, and the start-up refusals (unreachable server, schema from
-//! the future).
+//! across a kill -9, and the start-up refusals (unreachable server, wrong
+//! password, schema from the future), and an outage: 503 then recovery, at most
+//! one 503 when the server ends every session.
 //!
 //! Needs what the other integration tests need, plus a PostgreSQL server whose
 //! URL `./scripts/test` exports as `SBX_TEST_DATABASE_URL`; each test gets a
@@ -158,6 +159,83 @@ async fn a_database_that_cannot_be_used_stops_sbxd_at_start() {
     );
 }
 
+#[tokio::test]
+#[ignore = "needs root, runsc, the image and PostgreSQL; run ./scripts/test"]
+async fn a_wrong_password_stops_sbxd_at_start_without_printing_it() {
+    // scripts/lib/postgres.sh makes one role that must give its password.
+    let good = std::env::var("SBX_TEST_PASSWORD_DATABASE_URL").unwrap_or_else(|_| {
+        panic!("SBX_TEST_PASSWORD_DATABASE_URL is not set: run ./scripts/test")
+    });
+    let (userinfo, host_and_db) = good
+        .strip_prefix("postgres://")
+        .and_then(|rest| rest.split_once('@'))
+        .expect("postgres://user:password@host/db");
+    let (user, password) = userinfo.split_once(':').expect("a password in the URL");
+    let wrong_password = "not-the-Password-7f3a";
+    let wrong = format!("postgres://{user}:{wrong_password}@{host_and_db}");
+
+    // The right password is accepted and none at all is not: the server really
+    // checks this role's password, so the refusal below is about the password.
+    let probe = |url: String| {
+        std::thread::spawn(move || {
+            postgres::Client::connect(&url, postgres::NoTls)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        })
+        .join()
+        .expect("thread")
+    };
+    assert_eq!(probe(good.clone()), Ok(()), "the right password");
+    assert!(
+        probe(format!("postgres://{user}@{host_and_db}")).is_err(),
+        "{user} got in without a password"
+    );
+
+    let (code, stderr) = start_refused(&wrong);
+    assert_ne!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains(&format!("postgres://{user}:***@{host_and_db}")),
+        "names the database: {stderr}"
+    );
+    assert!(
+        stderr.contains("the server refused the login")
+            && stderr.contains(&format!(
+                "password authentication failed for user \"{user}\""
+            )),
+        "says why: {stderr}"
+    );
+    // No retry mends a wrong password: it is not reported as the database being away.
+    assert!(
+        !stderr.contains("unavailable"),
+        "called retryable: {stderr}"
+    );
+    assert!(
+        !stderr.contains(wrong_password),
+        "leaks the password: {stderr}"
+    );
+    assert!(
+        !stderr.contains(password),
+        "leaks the real password: {stderr}"
+    );
+
+    // With the right password the same role runs sbxd (on a database it owns).
+    let db = database();
+    let name = db
+        .url()
+        .rsplit("dbname=")
+        .next()
+        .expect("test database name")
+        .to_string();
+    let admin_url = std::env::var("SBX_TEST_DATABASE_URL").expect("SBX_TEST_DATABASE_URL");
+    admin(&admin_url, format!("ALTER DATABASE {name} OWNER TO {user}"));
+    let url = format!("{}?dbname={name}", good.trim_end_matches('/'));
+    let d = Daemon::start(&["--database-url", &url]).await;
+    let (status, body) = d.call("GET", "/v2/sandboxes", None).await;
+    assert_eq!(status, 200, "{body}");
+    drop(d);
+    drop(db);
+}
+
 /// Runs one statement on the server of `url` (as its admin), off the async runtime.
 fn admin(url: &str, sql: String) {
     let url = url.to_string();
@@ -215,6 +293,56 @@ async fn a_database_that_goes_away_is_503_then_sbxd_recovers() {
     let (code, out, _) = d.exec(&id, &["echo", "still here"]).await;
     assert_eq!((code, out.as_str()), (0, "still here\n"));
     d.destroy_all(Duration::from_secs(30)).await;
+    drop(d);
+    drop(db);
+}
+
+#[tokio::test]
+#[ignore = "needs root, runsc, the image and PostgreSQL; run ./scripts/test"]
+async fn sessions_ended_by_the_server_cost_at_most_one_503() {
+    // A server restart or failover ends every session sbxd holds; its clients
+    // learn that only when they next talk. One failed call must make every
+    // connection be replaced, not one 503 per pooled connection.
+    let admin_url = std::env::var("SBX_TEST_DATABASE_URL").expect("SBX_TEST_DATABASE_URL");
+    let db = database();
+    let d = Daemon::start(&["--database-url", db.url()]).await;
+    let name = db
+        .url()
+        .rsplit("dbname=")
+        .next()
+        .expect("test database name")
+        .to_string();
+    // Every pooled connection open: more concurrent reads than connections.
+    let mut reads = Vec::new();
+    for _ in 0..16 {
+        let (http, url) = (d.http.clone(), d.url("/v2/sandboxes"));
+        reads.push(tokio::spawn(async move {
+            http.get(url).send().await.map(|r| r.status().as_u16())
+        }));
+    }
+    for r in reads {
+        assert_eq!(r.await.expect("task").expect("request"), 200);
+    }
+    admin(
+        &admin_url,
+        format!("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'"),
+    );
+    let mut failed = Vec::new();
+    for i in 0..12 {
+        let (status, body) = d.call("GET", "/v2/sandboxes", None).await;
+        match status {
+            200 => {}
+            503 => {
+                assert_eq!(body["errors"][0]["code"], "compute_unavailable", "{body}");
+                failed.push(i);
+            }
+            other => panic!("GET /v2/sandboxes: {other} {body}"),
+        }
+    }
+    assert!(
+        failed.len() <= 1,
+        "503 on requests {failed:?} after the sessions ended"
+    );
     drop(d);
     drop(db);
 }

@@ -8,6 +8,7 @@
 pub mod disks;
 pub mod hostile;
 pub mod netns;
+pub mod store;
 
 use serde_json::{json, Value};
 use std::net::TcpListener;
@@ -23,6 +24,11 @@ pub struct Daemon {
     pub base: String,
     pub http: reqwest::Client,
     extra_args: Vec<String>,
+    /// The daemon's own PostgreSQL database under `SBX_TEST_STORE=postgres`
+    /// (dropped after sbxd is killed); `None` on SQLite.
+    database: Option<sbx_store::TestDatabase>,
+    /// Raw SQL against this daemon's store, see [`Daemon::sql`].
+    probe: store::StoreProbe,
 }
 
 fn env_path(name: &str) -> PathBuf {
@@ -59,15 +65,35 @@ impl Daemon {
     }
 
     /// Like [`Daemon::start`] on a data dir the test prepared (e.g. a small tmpfs).
+    ///
+    /// Under `SBX_TEST_STORE=postgres` the daemon gets a fresh database of its
+    /// own (`--database-url`), unless the test passes a `--database-url` itself.
     pub async fn start_in(dir: tempfile::TempDir, extra_args: &[&str]) -> Daemon {
         let port = free_port();
+        let mut extra_args: Vec<String> = extra_args.iter().map(|s| s.to_string()).collect();
+        let database = if extra_args.iter().any(|a| a == "--database-url") {
+            None
+        } else {
+            store::database_for_daemon()
+        };
+        if let Some(db) = &database {
+            extra_args.extend(["--database-url".to_string(), db.url().to_string()]);
+        }
+        let url = extra_args
+            .iter()
+            .position(|a| a == "--database-url")
+            .and_then(|i| extra_args.get(i + 1))
+            .cloned();
+        let probe = store::StoreProbe::new(dir.path(), url.as_deref());
         let mut d = Daemon {
             child: None,
             dir,
             port,
             base: format!("http://127.0.0.1:{port}"),
             http: reqwest::Client::new(),
-            extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+            extra_args,
+            database,
+            probe,
         };
         d.spawn().await;
         d
@@ -80,6 +106,22 @@ impl Daemon {
     /// Adds arguments for the next [`Daemon::spawn`] (e.g. a restart on another store).
     pub fn add_args(&mut self, args: &[&str]) {
         self.extra_args.extend(args.iter().map(|s| s.to_string()));
+    }
+
+    /// The PostgreSQL URL this daemon's store is on (`None`: the SQLite file).
+    pub fn database_url(&self) -> Option<&str> {
+        self.extra_args
+            .iter()
+            .position(|a| a == "--database-url")
+            .and_then(|i| self.extra_args.get(i + 1))
+            .map(String::as_str)
+    }
+
+    /// Runs `sql` on this daemon's store, SQLite or PostgreSQL, beside the
+    /// running sbxd; the result as the sqlite3 CLI prints it (see
+    /// [`store::StoreProbe::query`]).
+    pub fn sql(&self, sql: &str) -> String {
+        self.probe.query(sql)
     }
 
     /// (Re)starts the sbxd process on the same data dir and port.
@@ -195,6 +237,9 @@ impl Daemon {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_sbxd"));
         cmd.args(["keys", "create", "--workspace", workspace, "--data-dir"])
             .arg(self.dir.path());
+        if let Some(url) = self.database_url() {
+            cmd.args(["--database-url", url]);
+        }
         if let Some(env) = env {
             cmd.args(["--env", env]);
         }

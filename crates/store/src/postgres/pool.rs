@@ -3,41 +3,89 @@
 use crate::StoreError;
 use postgres::{Client, Config, NoTls};
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// Work for one connection; it sends its own answer.
 type Job = Box<dyn FnOnce(&mut Connection) + Send>;
+
+/// A connection idle this long is checked (one empty query) before it is used:
+/// a server restarted meanwhile has closed it, and the client learns that only
+/// when it next talks to the server.
+const IDLE_CHECK: Duration = Duration::from_secs(5);
+
+/// How long that check may take before the connection counts as lost.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// One worker's connection, opened on first use and again after it is lost.
 pub(super) struct Connection {
     config: Config,
     client: Option<Client>,
+    /// The pool's loss count when `client` was opened.
+    opened_at_loss: u64,
+    last_used: Instant,
+    /// How many times any worker lost its connection; shared by the pool.
+    losses: Arc<AtomicU64>,
 }
 
 impl Connection {
     fn client(&mut self) -> Result<&mut Client, StoreError> {
-        let client = match self.client.take() {
-            Some(c) if !c.is_closed() => c,
-            // A closed client (server restarted, connection reset) is replaced:
-            // this is how sbxd recovers once the database returns.
-            _ => self.config.connect(NoTls).map_err(connect_error)?,
+        let losses = self.losses.load(Ordering::SeqCst);
+        let reusable = match self.client.take() {
+            // Another worker lost its connection since this one was opened: the
+            // server went away (or ended every session), so this one is most
+            // likely dead too, without knowing it. Replaced before it fails a call.
+            Some(_) if self.opened_at_loss != losses => None,
+            Some(c) if c.is_closed() => None,
+            Some(mut c) if self.last_used.elapsed() >= IDLE_CHECK => {
+                c.is_valid(CHECK_TIMEOUT).is_ok().then_some(c)
+            }
+            other => other,
         };
+        let client = match reusable {
+            Some(c) => c,
+            // This is how sbxd recovers once the database returns.
+            None => {
+                let c = self.config.connect(NoTls).map_err(connect_error)?;
+                self.opened_at_loss = losses;
+                c
+            }
+        };
+        self.last_used = Instant::now();
         Ok(self.client.insert(client))
     }
+
+    /// Drops the connection after a call failed as unavailable. When the
+    /// connection itself is gone (the server ended it or went away, not a
+    /// deadlock or a serialization failure) the other workers replace theirs too.
+    fn failed(&mut self) {
+        if self.client.take().is_some_and(|c| c.is_closed()) {
+            self.losses.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Why the server turned a connection away for good: no retry mends these.
+#[derive(Debug, thiserror::Error)]
+enum Refused {
+    /// SQLSTATE class 28: wrong user or password, or pg_hba.conf says no.
+    #[error("the server refused the login (check the user and password of the database URL)")]
+    Login(#[source] postgres::Error),
+    /// SQLSTATE 3D000.
+    #[error("the database named in the URL does not exist on that server")]
+    NoDatabase(#[source] postgres::Error),
 }
 
 /// A failure to connect: unavailable (retryable) unless the server refused who we
 /// are or what we asked for, which no retry mends.
 fn connect_error(e: postgres::Error) -> StoreError {
-    let refused = e.as_db_error().is_some_and(|db| {
-        let code = db.code().code();
+    let code = e.as_db_error().map(|db| db.code().code().to_string());
+    match code.as_deref() {
         // 28: invalid authorization (wrong user or password); 3D000: no such database.
-        code.starts_with("28") || code == "3D000"
-    });
-    if refused {
-        StoreError::Database(Box::new(e))
-    } else {
-        StoreError::Unavailable(Box::new(e))
+        Some(c) if c.starts_with("28") => StoreError::Database(Box::new(Refused::Login(e))),
+        Some("3D000") => StoreError::Database(Box::new(Refused::NoDatabase(e))),
+        _ => StoreError::Unavailable(Box::new(e)),
     }
 }
 
@@ -51,11 +99,15 @@ impl Pool {
     pub fn new(config: Config, size: usize) -> Pool {
         let (tx, rx) = mpsc::channel::<Job>();
         let rx = Arc::new(Mutex::new(rx));
+        let losses = Arc::new(AtomicU64::new(0));
         for i in 0..size.max(1) {
             let rx = Arc::clone(&rx);
             let mut conn = Connection {
                 config: config.clone(),
                 client: None,
+                opened_at_loss: 0,
+                last_used: Instant::now(),
+                losses: Arc::clone(&losses),
             };
             let spawned = std::thread::Builder::new()
                 .name(format!("sbx-pg-{i}"))
@@ -91,7 +143,7 @@ impl Pool {
             let result = conn.client().and_then(f);
             if matches!(result, Err(StoreError::Unavailable(_))) {
                 // Reconnect on the next job rather than trust a client that just failed.
-                conn.client = None;
+                conn.failed();
             }
             let _ = tx.send(result);
         });

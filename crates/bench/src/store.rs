@@ -1,0 +1,347 @@
+//! `store-create`, `store-exec`, `store-destroy`: the same operations on two
+//! sbxd that differ only in their store (the SQLite file in the data dir, or
+//! PostgreSQL through `--database-url`), iterations alternating between them.
+//!
+//! The question is what PostgreSQL costs: the rows show each side's p50 and
+//! p95 and the PostgreSQL − SQLite difference of the p50s with a bootstrap 95 %
+//! interval, so that "nothing measurable" has a meaning (the interval reaches
+//! zero or below).
+
+use std::time::Duration;
+
+use crate::api::Api;
+use crate::stats::{fmt_ms, percentile, Failure, Side};
+use crate::warm::EXEC_BLOCK;
+use crate::{stats_failure, timed, timed_val, Bench};
+
+/// The scenarios of this module, in table order.
+pub const SCENARIOS: &[&str] = &["store-create", "store-exec", "store-destroy"];
+
+/// Client-side polling interval for these rows: a destroy answers 202 and is
+/// polled until TERMINATED, and the default 10 ms would hide a 2 ms difference.
+pub const POLL: Duration = Duration::from_millis(1);
+
+/// Resamples of the bootstrap interval.
+const RESAMPLES: usize = 2000;
+
+/// The goal of one store row.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum StoreTarget {
+    /// No goal.
+    None,
+    /// PostgreSQL p50 − SQLite p50 ≤ this many ms, the whole interval below it.
+    AddsAtMost(f64),
+    /// No measurable difference: the 95 % interval of the difference reaches 0.
+    NotMeasurable,
+}
+
+/// One row: the same operation on both stores.
+#[derive(Debug, Clone)]
+pub struct StoreRow {
+    /// Scenario name.
+    pub name: &'static str,
+    /// sbxd on its SQLite file.
+    pub sqlite: Side,
+    /// sbxd on PostgreSQL.
+    pub postgres: Side,
+    /// Goal.
+    pub target: StoreTarget,
+}
+
+/// The two sbxd compared, as `scripts/bench` starts them.
+pub struct StorePair {
+    /// The sbxd on SQLite.
+    pub sqlite: Api,
+    /// The sbxd on PostgreSQL.
+    pub postgres: Api,
+}
+
+impl StoreRow {
+    fn new(name: &'static str, target: StoreTarget) -> Self {
+        StoreRow {
+            name,
+            sqlite: Side::default(),
+            postgres: Side::default(),
+            target,
+        }
+    }
+
+    /// A row that could not run, for either side.
+    pub fn not_available(name: &'static str, why: &str) -> Self {
+        let side = Side {
+            failure: Some(Failure::NotAvailable(why.to_string())),
+            ..Side::default()
+        };
+        StoreRow {
+            name,
+            sqlite: side.clone(),
+            postgres: side,
+            target: StoreTarget::None,
+        }
+    }
+
+    /// PostgreSQL p50 − SQLite p50 in ms, and its bootstrap 95 % interval.
+    pub fn difference(&self) -> Option<(f64, f64, f64)> {
+        let d = self.postgres.pct(50.0)? - self.sqlite.pct(50.0)?;
+        let (lo, hi) = bootstrap_interval(&self.sqlite.ms, &self.postgres.ms)?;
+        Some((d, lo, hi))
+    }
+
+    fn cell(side: &Side, p: f64) -> String {
+        match (side.pct(p), &side.failure) {
+            (Some(ms), None) => fmt_ms(ms),
+            (Some(ms), Some(_)) => format!("{} (partial)", fmt_ms(ms)),
+            (None, _) if p != 50.0 => "—".into(),
+            (None, Some(Failure::NotAvailable(why) | Failure::Skipped(why))) => {
+                format!("n/a ({why})")
+            }
+            (None, Some(Failure::Unsupported(code))) => format!("n/a (server: {code})"),
+            (None, Some(Failure::Error(_))) => "error (see notes)".into(),
+            (None, None) => "—".into(),
+        }
+    }
+
+    fn target_text(&self) -> String {
+        match self.target {
+            StoreTarget::None => "—".into(),
+            StoreTarget::AddsAtMost(ms) => format!("PostgreSQL adds ≤ {ms} ms"),
+            StoreTarget::NotMeasurable => "nothing measurable".into(),
+        }
+    }
+
+    fn met(&self) -> &'static str {
+        let Some((_, lo, hi)) = self.difference() else {
+            return "—";
+        };
+        match self.target {
+            StoreTarget::None => "—",
+            // Only an interval wholly on one side of the bound decides; a wider
+            // one (a loaded machine) says so instead of guessing.
+            StoreTarget::AddsAtMost(max) if hi <= max => "yes",
+            StoreTarget::AddsAtMost(max) if lo > max => "**no**",
+            StoreTarget::AddsAtMost(_) => "not resolved (interval spans the target)",
+            StoreTarget::NotMeasurable if lo <= 0.0 => "yes",
+            StoreTarget::NotMeasurable => "**no**",
+        }
+    }
+
+    /// The markdown line of this row.
+    pub fn markdown(&self) -> String {
+        let diff = match self.difference() {
+            Some((d, lo, hi)) => format!("{d:+.2} ms ({lo:+.2} … {hi:+.2})"),
+            None => "—".into(),
+        };
+        format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            self.name,
+            Self::cell(&self.sqlite, 50.0),
+            Self::cell(&self.sqlite, 95.0),
+            Self::cell(&self.postgres, 50.0),
+            Self::cell(&self.postgres, 95.0),
+            diff,
+            self.target_text(),
+            self.met(),
+        )
+    }
+}
+
+/// The header of the store table (two lines).
+pub const STORE_TABLE_HEADER: &str = "| scenario | SQLite p50 | SQLite p95 | PostgreSQL p50 | PostgreSQL p95 | PostgreSQL − SQLite p50 (95 % interval) | target | met? |\n|---|---|---|---|---|---|---|---|";
+
+/// A bootstrap 95 % interval of p50(b) − p50(a): both sides resampled with
+/// replacement. A fixed-seed generator keeps the report reproducible from the
+/// same samples.
+pub fn bootstrap_interval(a: &[f64], b: &[f64]) -> Option<(f64, f64)> {
+    if a.is_empty() || b.is_empty() {
+        return None;
+    }
+    let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
+    let mut diffs = Vec::with_capacity(RESAMPLES);
+    let resample = |v: &[f64], rng: &mut XorShift| -> f64 {
+        let s: Vec<f64> = (0..v.len()).map(|_| v[rng.below(v.len())]).collect();
+        percentile(&s, 50.0).unwrap_or(f64::NAN)
+    };
+    for _ in 0..RESAMPLES {
+        let pa = resample(a, &mut rng);
+        let pb = resample(b, &mut rng);
+        diffs.push(pb - pa);
+    }
+    Some((percentile(&diffs, 2.5)?, percentile(&diffs, 97.5)?))
+}
+
+/// xorshift64: enough randomness for resampling, no dependency.
+struct XorShift(u64);
+
+impl XorShift {
+    fn below(&mut self, n: usize) -> usize {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        (x % n as u64) as usize
+    }
+}
+
+impl Bench {
+    /// The store rows, on the two sbxd of `--store-sqlite-url` / `--store-postgres-url`.
+    pub(crate) async fn store(&mut self) {
+        let rows = match &self.store_pair {
+            Some(pair) => self.store_rows_on(pair).await,
+            None => SCENARIOS
+                .iter()
+                .map(|name| {
+                    StoreRow::not_available(
+                        name,
+                        "needs --store-sqlite-url and --store-postgres-url; scripts/bench starts both",
+                    )
+                })
+                .collect(),
+        };
+        let rows: Vec<StoreRow> = rows.into_iter().filter(|r| self.wants(r.name)).collect();
+        self.store_rows.extend(rows);
+    }
+
+    /// Measures every store row on `pair`.
+    async fn store_rows_on(&self, pair: &StorePair) -> Vec<StoreRow> {
+        let mut create = StoreRow::new("store-create", StoreTarget::AddsAtMost(2.0));
+        let mut destroy = StoreRow::new("store-destroy", StoreTarget::None);
+        let mut exec = StoreRow::new("store-exec", StoreTarget::NotMeasurable);
+        if self.wants("store-create") || self.wants("store-destroy") {
+            let n = self.warm + self.store_n;
+            for i in 0..n {
+                eprintln!("[store create/destroy] {}/{n}", i + 1);
+                // Which store goes first alternates, so that neither always
+                // follows the other's teardown.
+                let order = if i % 2 == 0 { [0, 1] } else { [1, 0] };
+                for side in order {
+                    let (api, c, d) = if side == 0 {
+                        (&pair.sqlite, &mut create.sqlite, &mut destroy.sqlite)
+                    } else {
+                        (&pair.postgres, &mut create.postgres, &mut destroy.postgres)
+                    };
+                    if !(c.active() && d.active()) {
+                        continue;
+                    }
+                    let body = self.create_body(self.sbx_name("store", i));
+                    match timed_val(api.create(body)).await {
+                        Ok((id, t)) => {
+                            c.take(i, self.warm, Ok(t));
+                            let r = timed(api.destroy(&id)).await;
+                            d.take(i, self.warm, r);
+                        }
+                        Err(e) => {
+                            *d = Side::skipped("create failed");
+                            c.take(i, self.warm, Err(e));
+                        }
+                    }
+                }
+            }
+        }
+        if self.wants("store-exec") {
+            self.store_exec(pair, &mut exec).await;
+        }
+        vec![create, exec, destroy]
+    }
+
+    /// `true` execs on one warm sandbox per store, in alternating blocks.
+    async fn store_exec(&self, pair: &StorePair, row: &mut StoreRow) {
+        let mut ids = Vec::new();
+        for api in [&pair.sqlite, &pair.postgres] {
+            match api
+                .create(self.create_body(self.sbx_name("store-warm", 0)))
+                .await
+            {
+                Ok(id) => ids.push(Ok(id)),
+                Err(e) => {
+                    eprintln!("  ! warm sandbox for store-exec: {e:#}");
+                    ids.push(Err(stats_failure(&e)));
+                }
+            }
+        }
+        let total = self.store_execs;
+        let mut done = 0;
+        let mut block_no = 0;
+        while done < total {
+            eprintln!("[store-exec] {done}/{total}");
+            let block = EXEC_BLOCK.min(total - done);
+            let lead = if done == 0 { self.warm.max(1) } else { 1 };
+            let order = if block_no % 2 == 0 { [0, 1] } else { [1, 0] };
+            for side in order {
+                let (api, s) = if side == 0 {
+                    (&pair.sqlite, &mut row.sqlite)
+                } else {
+                    (&pair.postgres, &mut row.postgres)
+                };
+                match &ids[side] {
+                    Ok(id) => {
+                        for i in 0..lead + block {
+                            if s.active() {
+                                let r = timed(api.exec_ok(id, &["true"])).await;
+                                s.take(i, lead, r);
+                            }
+                        }
+                    }
+                    Err(f) => {
+                        if s.active() {
+                            s.failure = Some(f.clone());
+                        }
+                    }
+                }
+            }
+            done += block;
+            block_no += 1;
+        }
+        for (api, id) in [&pair.sqlite, &pair.postgres].into_iter().zip(&ids) {
+            if let Ok(id) = id {
+                if let Err(e) = api.destroy(id).await {
+                    eprintln!("  ! destroying the store-exec sandbox: {e:#}");
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn difference_interval_and_targets() {
+        let mut r = StoreRow::new("store-create", StoreTarget::AddsAtMost(2.0));
+        r.sqlite.ms = (0..40).map(|i| 190.0 + f64::from(i % 5)).collect();
+        r.postgres.ms = (0..40).map(|i| 191.0 + f64::from(i % 5)).collect();
+        let (d, lo, hi) = r.difference().unwrap();
+        assert!((d - 1.0).abs() < 1e-9, "{d}");
+        assert!(lo <= d && d <= hi, "{lo} {d} {hi}");
+        assert_eq!(r.met(), "yes");
+        r.postgres.ms = r.sqlite.ms.iter().map(|v| v + 5.0).collect();
+        assert_eq!(r.met(), "**no**");
+        assert!(r.markdown().contains("+5.00 ms"), "{}", r.markdown());
+        // Spread wider than the target: neither verdict.
+        r.sqlite.ms = (0..40).map(|i| 150.0 + f64::from(i * 5)).collect();
+        r.postgres.ms = r.sqlite.ms.iter().map(|v| v + 1.0).collect();
+        assert!(r.met().starts_with("not resolved"), "{}", r.markdown());
+
+        let mut e = StoreRow::new("store-exec", StoreTarget::NotMeasurable);
+        e.sqlite.ms = (0..100).map(|i| 17.0 + f64::from(i % 7)).collect();
+        e.postgres.ms = e.sqlite.ms.iter().rev().copied().collect();
+        assert_eq!(e.met(), "yes", "the same samples: no difference");
+        e.postgres.ms = e.sqlite.ms.iter().map(|v| v + 3.0).collect();
+        let (_, lo, _) = e.difference().unwrap();
+        assert!(lo > 0.0, "a 3 ms shift is measurable: {lo}");
+        assert_eq!(e.met(), "**no**");
+    }
+
+    #[test]
+    fn rows_without_servers_say_why() {
+        let r = StoreRow::not_available("store-exec", "no servers");
+        assert!(
+            r.markdown().contains("n/a (no servers)"),
+            "{}",
+            r.markdown()
+        );
+        assert_eq!(r.met(), "—");
+        assert_eq!(bootstrap_interval(&[], &[1.0]), None);
+    }
+}
