@@ -102,6 +102,51 @@ impl SandboxStatus {
     }
 }
 
+/// Snapshot lifecycle states (contract §3.6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum SnapshotStatus {
+    /// Being captured.
+    Creating,
+    /// Usable for clones.
+    Ready,
+    /// Being removed.
+    Deleting,
+    /// Removed.
+    Deleted,
+    /// Capture failed.
+    Failed,
+    /// Files lost.
+    Lost,
+}
+
+impl SnapshotStatus {
+    /// The wire string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SnapshotStatus::Creating => "CREATING",
+            SnapshotStatus::Ready => "READY",
+            SnapshotStatus::Deleting => "DELETING",
+            SnapshotStatus::Deleted => "DELETED",
+            SnapshotStatus::Failed => "FAILED",
+            SnapshotStatus::Lost => "LOST",
+        }
+    }
+
+    /// Parses the wire string.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "CREATING" => SnapshotStatus::Creating,
+            "READY" => SnapshotStatus::Ready,
+            "DELETING" => SnapshotStatus::Deleting,
+            "DELETED" => SnapshotStatus::Deleted,
+            "FAILED" => SnapshotStatus::Failed,
+            "LOST" => SnapshotStatus::Lost,
+            _ => return None,
+        })
+    }
+}
+
 /// CPU and memory of a sandbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

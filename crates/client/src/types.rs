@@ -102,37 +102,8 @@ pub struct WaitResult {
     pub ended_at: Option<String>,
 }
 
-/// Snapshot states (§4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum SnapshotStatus {
-    /// Being taken.
-    Creating,
-    /// Usable for clones.
-    Ready,
-    /// Being deleted.
-    Deleting,
-    /// Deleted.
-    Deleted,
-    /// Failed; `error` says why.
-    Failed,
-    /// Lost.
-    Lost,
-}
-
-impl SnapshotStatus {
-    /// The wire string.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SnapshotStatus::Creating => "CREATING",
-            SnapshotStatus::Ready => "READY",
-            SnapshotStatus::Deleting => "DELETING",
-            SnapshotStatus::Deleted => "DELETED",
-            SnapshotStatus::Failed => "FAILED",
-            SnapshotStatus::Lost => "LOST",
-        }
-    }
-}
+/// Snapshot states (§4): the server's own type.
+pub use sbx_api_types::SnapshotStatus;
 
 /// A snapshot (§3.6).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -57,49 +57,8 @@ impl SandboxRecord {
     }
 }
 
-/// Snapshot lifecycle states (contract §3.6).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SnapshotStatus {
-    /// Being captured.
-    Creating,
-    /// Usable for clones.
-    Ready,
-    /// Being removed.
-    Deleting,
-    /// Removed.
-    Deleted,
-    /// Capture failed.
-    Failed,
-    /// Files lost.
-    Lost,
-}
-
-impl SnapshotStatus {
-    /// The wire string.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SnapshotStatus::Creating => "CREATING",
-            SnapshotStatus::Ready => "READY",
-            SnapshotStatus::Deleting => "DELETING",
-            SnapshotStatus::Deleted => "DELETED",
-            SnapshotStatus::Failed => "FAILED",
-            SnapshotStatus::Lost => "LOST",
-        }
-    }
-
-    /// Parses the wire string.
-    pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "CREATING" => SnapshotStatus::Creating,
-            "READY" => SnapshotStatus::Ready,
-            "DELETING" => SnapshotStatus::Deleting,
-            "DELETED" => SnapshotStatus::Deleted,
-            "FAILED" => SnapshotStatus::Failed,
-            "LOST" => SnapshotStatus::Lost,
-            _ => return None,
-        })
-    }
-}
+/// Snapshot lifecycle states: the wire type, one for server, store and clients.
+pub use sbx_api_types::SnapshotStatus;
 
 /// A snapshot of a sandbox's memory and disk.
 #[derive(Debug, Clone, PartialEq)]
