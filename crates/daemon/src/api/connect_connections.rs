@@ -33,8 +33,8 @@ pub async fn create(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let req: CreateConnectionRequest = required(&body)?;
-    let c = views::runtime(&svc)?
-        .create_connection(&ws.0, req)
+    let c = views::blocking(&svc, move |c| c.create_connection(&ws.0, req))
+        .await?
         .map_err(views::connection)?;
     Ok(envelope::data(StatusCode::CREATED, c))
 }
@@ -44,8 +44,8 @@ pub async fn list(
     State(svc): State<AppState>,
     Extension(ws): Extension<Workspace>,
 ) -> Result<Response, ApiError> {
-    let items = views::runtime(&svc)?
-        .list_connections(&ws.0)
+    let items = views::blocking(&svc, move |c| c.list_connections(&ws.0))
+        .await?
         .map_err(views::other)?;
     Ok(envelope::list(items, views::ALL, None))
 }
@@ -56,8 +56,8 @@ pub async fn get(
     Extension(ws): Extension<Workspace>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let c = views::runtime(&svc)?
-        .get_connection(&ws.0, &id)
+    let c = views::blocking(&svc, move |c| c.get_connection(&ws.0, &id))
+        .await?
         .map_err(views::other)?;
     Ok(envelope::data(StatusCode::OK, c))
 }
@@ -70,8 +70,8 @@ pub async fn update(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let req: UpdateConnectionRequest = parse_body(&body)?;
-    let c = views::runtime(&svc)?
-        .update_connection(&ws.0, &id, req)
+    let c = views::blocking(&svc, move |c| c.update_connection(&ws.0, &id, req))
+        .await?
         .map_err(views::connection)?;
     Ok(envelope::data(StatusCode::OK, c))
 }
@@ -82,8 +82,8 @@ pub async fn delete(
     Extension(ws): Extension<Workspace>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    views::runtime(&svc)?
-        .delete_connection(&ws.0, &id)
+    views::blocking(&svc, move |c| c.delete_connection(&ws.0, &id))
+        .await?
         .map_err(views::other)?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
@@ -96,8 +96,8 @@ pub async fn oauth_start(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let req: OauthStartRequest = required(&body)?;
-    let start = views::runtime(&svc)?
-        .start_oauth(&ws.0, &id, req)
+    let start = views::blocking(&svc, move |c| c.start_oauth(&ws.0, &id, req))
+        .await?
         .map_err(views::other)?;
     Ok(envelope::data(StatusCode::OK, start))
 }

@@ -33,8 +33,8 @@ pub async fn list(
     State(svc): State<AppState>,
     Extension(ws): Extension<Workspace>,
 ) -> Result<Response, ApiError> {
-    let packages = views::runtime(&svc)?
-        .list_packages(&ws.0)
+    let packages = views::blocking(&svc, move |c| c.list_packages(&ws.0))
+        .await?
         .map_err(views::other)?;
     Ok(envelope::list(packages, views::ALL, None))
 }
@@ -45,8 +45,8 @@ pub async fn versions(
     Extension(ws): Extension<Workspace>,
     Path(package): Path<String>,
 ) -> Result<Response, ApiError> {
-    let versions = views::runtime(&svc)?
-        .list_package_versions(&ws.0, &package)
+    let versions = views::blocking(&svc, move |c| c.list_package_versions(&ws.0, &package))
+        .await?
         .map_err(views::other)?;
     Ok(envelope::list(versions, views::ALL, None))
 }
@@ -57,9 +57,11 @@ pub async fn version(
     Extension(ws): Extension<Workspace>,
     Path((package, version)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let v = views::runtime(&svc)?
-        .get_package_version(&ws.0, &package, &version)
-        .map_err(views::other)?;
+    let v = views::blocking(&svc, move |c| {
+        c.get_package_version(&ws.0, &package, &version)
+    })
+    .await?
+    .map_err(views::other)?;
     Ok(envelope::data(StatusCode::OK, v))
 }
 
@@ -69,8 +71,8 @@ pub async fn build_start(
     Extension(ws): Extension<Workspace>,
     Path((package, version)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let b = views::runtime(&svc)?
-        .start_build(&ws.0, &package, &version)
+    let b = views::blocking(&svc, move |c| c.start_build(&ws.0, &package, &version))
+        .await?
         .map_err(views::other)?;
     Ok(envelope::data(StatusCode::ACCEPTED, views::build(b)))
 }
@@ -81,8 +83,8 @@ pub async fn build_list(
     Extension(ws): Extension<Workspace>,
     Path((package, version)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let builds = views::runtime(&svc)?
-        .list_builds(&ws.0, &package, &version)
+    let builds = views::blocking(&svc, move |c| c.list_builds(&ws.0, &package, &version))
+        .await?
         .map_err(views::other)?;
     Ok(envelope::list(
         builds.into_iter().map(views::build).collect(),
@@ -97,8 +99,8 @@ pub async fn build_get(
     Extension(ws): Extension<Workspace>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let b = views::runtime(&svc)?
-        .get_build(&ws.0, &id)
+    let b = views::blocking(&svc, move |c| c.get_build(&ws.0, &id))
+        .await?
         .map_err(views::other)?;
     Ok(envelope::data(StatusCode::OK, views::build(b)))
 }
@@ -112,8 +114,10 @@ pub async fn delete_version(
     Extension(ws): Extension<Workspace>,
     Path((package, version)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    views::runtime(&svc)?
-        .delete_package_version(&ws.0, &package, &version)
-        .map_err(views::other)?;
+    views::blocking(&svc, move |c| {
+        c.delete_package_version(&ws.0, &package, &version)
+    })
+    .await?
+    .map_err(views::other)?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

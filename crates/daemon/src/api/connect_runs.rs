@@ -27,8 +27,8 @@ pub async fn run_now(
     Extension(ws): Extension<Workspace>,
     Path((id, sync)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let run = views::runtime(&svc)?
-        .start_sync(&ws.0, &id, &sync)
+    let run = views::blocking(&svc, move |c| c.start_sync(&ws.0, &id, &sync))
+        .await?
         .map_err(views::other)?;
     Ok(envelope::data(StatusCode::ACCEPTED, views::run(run)))
 }
@@ -41,11 +41,12 @@ pub async fn list(
     RawQuery(q): RawQuery,
 ) -> Result<Response, ApiError> {
     let q: PageQuery = parse_query(q.as_deref())?;
-    let page = views::runtime(&svc)?
-        .list_runs(&ws.0, &id, &q)
+    let limit = q.limit();
+    let page = views::blocking(&svc, move |c| c.list_runs(&ws.0, &id, &q))
+        .await?
         .map_err(views::other)?;
     let items = page.items.into_iter().map(views::run).collect();
-    Ok(envelope::list(items, q.limit(), page.next_cursor))
+    Ok(envelope::list(items, limit, page.next_cursor))
 }
 
 /// `GET /v1/connect/runs/{runId}`
@@ -54,8 +55,8 @@ pub async fn get(
     Extension(ws): Extension<Workspace>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let run = views::runtime(&svc)?
-        .get_run(&ws.0, &id)
+    let run = views::blocking(&svc, move |c| c.get_run(&ws.0, &id))
+        .await?
         .map_err(views::other)?;
     Ok(envelope::data(StatusCode::OK, views::run(run)))
 }
@@ -68,10 +69,11 @@ pub async fn run_logs(
     RawQuery(q): RawQuery,
 ) -> Result<Response, ApiError> {
     let q: PageQuery = parse_query(q.as_deref())?;
-    let page = views::runtime(&svc)?
-        .list_logs(&ws.0, None, Some(&id), &q)
+    let limit = q.limit();
+    let page = views::blocking(&svc, move |c| c.list_logs(&ws.0, None, Some(&id), &q))
+        .await?
         .map_err(views::other)?;
-    Ok(envelope::list(page.items, q.limit(), page.next_cursor))
+    Ok(envelope::list(page.items, limit, page.next_cursor))
 }
 
 /// `GET /v1/connect/connections/{connectionId}/logs?limit&cursor`
@@ -82,10 +84,11 @@ pub async fn connection_logs(
     RawQuery(q): RawQuery,
 ) -> Result<Response, ApiError> {
     let q: PageQuery = parse_query(q.as_deref())?;
-    let page = views::runtime(&svc)?
-        .list_logs(&ws.0, Some(&id), None, &q)
+    let limit = q.limit();
+    let page = views::blocking(&svc, move |c| c.list_logs(&ws.0, Some(&id), None, &q))
+        .await?
         .map_err(views::other)?;
-    Ok(envelope::list(page.items, q.limit(), page.next_cursor))
+    Ok(envelope::list(page.items, limit, page.next_cursor))
 }
 
 /// `GET /v1/connect/connections/{connectionId}/syncs/{sync}/records?limit&cursor` (NDJSON;
@@ -97,8 +100,8 @@ pub async fn records(
     RawQuery(q): RawQuery,
 ) -> Result<Response, ApiError> {
     let q: PageQuery = parse_query(q.as_deref())?;
-    let page = views::runtime(&svc)?
-        .read_records(&ws.0, &id, &sync, &q)
+    let page = views::blocking(&svc, move |c| c.read_records(&ws.0, &id, &sync, &q))
+        .await?
         .map_err(views::other)?;
     let lines = page.items.into_iter().map(|r| r.data).collect();
     Ok(views::ndjson(lines, page.next_cursor))
@@ -110,8 +113,8 @@ pub async fn checkpoint(
     Extension(ws): Extension<Workspace>,
     Path((id, sync)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let checkpoint = views::runtime(&svc)?
-        .get_checkpoint(&ws.0, &id, &sync)
+    let checkpoint = views::blocking(&svc, move |c| c.get_checkpoint(&ws.0, &id, &sync))
+        .await?
         .map_err(views::other)?;
     Ok(envelope::data(
         StatusCode::OK,

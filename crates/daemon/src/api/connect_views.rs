@@ -20,6 +20,19 @@ pub fn runtime(svc: &AppState) -> Result<&Arc<ConnectService>, ApiError> {
     svc.connect().map_err(ApiError::connect_unavailable)
 }
 
+/// Runs a synchronous Connect call on the blocking pool: each one reads or writes the
+/// Connect store (SQLite or PostgreSQL), which must not stall the async workers.
+pub async fn blocking<T, F>(svc: &AppState, call: F) -> Result<Result<T, ServiceError>, ApiError>
+where
+    T: Send + 'static,
+    F: FnOnce(&Arc<ConnectService>) -> Result<T, ServiceError> + Send + 'static,
+{
+    let connect = Arc::clone(runtime(svc)?);
+    tokio::task::spawn_blocking(move || call(&connect))
+        .await
+        .map_err(|e| ApiError::new(sbx_api_types::ErrorCode::InternalError, e.to_string()))
+}
+
 /// Maps a Connect error of a use case without special codes.
 pub fn other(e: ServiceError) -> ApiError {
     ApiError::connect(ConnectOp::Other, e)
