@@ -9,10 +9,10 @@ mod common;
 mod connect_host;
 
 use common::Daemon;
-use connect_host::{tarball, ApiHost, API_KEY};
+use connect_host::flow::{install, records, sync};
+use connect_host::{ApiHost, API_KEY};
 use sbx_connect::store::{Connections, PostgresStore, Records};
-use serde_json::{json, Value};
-use std::time::{Duration, Instant};
+use serde_json::json;
 
 fn database() -> sbx_store::TestDatabase {
     let url = std::env::var("SBX_TEST_DATABASE_URL").unwrap_or_else(|_| {
@@ -20,53 +20,6 @@ fn database() -> sbx_store::TestDatabase {
     });
     sbx_store::TestDatabase::create(&url)
         .unwrap_or_else(|e| panic!("creating a test database: {e}"))
-}
-
-/// GETs `path` until `done` holds for its `data` (a build or a run that finished).
-async fn wait_for(d: &Daemon, path: &str, what: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(240);
-    loop {
-        let (_, b) = d.call("GET", path, None).await;
-        let status = b["data"]["status"].as_str().unwrap_or("");
-        if status == "succeeded" || status == "failed" {
-            return b["data"].clone();
-        }
-        assert!(Instant::now() < deadline, "{what} did not finish: {b}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-async fn sync(d: &Daemon, conn: &str, name: &str) -> Value {
-    let (status, body) = d
-        .call(
-            "POST",
-            &format!("/v1/connect/connections/{conn}/syncs/{name}/runs"),
-            None,
-        )
-        .await;
-    assert_eq!(status, 202, "run now {name}: {body}");
-    let id = body["data"]["id"].as_str().expect("run id");
-    let run = wait_for(d, &format!("/v1/connect/runs/{id}"), "run").await;
-    assert_eq!(run["status"], "succeeded", "{run}");
-    run
-}
-
-/// Committed records of a sync through the API (NDJSON).
-async fn records(d: &Daemon, conn: &str, name: &str) -> Vec<Value> {
-    let resp = d
-        .http
-        .get(d.url(&format!(
-            "/v1/connect/connections/{conn}/syncs/{name}/records?limit=1000"
-        )))
-        .send()
-        .await
-        .expect("records");
-    assert_eq!(resp.status().as_u16(), 200);
-    let text = resp.text().await.expect("body");
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).expect("record line"))
-        .collect()
 }
 
 #[tokio::test]
@@ -79,45 +32,14 @@ async fn a_connect_sync_commits_into_postgres() {
     let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
     let mut d = Daemon::start(&args).await;
 
-    let (status, body) = d
-        .call_with(
-            "POST",
-            "/v1/connect/packages",
-            Some(tarball("connector-items")),
-            &[("content-type", "application/gzip")],
-        )
-        .await;
-    assert_eq!(status, 201, "upload: {body}");
-    let (status, body) = d
-        .call(
-            "POST",
-            "/v1/connect/packages/connector-items/versions/1.0.0/builds",
-            None,
-        )
-        .await;
-    assert_eq!(status, 202, "build: {body}");
-    let build_id = body["data"]["id"].as_str().expect("build id");
-    let b = wait_for(&d, &format!("/v1/connect/builds/{build_id}"), "build").await;
-    assert_eq!(b["status"], "succeeded", "{b}");
-    let (status, body) = d
-        .call(
-            "POST",
-            "/v1/connect/connections",
-            Some(json!({
-                "name": "items",
-                "package": "connector-items",
-                "version": "1.0.0",
-                "config": {"pageSize": 100, "maxPages": 2},
-                "origin": api.origin(),
-                "credentials": {"type": "apiKey", "key": API_KEY},
-            })),
-        )
-        .await;
-    assert_eq!(status, 201, "create connection: {body}");
-    let conn = body["data"]["id"]
-        .as_str()
-        .expect("connection id")
-        .to_string();
+    let conn = install(
+        &d,
+        &api,
+        "connector-items",
+        "items",
+        json!({"pageSize": 100, "maxPages": 2}),
+    )
+    .await;
 
     // append twice (from the checkpoint), merge twice, replace twice: committed on PostgreSQL.
     assert_eq!(sync(&d, &conn, "items").await["recordsCommitted"], 200);

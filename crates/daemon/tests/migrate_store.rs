@@ -1,10 +1,14 @@
 //! `sbxd migrate-store`: a node on SQLite moves to PostgreSQL with everything it held.
 //!
-//! Needs root, runsc, the image and PostgreSQL (`./scripts/test` starts a throwaway one).
+//! Needs root, runsc, the image, what `--test connect` needs (a test API host) and
+//! PostgreSQL (`./scripts/test` starts a throwaway one).
 
 mod common;
+mod connect_host;
 
 use common::Daemon;
+use connect_host::flow::{install, records, sync};
+use connect_host::ApiHost;
 use serde_json::json;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -33,10 +37,23 @@ async fn a_sqlite_node_moves_to_postgresql_with_everything_it_held() {
     let url = std::env::var("SBX_TEST_DATABASE_URL")
         .expect("SBX_TEST_DATABASE_URL is not set: run ./scripts/test, which starts PostgreSQL");
     let db = sbx_store::TestDatabase::create(&url).expect("test database");
-    let mut d = Daemon::start(&[]).await;
+    let api = ApiHost::start();
+    let args = api.daemon_args();
+    let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+    let mut d = Daemon::start(&args).await;
 
     // A node with a bit of everything: a running sandbox with a file, a paused one,
-    // a snapshot, a secret.
+    // a snapshot, a secret, and a Connect connection with committed records.
+    let conn = install(
+        &d,
+        &api,
+        "connector-items",
+        "items",
+        serde_json::json!({"pageSize": 100, "maxPages": 2}),
+    )
+    .await;
+    assert_eq!(sync(&d, &conn, "items").await["recordsCommitted"], 200);
+    let items = records(&d, &conn, "items").await;
     let (status, put) = d
         .call(
             "PUT",
@@ -98,6 +115,10 @@ async fn a_sqlite_node_moves_to_postgresql_with_everything_it_held() {
     );
     assert!(stdout.contains("snapshots: 1 copied"), "{stdout}");
     assert!(stdout.contains("secrets: 1 copied"), "{stdout}");
+    assert!(
+        stdout.contains("Connect: ") && stdout.contains("rows copied"),
+        "{stdout}"
+    );
     let (ok, again, stderr) = migrate(d.data_dir(), db.url());
     assert!(ok, "a second run failed: {again} {stderr}");
     assert!(
@@ -173,6 +194,12 @@ async fn a_sqlite_node_moves_to_postgresql_with_everything_it_held() {
         running.as_str(),
         "same name, same sandbox: {dup}"
     );
+
+    // The Connect connection: its records, its checkpoint (the next sync appends from
+    // it) and its sealed credentials (the sync signs in with them) came along.
+    assert_eq!(records(&d, &conn, "items").await, items);
+    assert_eq!(sync(&d, &conn, "items").await["recordsCommitted"], 50);
+    assert_eq!(records(&d, &conn, "items").await.len(), 250);
 
     // A data dir without a store is refused clearly.
     let empty = tempfile::tempdir().expect("tempdir");

@@ -2,6 +2,8 @@
 //! its own CA, and package tarballs of `examples/`, for `tests/connect.rs`.
 #![allow(dead_code)]
 
+pub mod flow;
+
 use crate::common::netns::{make_certs, run, Certs, Names, Veth};
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
