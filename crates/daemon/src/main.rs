@@ -469,14 +469,14 @@ async fn main() -> anyhow::Result<()> {
     sbx_daemon::secret_keys::check_stored_secrets(&*store, &secrets)?;
     sbx_daemon::reaper::start();
     let service = Service::new(config.clone(), store, runtime.clone(), secrets);
-    service.set_connect(open_connect(
+    let connect = open_connect(
         &config,
         &args.connect,
         args.database_url.as_deref(),
         &service,
         runtime,
         keys,
-    )?);
+    )?;
     let capacity = service.capacity();
     tracing::info!(
         vcpus = capacity.vcpu_milli as f64 / 1000.0,
@@ -498,7 +498,7 @@ async fn main() -> anyhow::Result<()> {
             renewer.renew_idempotency_leases().await;
         }
     });
-    let sweeper = service.clone();
+    let (sweeper, sweeper_connect) = (service.clone(), connect.clone());
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         for n in 0u64.. {
@@ -510,7 +510,8 @@ async fn main() -> anyhow::Result<()> {
             if n % 60 == 0 {
                 sweeper.idempotency_janitor().await;
             }
-            if let Ok(connect) = sweeper.connect() {
+            {
+                let connect = &sweeper_connect;
                 if n % 5 == 0 {
                     if let Err(e) = connect.scheduler_tick(chrono::Utc::now()) {
                         tracing::warn!(error = %e, "connect scheduler");
@@ -538,7 +539,7 @@ async fn main() -> anyhow::Result<()> {
     tracing::info!(listen = %config.listen, dev = config.dev, browser_guard = config.http.browser_guard, "sbxd ready");
     sbx_daemon::server::serve(
         listener,
-        sbx_daemon::api::router(service),
+        sbx_daemon::api::router(service, Some(connect)),
         &config.http,
         async {
             let _ = tokio::signal::ctrl_c().await;

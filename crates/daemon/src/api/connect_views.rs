@@ -17,7 +17,11 @@ pub const NEXT_CURSOR_HEADER: &str = "x-next-cursor";
 
 /// The Connect runtime, or `connect_unavailable`.
 pub fn runtime(svc: &AppState) -> Result<&Arc<ConnectService>, ApiError> {
-    svc.connect().map_err(ApiError::connect_unavailable)
+    svc.connect().ok_or_else(|| {
+        ApiError::connect_unavailable(crate::service::ServiceError::Unavailable(
+            "the Connect runtime is not running".into(),
+        ))
+    })
 }
 
 /// Runs a synchronous Connect call on the blocking pool: each one reads or writes the

@@ -32,15 +32,42 @@ use std::sync::Arc;
 use tracing::Instrument;
 use uuid::Uuid;
 
-/// Shared handler state.
-pub type AppState = Arc<Service>;
+/// Shared handler state: the lifecycle service and the Connect runtime, side by side
+/// (neither holds the other, so that neither needs the other to start).
+#[derive(Clone)]
+pub struct AppState {
+    service: Arc<Service>,
+    connect: Option<Arc<sbx_connect::service::ConnectService>>,
+}
+
+impl AppState {
+    /// The Connect runtime, if this sbxd runs one.
+    pub fn connect(&self) -> Option<&Arc<sbx_connect::service::ConnectService>> {
+        self.connect.as_ref()
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Arc<Service>;
+
+    fn deref(&self) -> &Arc<Service> {
+        &self.service
+    }
+}
 
 /// The caller's workspace, set by the auth middleware.
 #[derive(Debug, Clone)]
 pub struct Workspace(pub String);
 
 /// Builds the router with every route and middleware.
-pub fn router(service: Arc<Service>) -> Router {
+pub fn router(
+    service: Arc<Service>,
+    connect: Option<Arc<sbx_connect::service::ConnectService>>,
+) -> Router {
+    let state = AppState {
+        service: service.clone(),
+        connect,
+    };
     let json_limit = service.config().limits.json_body_bytes;
     let sessions = Arc::new(crate::console::Sessions::new(
         !service.config().listen.ip().is_loopback(),
@@ -57,17 +84,17 @@ pub fn router(service: Arc<Service>) -> Router {
         )
         .route(
             "/v2/sandboxes/{id}/exec",
-            idempotent(&service, post(sandboxes::exec)),
+            idempotent(&state, post(sandboxes::exec)),
         )
         .route("/v2/sandboxes/{id}/logs", get(sandboxes::logs))
         .route(
             "/v2/sandboxes/{id}/processes",
-            idempotent(&service, post(processes::start)).get(processes::list),
+            idempotent(&state, post(processes::start)).get(processes::list),
         )
         .route("/v2/sandboxes/{id}/processes/{pid}", get(processes::get))
         .route(
             "/v2/sandboxes/{id}/processes/{pid}/signals",
-            idempotent(&service, post(processes::signal)),
+            idempotent(&state, post(processes::signal)),
         )
         .route(
             "/v2/sandboxes/{id}/processes/{pid}/wait",
@@ -85,7 +112,7 @@ pub fn router(service: Arc<Service>) -> Router {
         .route("/v2/sandboxes/{id}/resume", post(snapshots::resume))
         .route(
             "/v2/sandboxes/{id}/snapshots",
-            idempotent(&service, post(snapshots::create)),
+            idempotent(&state, post(snapshots::create)),
         )
         .route("/v2/snapshots", get(snapshots::list))
         .route(
@@ -195,7 +222,7 @@ pub fn router(service: Arc<Service>) -> Router {
         )
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(
-            service.clone(),
+            state.clone(),
             auth::authenticate,
         ))
         // Before authentication: a refused page learns nothing else.
@@ -205,13 +232,13 @@ pub fn router(service: Arc<Service>) -> Router {
         ))
         .layer(axum::Extension(sessions))
         .layer(axum::middleware::from_fn(request_context))
-        .with_state(service)
+        .with_state(state)
 }
 
 /// Adds the `Idempotency-Key` layer to a route's methods (exec, process start, signal, snapshot create).
-fn idempotent(service: &Arc<Service>, methods: MethodRouter<AppState>) -> MethodRouter<AppState> {
+fn idempotent(state: &AppState, methods: MethodRouter<AppState>) -> MethodRouter<AppState> {
     methods.layer(axum::middleware::from_fn_with_state(
-        service.clone(),
+        state.clone(),
         idempotency::layer,
     ))
 }

@@ -14,7 +14,7 @@ use sbx_connect::sandbox::{
 };
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 use uuid::Uuid;
@@ -49,8 +49,9 @@ pub struct JobsConfig {
 
 /// Job and build sandboxes for the Connect runtime.
 pub struct GvisorJobs {
-    /// Weak: the service owns the Connect runtime, which owns this.
-    service: Weak<Service>,
+    /// The lifecycle service, for admission (a job's sandbox takes its share of the
+    /// node). One way only: the service knows nothing of Connect.
+    service: Arc<Service>,
     pub(super) runtime: Arc<dyn Runtime>,
     /// Job sandboxes' own network state (denials are counted per sandbox there).
     pub(super) network: Arc<Network>,
@@ -68,7 +69,7 @@ impl GvisorJobs {
         let network = Network::new(sbx_api_types::NetworkMode::None, test_public)?;
         super::build::registry_host(&config.npm_registry).map_err(|e| e.to_string())?;
         Ok(GvisorJobs {
-            service: Arc::downgrade(service),
+            service: Arc::clone(service),
             runtime,
             network: Arc::new(network),
             config,
@@ -77,7 +78,7 @@ impl GvisorJobs {
 
     /// Admits a sandbox of `memory_mib` on the node.
     pub(super) async fn admit(&self, memory_mib: u64) -> Result<(Reservation, u32), JobsError> {
-        let service = self.service.upgrade().ok_or(JobsError::ShuttingDown)?;
+        let service = &self.service;
         let memory_mb = u32::try_from(memory_mib).unwrap_or(u32::MAX);
         let reservation = service
             .admit_job(JOB_VCPUS, memory_mb)

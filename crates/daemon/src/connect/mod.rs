@@ -14,9 +14,6 @@ pub use jobs::{GvisorJobs, JobsConfig};
 /// Errors of the Connect sandboxes.
 #[derive(Debug, thiserror::Error)]
 pub enum JobsError {
-    /// sbxd is stopping.
-    #[error("sbxd is shutting down")]
-    ShuttingDown,
     /// The node has no room for the sandbox.
     #[error("no room for the sandbox: {0}")]
     Admission(String),

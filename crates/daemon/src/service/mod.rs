@@ -84,8 +84,6 @@ pub struct Service {
     boot_id: Uuid,
     /// Ends of idempotency claims that a full disk kept from the store.
     unrecorded: idempotency::Unrecorded,
-    /// The Connect runtime, set once at start (it needs this service to run its jobs).
-    connect: std::sync::OnceLock<Arc<sbx_connect::service::ConnectService>>,
 }
 
 /// Longest wait for a sandbox's attach gate.
@@ -120,7 +118,6 @@ impl Service {
             admission: admission::Admission::new(admission::Capacity::detect(&config.capacity)),
             boot_id: Uuid::new_v4(),
             unrecorded: idempotency::Unrecorded::default(),
-            connect: std::sync::OnceLock::new(),
             network,
             secrets,
             image_id,
@@ -141,18 +138,6 @@ impl Service {
     /// The configuration in force.
     pub fn config(&self) -> &Config {
         &self.config
-    }
-
-    /// Installs the Connect runtime (once, at start).
-    pub fn set_connect(&self, connect: Arc<sbx_connect::service::ConnectService>) {
-        let _ = self.connect.set(connect);
-    }
-
-    /// The Connect runtime, or `Unavailable` before it is installed.
-    pub fn connect(&self) -> Result<&Arc<sbx_connect::service::ConnectService>> {
-        self.connect
-            .get()
-            .ok_or_else(|| ServiceError::Unavailable("the Connect runtime is not running".into()))
     }
 
     /// The caller's tenant scope (`workspace/env`) from its `Authorization` and `x-inngest-env` headers.
