@@ -7,6 +7,8 @@
 //! concurrently on one stream; bulk bytes (file contents, process output) ride
 //! in the frame's binary payload, never inside the JSON header.
 
+#[cfg(feature = "client")]
+pub mod client;
 pub mod codec;
 pub mod direct;
 pub mod messages;

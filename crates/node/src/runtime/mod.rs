@@ -3,7 +3,8 @@
 //! [`Runtime`] is the seam between the lifecycle service and the isolation
 //! technology; [`gvisor::GvisorRuntime`] drives the runsc CLI.
 
-pub mod agent_conn;
+/// The agent connection lives beside the protocol it speaks.
+pub use sbx_agent_proto::client as agent_conn;
 pub mod console_log;
 pub mod disk;
 pub mod fake;

@@ -1,5 +1,6 @@
-//! A multiplexed connection to one sandbox's agent over a byte stream (the stdio
-//! of a `runsc exec ... sbx-agent relay` process).
+//! The daemon's end of the protocol (feature `client`): a multiplexed connection to
+//! one sandbox's agent over a byte stream (the stdio of a `runsc exec ... sbx-agent
+//! relay` process).
 //!
 //! Many requests share the stream: each gets an id; one reader task routes
 //! replies and events back to the waiting caller.
@@ -8,9 +9,7 @@
 //! a deadline (see [`deadline_for`]), and a frame that cannot be written in
 //! time closes the connection instead of leaving a half-written frame behind.
 
-use sbx_agent_proto::{
-    read_frame, write_frame, AgentError, Body, CodecError, Frame, Header, Reply, Request,
-};
+use crate::{read_frame, write_frame, AgentError, Body, CodecError, Frame, Header, Reply, Request};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -88,7 +87,7 @@ pub struct Closing {
 #[derive(Debug)]
 pub enum StreamItem {
     /// An intermediate event with its payload.
-    Event(sbx_agent_proto::Event, Vec<u8>),
+    Event(crate::Event, Vec<u8>),
     /// The final reply.
     End(Reply, Vec<u8>),
     /// The final error.
@@ -488,7 +487,7 @@ async fn read_loop<R: AsyncRead + Unpin>(mut reader: R, inner: Arc<Inner>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sbx_agent_proto::{AgentErrorCode, Event};
+    use crate::{AgentErrorCode, Event};
 
     /// A fake agent on the other end of a duplex pipe.
     fn fake_agent() -> (AgentConn, tokio::task::JoinHandle<()>) {
