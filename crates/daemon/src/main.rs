@@ -510,17 +510,24 @@ async fn main() -> anyhow::Result<()> {
             if n % 60 == 0 {
                 sweeper.idempotency_janitor().await;
             }
-            {
-                let connect = &sweeper_connect;
-                if n % 5 == 0 {
-                    if let Err(e) = connect.scheduler_tick(chrono::Utc::now()) {
-                        tracing::warn!(error = %e, "connect scheduler");
+            if n % 5 == 0 || n % 3600 == 0 {
+                // Both read and write the Connect store: off the async workers.
+                let connect = sweeper_connect.clone();
+                let done = tokio::task::spawn_blocking(move || {
+                    if n % 5 == 0 {
+                        if let Err(e) = connect.scheduler_tick(chrono::Utc::now()) {
+                            tracing::warn!(error = %e, "connect scheduler");
+                        }
                     }
-                }
-                if n % 3600 == 0 {
-                    if let Err(e) = connect.run_janitor(chrono::Utc::now()) {
-                        tracing::warn!(error = %e, "connect log janitor");
+                    if n % 3600 == 0 {
+                        if let Err(e) = connect.run_janitor(chrono::Utc::now()) {
+                            tracing::warn!(error = %e, "connect log janitor");
+                        }
                     }
+                })
+                .await;
+                if let Err(e) = done {
+                    tracing::error!(error = %e, "connect scheduler task");
                 }
             }
         }
