@@ -239,6 +239,13 @@ async fn an_agent_that_never_answers_wedges_nothing() {
     let a = d.create_running("stall-exec").await;
     let b = d.create_running("stall-delete").await;
     let c = d.create_running("stall-restart").await;
+    // c waits, paused, for the restart part at the end: its active-runtime clock stops
+    // meanwhile, so the daemon-wide 30 s limit cannot end it before then.
+    let (status, body) = d
+        .call("POST", &format!("/v2/sandboxes/{c}/pause"), None)
+        .await;
+    assert!(status == 200 || status == 202, "pause c: {status} {body}");
+    wait_for(&d, &c, "PAUSED", Duration::from_secs(60)).await;
 
     // The guest makes every later relay of a, b and c hang, then kills the live ones.
     for id in [&a, &b] {
@@ -305,6 +312,11 @@ async fn an_agent_that_never_answers_wedges_nothing() {
     // A restart opens the port within a bound although c's agent stalls:
     // c is still RUNNING in the store when sbxd dies (its monitor had not
     // given up yet), so reconciliation must reattach to a stalled agent.
+    let (status, body) = d
+        .call("POST", &format!("/v2/sandboxes/{c}/resume"), None)
+        .await;
+    assert!(status == 200 || status == 202, "resume c: {status} {body}");
+    wait_for(&d, &c, "RUNNING", Duration::from_secs(60)).await;
     hostile::arm(&d, &c, "touch /tmp/hostile-stall").await;
     let c_status =
         d.call("GET", &format!("/v2/sandboxes/{c}"), None).await.1["data"]["status"].clone();
