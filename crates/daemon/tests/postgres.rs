@@ -11,7 +11,6 @@ mod common;
 
 use common::Daemon;
 use sbx_store::{PostgresStore, Store, TestDatabase};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn database() -> TestDatabase {
@@ -21,45 +20,9 @@ fn database() -> TestDatabase {
     TestDatabase::create(&url).unwrap_or_else(|e| panic!("creating a test database: {e}"))
 }
 
-fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| {
-        panic!("{name} is not set: run the integration tests through ./scripts/test")
-    })
-}
-
-/// Starts sbxd expecting it to refuse: returns its exit code and stderr.
-fn start_refused(database_url: &str) -> (Option<i32>, String) {
-    let dir = tempfile::Builder::new()
-        .prefix("sbx-it-")
-        .tempdir_in("/var/tmp")
-        .expect("data dir");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sbxd"))
-        .args(["--dev", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(dir.path())
-        .arg("--image-rootfs")
-        .arg(env("SBX_TEST_IMAGE_ROOTFS"))
-        .arg("--agent-dir")
-        .arg(env("SBX_TEST_AGENT_DIR"))
-        .arg("--database-url")
-        .arg(database_url)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn sbxd");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while child.try_wait().expect("wait").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("sbxd kept running with database URL {database_url}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().expect("output");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+/// sbxd on `database_url`, expected to refuse to start: its exit code and stderr.
+fn refused(database_url: &str) -> (Option<i32>, String) {
+    common::start_refused(&["--database-url", database_url], Duration::from_secs(30))
 }
 
 #[tokio::test]
@@ -119,7 +82,7 @@ async fn a_database_that_cannot_be_used_stops_sbxd_at_start() {
     let empty = tempfile::tempdir().expect("tempdir");
     let host = empty.path().display().to_string().replace('/', "%2F");
     let url = format!("postgres://sbx:hunter2@{host}/sbx");
-    let (code, stderr) = start_refused(&url);
+    let (code, stderr) = refused(&url);
     assert_ne!(code, Some(0), "{stderr}");
     assert!(
         stderr.contains(&format!("postgres://sbx:***@{host}/sbx")),
@@ -148,7 +111,7 @@ async fn a_database_that_cannot_be_used_stops_sbxd_at_start() {
     })
     .join()
     .expect("thread");
-    let (code, stderr) = start_refused(db.url());
+    let (code, stderr) = refused(db.url());
     assert_ne!(code, Some(0), "{stderr}");
     assert!(
         stderr.contains(&format!(
@@ -191,7 +154,7 @@ async fn a_wrong_password_stops_sbxd_at_start_without_printing_it() {
         "{user} got in without a password"
     );
 
-    let (code, stderr) = start_refused(&wrong);
+    let (code, stderr) = refused(&wrong);
     assert_ne!(code, Some(0), "{stderr}");
     assert!(
         stderr.contains(&format!("postgres://{user}:***@{host_and_db}")),

@@ -17,19 +17,13 @@ use sbx_store::{PostgresStore, SecretRecord, Store, TestDatabase};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn database() -> TestDatabase {
     let url = std::env::var("SBX_TEST_DATABASE_URL").unwrap_or_else(|_| {
         panic!("SBX_TEST_DATABASE_URL is not set: run ./scripts/test, which starts PostgreSQL")
     });
     TestDatabase::create(&url).unwrap_or_else(|e| panic!("creating a test database: {e}"))
-}
-
-fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| {
-        panic!("{name} is not set: run the integration tests through ./scripts/test")
-    })
 }
 
 fn random_key() -> [u8; 32] {
@@ -80,41 +74,6 @@ async fn injected(d: &Daemon, name: &str) -> String {
     out
 }
 
-/// sbxd on `database_url` with `key_args`, expected to refuse to start: its exit code and stderr.
-fn start_refused(database_url: &str, key_args: &[&str]) -> (Option<i32>, String) {
-    let dir = tempfile::Builder::new()
-        .prefix("sbx-it-")
-        .tempdir_in("/var/tmp")
-        .expect("data dir");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sbxd"))
-        .args(["--dev", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(dir.path())
-        .arg("--image-rootfs")
-        .arg(env("SBX_TEST_IMAGE_ROOTFS"))
-        .arg("--agent-dir")
-        .arg(env("SBX_TEST_AGENT_DIR"))
-        .args(["--database-url", database_url])
-        .args(key_args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn sbxd");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while child.try_wait().expect("wait").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("sbxd kept running with key {key_args:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().expect("output");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 /// `sbxd rotate-secret-key` on the database: (success, stdout, stderr).
 fn rotate(database_url: &str, args: &[&str]) -> (bool, String, String) {
     let dir = tempfile::tempdir().expect("data dir");
@@ -154,6 +113,13 @@ fn legacy_row(key: &[u8; 32], workspace: &str, name: &str, value: &str) -> Secre
         created_at: chrono::Utc::now(),
         updated_at: chrono::Utc::now(),
     }
+}
+
+/// sbxd on `database_url` with `key_args`, expected to refuse to start: its exit code and stderr.
+fn refused(database_url: &str, key_args: &[&str]) -> (Option<i32>, String) {
+    let mut args = vec!["--database-url", database_url];
+    args.extend_from_slice(key_args);
+    common::start_refused(&args, Duration::from_secs(60))
 }
 
 #[tokio::test]
@@ -257,7 +223,7 @@ async fn secrets_survive_a_key_rotation_and_a_wrong_key_is_refused() {
     // A node with a wrong key (or the old key alone, after the rotation) stops at
     // start and says which key the stored secrets need.
     for (key, what) in [(wrong_path, "a wrong key"), (old_path, "the old key alone")] {
-        let (code, stderr) = start_refused(&url, &["--secret-key-file", key]);
+        let (code, stderr) = refused(&url, &["--secret-key-file", key]);
         assert_ne!(code, Some(0), "{what}: {stderr}");
         assert!(
             stderr.contains("none of the 2 stored secrets opens with this node's keys"),
@@ -272,10 +238,10 @@ async fn secrets_survive_a_key_rotation_and_a_wrong_key_is_refused() {
     // Bad key material is refused with a clear message before anything else.
     let short = keys.path().join("short.key");
     std::fs::write(&short, [1u8; 31]).unwrap();
-    let (code, stderr) = start_refused(&url, &["--secret-key-file", short.to_str().unwrap()]);
+    let (code, stderr) = refused(&url, &["--secret-key-file", short.to_str().unwrap()]);
     assert_ne!(code, Some(0));
     assert!(stderr.contains("holds 31 bytes"), "{stderr}");
-    let (code, stderr) = start_refused(&url, &["--secret-key-file", "/nonexistent/sbx.key"]);
+    let (code, stderr) = refused(&url, &["--secret-key-file", "/nonexistent/sbx.key"]);
     assert_ne!(code, Some(0));
     assert!(
         stderr.contains("/nonexistent/sbx.key does not exist"),

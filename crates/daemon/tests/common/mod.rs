@@ -366,6 +366,41 @@ impl Drop for Daemon {
     }
 }
 
+/// Starts sbxd (dev mode, a fresh data dir, the test image and agent) with `args`,
+/// expecting it to refuse to start within `within`: its exit code and stderr.
+pub fn start_refused(args: &[&str], within: Duration) -> (Option<i32>, String) {
+    let dir = tempfile::Builder::new()
+        .prefix("sbx-it-")
+        .tempdir_in("/var/tmp")
+        .expect("data dir");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sbxd"))
+        .args(["--dev", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path())
+        .arg("--image-rootfs")
+        .arg(env_path("SBX_TEST_IMAGE_ROOTFS"))
+        .arg("--agent-dir")
+        .arg(env_path("SBX_TEST_AGENT_DIR"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn sbxd");
+    let deadline = Instant::now() + within;
+    while child.try_wait().expect("wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("sbxd kept running with {args:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().expect("output");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 pub fn b64(v: &Value) -> String {
     use base64::Engine;
     let bytes = base64::engine::general_purpose::STANDARD
