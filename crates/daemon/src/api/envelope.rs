@@ -11,7 +11,6 @@ use sbx_api_types::{
     format_time, format_unix_ms, Envelope, FileInfo, FileKind, Metadata, OutputChunk, OutputStream,
     Page, Process, ProcessState, Resources, Sandbox,
 };
-use sbx_store::SandboxRecord;
 use serde::Serialize;
 
 /// Padded standard base64.
@@ -61,8 +60,8 @@ fn json_response<T: Serialize>(status: StatusCode, body: &T) -> Response {
     resp
 }
 
-/// The wire view of a stored sandbox.
-pub fn sandbox(r: &SandboxRecord, vpc_id: uuid::Uuid) -> Sandbox {
+/// The wire view of a sandbox.
+pub fn sandbox(r: &crate::service::Sandbox, vpc_id: uuid::Uuid) -> Sandbox {
     Sandbox {
         id: r.id,
         name: r.name.clone(),
@@ -76,7 +75,7 @@ pub fn sandbox(r: &SandboxRecord, vpc_id: uuid::Uuid) -> Sandbox {
         created_at: format_time(r.created_at),
         started_at: r.started_at.map(format_time),
         ended_at: r.ended_at.map(format_time),
-        error: r.error.clone().filter(|e| !e.is_empty()),
+        error: r.error.clone(),
     }
 }
 

@@ -108,7 +108,7 @@ pub async fn detail(
         environment: r.environment.clone(),
         secrets: r.secrets.clone(),
         snapshot_id: r.snapshot_id,
-        active_runtime_ms: r.active_runtime_ms(chrono::Utc::now()),
+        active_runtime_ms: r.active_runtime_ms,
         active_runtime_limit_ms: svc.config().limits.active_runtime.as_millis() as u64,
         network: svc.network_status(&r),
     };

@@ -2,13 +2,14 @@
 
 use super::envelope;
 use super::{parse_body, parse_id, parse_query, ApiError, AppState, Workspace};
+use crate::service::Snapshot;
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
+use sbx_api_types::SnapshotStatus;
 use sbx_api_types::{format_time, validate, ErrorCode, Resources, SnapshotCreateRequest};
-use sbx_store::{SnapshotRecord, SnapshotStatus};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -41,7 +42,7 @@ pub async fn resume(
 }
 
 /// The wire view of a snapshot (contract §3.6).
-pub fn snapshot(s: &SnapshotRecord) -> serde_json::Value {
+pub fn snapshot(s: &Snapshot) -> serde_json::Value {
     let mut v = json!({
         "id": s.id,
         "name": s.name.clone().unwrap_or_default(),
@@ -59,7 +60,7 @@ pub fn snapshot(s: &SnapshotRecord) -> serde_json::Value {
     if s.status == SnapshotStatus::Ready {
         v["compatibilityId"] = json!(s.compatibility_id);
     }
-    if let Some(e) = s.error.as_ref().filter(|e| !e.is_empty()) {
+    if let Some(e) = &s.error {
         v["error"] = json!(e);
     }
     v

@@ -171,7 +171,7 @@ impl Service {
             .await?
         {
             Some(existing) if same_config(&existing, record) => {
-                Ok(CreateOutcome::Existing(existing))
+                Ok(CreateOutcome::Existing(existing.into()))
             }
             Some(_) => Err(ServiceError::NameTaken(record.name.clone())),
             None => Err(refused),
@@ -210,7 +210,7 @@ impl Service {
                     self.return_member(shape, member);
                 }
                 if same_config(&existing, &record) {
-                    Ok(CreateOutcome::Existing(*existing))
+                    Ok(CreateOutcome::Existing((*existing).into()))
                 } else {
                     Err(ServiceError::NameTaken(record.name))
                 }
@@ -224,7 +224,7 @@ impl Service {
                 let wait = self.config.limits.create_sync_wait;
                 let _ = tokio::time::timeout(wait, wait_done(done)).await;
                 Ok(CreateOutcome::Created(
-                    self.load(&record.workspace, record.id).await?,
+                    self.load(&record.workspace, record.id).await?.into(),
                 ))
             }
         }

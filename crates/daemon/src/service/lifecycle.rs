@@ -1,5 +1,6 @@
 //! Get, list and destroy; booting and tearing down in the background (create is in `create.rs`).
 
+use super::views::Sandbox;
 use super::{Result, Service, ServiceError};
 use crate::runtime::{AgentConn, SandboxSpec};
 use chrono::Utc;
@@ -22,16 +23,16 @@ pub(super) const RECORD_RETRY: std::time::Duration = std::time::Duration::from_s
 #[derive(Debug)]
 pub enum CreateOutcome {
     /// A new sandbox (RUNNING if it booted within the sync wait, else STARTING).
-    Created(SandboxRecord),
+    Created(Sandbox),
     /// The name is held by an active sandbox with the same configuration.
-    Existing(SandboxRecord),
+    Existing(Sandbox),
 }
 
 /// What destroy did.
 #[derive(Debug)]
 pub enum DestroyOutcome {
     /// Teardown is in progress.
-    Terminating(Box<SandboxRecord>),
+    Terminating(Box<Sandbox>),
     /// Nothing is left.
     Terminated,
 }
@@ -40,7 +41,7 @@ pub enum DestroyOutcome {
 #[derive(Debug)]
 pub struct SandboxPage {
     /// Items, newest first.
-    pub items: Vec<SandboxRecord>,
+    pub items: Vec<Sandbox>,
     /// Cursor for the next page.
     pub next_cursor: Option<String>,
     /// Limit applied.
@@ -49,8 +50,8 @@ pub struct SandboxPage {
 
 impl Service {
     /// `GET /v2/sandboxes/{id}`.
-    pub async fn get(&self, workspace: &str, id: Uuid) -> Result<SandboxRecord> {
-        self.load(workspace, id).await
+    pub async fn get(&self, workspace: &str, id: Uuid) -> Result<Sandbox> {
+        self.load(workspace, id).await.map(Sandbox::from)
     }
 
     /// `GET /v2/sandboxes`.
@@ -78,7 +79,7 @@ impl Service {
             None
         };
         Ok(SandboxPage {
-            items,
+            items: items.iter().map(Sandbox::from).collect(),
             next_cursor,
             limit,
         })
@@ -115,7 +116,7 @@ impl Service {
         }
         let now = self.load(workspace, id).await?;
         Ok(match now.status {
-            SandboxStatus::Terminating => DestroyOutcome::Terminating(Box::new(now)),
+            SandboxStatus::Terminating => DestroyOutcome::Terminating(Box::new(now.into())),
             _ => DestroyOutcome::Terminated,
         })
     }

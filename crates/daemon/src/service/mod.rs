@@ -29,6 +29,7 @@ mod snapshots;
 #[cfg(test)]
 mod tests;
 mod transition;
+mod views;
 
 pub use admission::{Capacity, Reservation};
 pub use commands::{ExecOutcome, OutputSelection};
@@ -39,6 +40,7 @@ pub use logs::LogChunk;
 pub use pool::PoolShapeStatus;
 pub use secrets::{KeyError, SecretBox, SecretInfo};
 pub use snapshots::SnapshotPage;
+pub use views::{Sandbox, Snapshot};
 
 use crate::config::Config;
 use crate::runtime::{AgentCallError, AgentConn, Runtime};
@@ -164,8 +166,8 @@ impl Service {
     }
 
     /// Policy and connection counters of a sandbox.
-    pub fn network_status(&self, record: &SandboxRecord) -> sbx_api_types::NetworkStatus {
-        self.network.status(record.id, &record.network)
+    pub fn network_status(&self, sandbox: &Sandbox) -> sbx_api_types::NetworkStatus {
+        self.network.status(sandbox.id, &sandbox.network)
     }
 
     /// The `vpcId` every sandbox of this node shows.

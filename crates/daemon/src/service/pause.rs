@@ -7,6 +7,7 @@
 //! process.
 
 use super::lifecycle::stop_clock;
+use super::views::Sandbox;
 use super::{Result, Service, ServiceError};
 use chrono::Utc;
 use sbx_api_types::SandboxStatus;
@@ -19,7 +20,11 @@ const CAPTURE_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl Service {
     /// `POST /v2/sandboxes/{id}/pause`: idempotent by target state.
-    pub async fn pause(self: &Arc<Self>, workspace: &str, id: Uuid) -> Result<SandboxRecord> {
+    pub async fn pause(self: &Arc<Self>, workspace: &str, id: Uuid) -> Result<Sandbox> {
+        self.pause_row(workspace, id).await.map(Sandbox::from)
+    }
+
+    async fn pause_row(self: &Arc<Self>, workspace: &str, id: Uuid) -> Result<SandboxRecord> {
         self.load(workspace, id).await?;
         let lock = self.lock_for(id);
         let deadline = tokio::time::Instant::now() + CAPTURE_WAIT;
@@ -112,7 +117,11 @@ impl Service {
     }
 
     /// `POST /v2/sandboxes/{id}/resume`: idempotent by target state.
-    pub async fn resume(self: &Arc<Self>, workspace: &str, id: Uuid) -> Result<SandboxRecord> {
+    pub async fn resume(self: &Arc<Self>, workspace: &str, id: Uuid) -> Result<Sandbox> {
+        self.resume_row(workspace, id).await.map(Sandbox::from)
+    }
+
+    async fn resume_row(self: &Arc<Self>, workspace: &str, id: Uuid) -> Result<SandboxRecord> {
         self.load(workspace, id).await?;
         let lock = self.lock_for(id);
         let _guard = lock.lock().await;

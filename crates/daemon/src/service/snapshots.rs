@@ -1,6 +1,7 @@
 //! Snapshots of memory and disk (gVisor checkpoint with the source left
 //! running), their expiry janitor, and cleanup.
 
+use super::views::Snapshot;
 use super::{agent_error, Result, Service, ServiceError};
 use crate::runtime::SandboxSpec;
 use chrono::{Duration as ChronoDuration, Utc};
@@ -22,7 +23,7 @@ const VERIFY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 #[derive(Debug)]
 pub struct SnapshotPage {
     /// Items, newest first.
-    pub items: Vec<SnapshotRecord>,
+    pub items: Vec<Snapshot>,
     /// Cursor of the next page.
     pub next_cursor: Option<String>,
 }
@@ -39,7 +40,7 @@ impl Service {
         workspace: &str,
         id: Uuid,
         name: Option<String>,
-    ) -> Result<SnapshotRecord> {
+    ) -> Result<Snapshot> {
         let name = name.filter(|n| !n.is_empty());
         if let Some(n) = &name {
             validate::name("name", n)?;
@@ -107,6 +108,7 @@ impl Service {
         self.store
             .get_snapshot(snap_id)
             .await?
+            .map(Snapshot::from)
             .ok_or(ServiceError::SnapshotNotFound)
     }
 
@@ -190,9 +192,14 @@ impl Service {
         });
     }
 
+    /// Takes the checkpoint. The sandbox's transition lock is held only around
+    /// `runsc checkpoint` itself (a host command with its own deadline), never
+    /// across a call to the agent: a guest whose agent stalls on `sync` or on
+    /// the verification restore delays its own snapshot, not a DELETE or the
+    /// runtime limit of its sandbox. A pause meanwhile waits for the capture
+    /// (the CREATING snapshot row tells it so); a destroy meanwhile makes the
+    /// capture fail, as it would in one process.
     async fn capture_inner(self: &Arc<Self>, snap_id: Uuid, sandbox: Uuid) -> Result<u64> {
-        let lock = self.lock_for(sandbox);
-        let _guard = lock.lock().await;
         // No new relay may start while the checkpoint is taken: requests that
         // need the agent wait at the gate (bounded) until it reconnects below.
         let _gate = self.enter_gate(sandbox).await?;
@@ -204,9 +211,27 @@ impl Service {
         if current.status != SandboxStatus::Running {
             return Err(ServiceError::not_running(current.status));
         }
+        let result = self.checkpoint_verified(snap_id, &current).await;
+        // Reconnect whatever happened, so the source keeps serving.
+        if let Err(e) = self.attach_gated(sandbox).await {
+            tracing::warn!(%sandbox, error = %e, "reconnecting after snapshot");
+        }
+        result?;
+        Ok(dir_size(&self.snapshot_dir(snap_id)))
+    }
+
+    /// Flushes the guest, closes its agent connection, then checkpoints until
+    /// a checkpoint restores (each attempt verified unless configured off).
+    async fn checkpoint_verified(
+        self: &Arc<Self>,
+        snap_id: Uuid,
+        current: &sbx_store::SandboxRecord,
+    ) -> Result<()> {
+        let sandbox = current.id;
         // Crash consistency: flush what the guest holds in its page cache first.
         // Then close the agent connection: a checkpoint taken while the relay
         // process runs would hold its host pipes and could not be restored.
+        // Every call here has the agent client's deadline, and no lock is held.
         let conn = match self.cached_agent(sandbox) {
             Some(conn) => conn,
             None => self.runtime.connect(sandbox).await.map_err(|e| {
@@ -222,75 +247,75 @@ impl Service {
         }
         conn.shutdown().await;
         self.forget_agent(sandbox);
+        synced?;
         let dir = self.snapshot_dir(snap_id);
-        let result = async {
-            synced?;
-            for attempt in 1..=CHECKPOINT_ATTEMPTS {
-                // A fresh directory per attempt: runsc writes into it.
-                let _ = tokio::fs::remove_dir_all(&dir).await;
-                tokio::fs::create_dir_all(&dir).await.map_err(|e| {
-                    if sbx_runsc::is_enospc(&e) {
-                        ServiceError::StorageFull(format!(
-                            "the data disk is full: snapshot storage: {e}"
-                        ))
-                    } else {
-                        ServiceError::Unavailable(format!("snapshot storage: {e}"))
-                    }
-                })?;
-                self.runtime
-                    .checkpoint(sandbox, dir.join("checkpoint"))
-                    .await
-                    .map_err(|e| {
-                        if e.is_disk_full() {
-                            ServiceError::StorageFull(format!(
-                                "the data disk is full: checkpoint failed: {e}"
-                            ))
-                        } else {
-                            ServiceError::Internal(format!("checkpoint failed: {e}"))
-                        }
-                    })?;
-                if !self.config.limits.snapshot_verify {
-                    return Ok(());
-                }
-                // A throwaway sandbox of the source's shape.
-                let probe = SandboxSpec {
-                    id: Uuid::new_v4(),
-                    vcpu: current.vcpu,
-                    memory_mb: current.memory_mb,
-                };
-                match self.verify_checkpoint(probe, dir.join("checkpoint")).await {
-                    Ok(()) => return Ok(()),
-                    Err(why) => tracing::warn!(
-                        snapshot = %snap_id, %sandbox, attempt, why,
-                        "checkpoint does not restore; taking it again"
-                    ),
-                }
+        for attempt in 1..=CHECKPOINT_ATTEMPTS {
+            self.checkpoint_once(current, &dir).await?;
+            if !self.config.limits.snapshot_verify {
+                return Ok(());
             }
-            Err(ServiceError::Internal(format!(
-                "no restorable checkpoint in {CHECKPOINT_ATTEMPTS} attempts"
-            )))
+            // A throwaway sandbox of the source's shape.
+            let probe = SandboxSpec {
+                id: Uuid::new_v4(),
+                vcpu: current.vcpu,
+                memory_mb: current.memory_mb,
+            };
+            match self.verify_checkpoint(probe, dir.join("checkpoint")).await {
+                Ok(()) => return Ok(()),
+                Err(why) => tracing::warn!(
+                    snapshot = %snap_id, %sandbox, attempt, why,
+                    "checkpoint does not restore; taking it again"
+                ),
+            }
         }
-        .await;
-        // The lock keeps this process's transitions out, not another sbxd's: a
-        // checkpoint is only what was RUNNING throughout if the row did not move.
-        let result = match result {
-            Ok(()) => match self.store.get_sandbox(sandbox).await {
-                Ok(Some(now)) if now.generation == current.generation => Ok(()),
-                Ok(Some(now)) => Err(ServiceError::Conflict(format!(
-                    "the sandbox changed to {} during the checkpoint",
-                    now.status.as_str()
-                ))),
-                Ok(None) => Err(ServiceError::SandboxNotFound),
-                Err(e) => Err(e.into()),
-            },
-            Err(e) => Err(e),
-        };
-        // Reconnect whatever happened, so the source keeps serving.
-        if let Err(e) = self.attach_gated(sandbox).await {
-            tracing::warn!(%sandbox, error = %e, "reconnecting after snapshot");
+        Err(ServiceError::Internal(format!(
+            "no restorable checkpoint in {CHECKPOINT_ATTEMPTS} attempts"
+        )))
+    }
+
+    /// One `runsc checkpoint` into a fresh `dir`, under the sandbox's
+    /// transition lock, of a sandbox whose row has not moved since `current`
+    /// was read (checked before and after: the lock keeps this process's
+    /// transitions out, the generation another sbxd's).
+    async fn checkpoint_once(&self, current: &sbx_store::SandboxRecord, dir: &Path) -> Result<()> {
+        let sandbox = current.id;
+        let lock = self.lock_for(sandbox);
+        let _guard = lock.lock().await;
+        self.unchanged_since(current).await?;
+        // A fresh directory per attempt: runsc writes into it.
+        let _ = tokio::fs::remove_dir_all(dir).await;
+        tokio::fs::create_dir_all(dir).await.map_err(|e| {
+            if sbx_runsc::is_enospc(&e) {
+                ServiceError::StorageFull(format!("the data disk is full: snapshot storage: {e}"))
+            } else {
+                ServiceError::Unavailable(format!("snapshot storage: {e}"))
+            }
+        })?;
+        self.runtime
+            .checkpoint(sandbox, dir.join("checkpoint"))
+            .await
+            .map_err(|e| {
+                if e.is_disk_full() {
+                    ServiceError::StorageFull(format!(
+                        "the data disk is full: checkpoint failed: {e}"
+                    ))
+                } else {
+                    ServiceError::Internal(format!("checkpoint failed: {e}"))
+                }
+            })?;
+        self.unchanged_since(current).await
+    }
+
+    /// A checkpoint is only what was RUNNING throughout if the row did not move.
+    async fn unchanged_since(&self, current: &sbx_store::SandboxRecord) -> Result<()> {
+        match self.store.get_sandbox(current.id).await? {
+            Some(now) if now.generation == current.generation => Ok(()),
+            Some(now) => Err(ServiceError::Conflict(format!(
+                "the sandbox changed to {} during the checkpoint",
+                now.status.as_str()
+            ))),
+            None => Err(ServiceError::SandboxNotFound),
         }
-        result?;
-        Ok(dir_size(&dir))
     }
 
     /// Restores a fresh checkpoint into a throwaway sandbox and checks that
@@ -335,9 +360,11 @@ impl Service {
     }
 
     /// `GET /v2/snapshots/{id}`.
-    pub async fn snapshot_get(&self, workspace: &str, id: Uuid) -> Result<SnapshotRecord> {
+    pub async fn snapshot_get(&self, workspace: &str, id: Uuid) -> Result<Snapshot> {
         match self.store.get_snapshot(id).await? {
-            Some(s) if s.workspace == workspace && s.status != SnapshotStatus::Deleted => Ok(s),
+            Some(s) if s.workspace == workspace && s.status != SnapshotStatus::Deleted => {
+                Ok(s.into())
+            }
             _ => Err(ServiceError::SnapshotNotFound),
         }
     }
@@ -370,7 +397,10 @@ impl Service {
         } else {
             None
         };
-        Ok(SnapshotPage { items, next_cursor })
+        Ok(SnapshotPage {
+            items: items.iter().map(Snapshot::from).collect(),
+            next_cursor,
+        })
     }
 
     /// `DELETE /v2/snapshots/{id}`: safe to repeat; frees the files.

@@ -8,7 +8,7 @@ use crate::service::ServiceError;
 async fn create_boots_configures_and_answers_running() {
     let h = Harness::new();
     let r = h.running("first").await;
-    assert!(r.started_at.is_some() && r.running_since.is_some());
+    assert!(r.started_at.is_some() && h.get(r.id).running_since.is_some());
     assert_eq!(h.runtime.calls_for(Op::Start, r.id), 1);
     assert_eq!(h.runtime.life(r.id), Some(Life::Running));
     // The agent was configured with the sandbox's environment (plus the proxy variables).

@@ -10,7 +10,7 @@ async fn pause_and_resume_are_idempotent_and_stop_the_clock() {
     let r = h.running("sleeper").await;
     let paused = h.service.pause(WS, r.id).await.unwrap();
     assert_eq!(paused.status, SandboxStatus::Paused);
-    assert!(paused.running_since.is_none());
+    assert!(h.get(r.id).running_since.is_none());
     assert_eq!(h.runtime.life(r.id), Some(Life::Paused));
     // Pausing a paused sandbox answers it as it is, without the runtime.
     let again = h.service.pause(WS, r.id).await.unwrap();
@@ -28,8 +28,9 @@ async fn pause_and_resume_are_idempotent_and_stop_the_clock() {
 
     let resumed = h.service.resume(WS, r.id).await.unwrap();
     assert_eq!(resumed.status, SandboxStatus::Running);
-    assert!(resumed.running_since.is_some());
-    assert_eq!(resumed.active_ms, frozen, "resume does not reset the clock");
+    let row = h.get(r.id);
+    assert!(row.running_since.is_some());
+    assert_eq!(row.active_ms, frozen, "resume does not reset the clock");
     let again = h.service.resume(WS, r.id).await.unwrap();
     assert_eq!(again.status, SandboxStatus::Running);
     assert_eq!(h.runtime.calls_for(Op::Resume, r.id), 1);

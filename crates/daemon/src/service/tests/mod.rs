@@ -66,7 +66,7 @@ impl Harness {
     }
 
     /// Creates a fresh sandbox named `name` and returns what create answered.
-    async fn create(&self, name: &str) -> SandboxRecord {
+    async fn create(&self, name: &str) -> super::Sandbox {
         match self.service.create(WS, request(name)).await {
             Ok(CreateOutcome::Created(r)) => r,
             other => panic!("create {name}: {other:?}"),
@@ -74,7 +74,7 @@ impl Harness {
     }
 
     /// Creates a sandbox and insists that it answered RUNNING.
-    async fn running(&self, name: &str) -> SandboxRecord {
+    async fn running(&self, name: &str) -> super::Sandbox {
         let r = self.create(name).await;
         assert_eq!(r.status, SandboxStatus::Running, "{r:?}");
         r

@@ -80,3 +80,33 @@ async fn destroy_answers_promptly_while_a_command_and_a_reconnect_stall() {
         .unwrap();
     assert!(answer.is_err(), "{answer:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn destroy_answers_promptly_while_a_snapshot_waits_on_a_stalled_agent() {
+    let h = Harness::new();
+    let stuck = h.running("stuck").await;
+    h.runtime.set_stall(stuck.id, true);
+    // The capture's `sync` is never answered: the snapshot stays CREATING
+    // while the capture waits on the agent (its deadline is minutes).
+    let snap = h
+        .service
+        .snapshot_create(WS, stuck.id, Some("s".into()))
+        .await
+        .unwrap();
+    assert_eq!(snap.status, sbx_store::SnapshotStatus::Creating, "{snap:?}");
+    let started = Instant::now();
+    let outcome = h.service.destroy(WS, stuck.id).await.unwrap();
+    assert!(
+        started.elapsed() < PROMPT,
+        "destroy waited {:?} behind the snapshot's agent call",
+        started.elapsed()
+    );
+    assert!(matches!(outcome, DestroyOutcome::Terminated), "{outcome:?}");
+    assert_eq!(h.runtime.calls_for(Op::Destroy, stuck.id), 1);
+    // The capture then fails: its checkpoint never reaches the runtime.
+    eventually("the snapshot fails", || {
+        h.store.get_snapshot(snap.id).unwrap().unwrap().status == sbx_store::SnapshotStatus::Failed
+    })
+    .await;
+    assert_eq!(h.runtime.calls_for(Op::Checkpoint, stuck.id), 0);
+}

@@ -164,7 +164,7 @@ async fn hammer(p: &Pair, rounds: usize) {
             || matches!(p.b.store.blocking().get_sandbox(id).expect("read"), Some(r) if r.status == SandboxStatus::Terminated),
         )
         .await;
-        let end = p.a.get(WS, id).await.expect("row");
+        let end = p.a.load(WS, id).await.expect("row");
         assert!(end.running_since.is_none(), "round {round}: {end:?}");
         assert_eq!(p.runtime.life(id), None, "round {round}");
         // Each transition reached the runtime once: one destroy for two destroy
@@ -246,7 +246,9 @@ fn sqlite_pair() -> Pair {
 /// A running sandbox made through `a`.
 async fn running(p: &Pair, name: &str) -> SandboxRecord {
     match p.a.create(WS, request(name)).await {
-        Ok(CreateOutcome::Created(r)) if r.status == SandboxStatus::Running => r,
+        Ok(CreateOutcome::Created(r)) if r.status == SandboxStatus::Running => {
+            p.a.load(WS, r.id).await.expect("row")
+        }
         other => panic!("create {name}: {other:?}"),
     }
 }
@@ -295,8 +297,9 @@ async fn a_destroy_that_lost_to_a_pause_decides_again_on_the_new_row() {
     let p = sqlite_pair();
     let r = running(&p, "stale-destroy").await;
     // A read the row, then B paused it (two writes) before A wrote its change.
-    let stale = p.a.get(WS, r.id).await.expect("row");
-    let paused = p.b.pause(WS, r.id).await.expect("pause");
+    let stale = p.a.load(WS, r.id).await.expect("row");
+    p.b.pause(WS, r.id).await.expect("pause");
+    let paused = p.b.load(WS, r.id).await.expect("row");
     assert_eq!(paused.generation, stale.generation + 2);
     let (row, won) =
         p.a.change_row(stale.clone(), |r| {
@@ -365,7 +368,7 @@ async fn a_snapshot_whose_sandbox_changed_during_the_checkpoint_is_not_ready() {
     })
     .await;
     // Another actor writes the row meanwhile (as one that ignores CREATING would).
-    let mut moved = p.b.get(WS, r.id).await.expect("row");
+    let mut moved = p.b.load(WS, r.id).await.expect("row");
     moved.error = Some("changed by another actor".into());
     p.b.store
         .update_sandbox(&mut moved)
