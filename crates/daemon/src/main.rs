@@ -621,10 +621,10 @@ fn open_connect(
         .or_else(|| npm_config("cafile").map(PathBuf::from))
         .filter(|p| p.is_file());
     tracing::info!(registry = %npm_registry, ca = ?npm_ca_file, sdk = %sdk_dir.display(), "Connect runtime");
-    let jobs = sbx_daemon::connect::GvisorJobs::new(
+    let jobs = sbx_daemon::connect_jobs::ConnectJobs::new(
         service,
         runtime,
-        sbx_daemon::connect::JobsConfig {
+        sbx_daemon::connect_jobs::JobsConfig {
             sdk_dir,
             npm_registry,
             npm_ca_file,

@@ -1,21 +1,16 @@
-//! [`sbx_connect::sandbox::JobSandboxes`] on this daemon's gVisor runtime: job sandboxes
-//! (read-only root, fresh `/tmp`, the build artifact and the SDK mounted read-only, no
-//! network but the job channel).
+//! Job sandboxes: read-only root, fresh `/tmp`, the build artifact and the SDK mounted
+//! read-only, no network but the job channel; the runner started in it, and its end.
 
-use super::JobsError;
+use super::memory::{tmp_bytes, watch_memory};
+use super::{remove, AdmissionGuard, GvisorJobs, JobsError};
 use crate::network::Network;
-use crate::runtime::{AgentConn, JobOptions, Runtime, SandboxSpec};
-use crate::service::{Reservation, Service};
+use crate::runtime::{AgentConn, JobOptions, Runtime};
 use sbx_agent_proto::{CommandSpec, ProcessState, Reply, Request};
-use sbx_connect::job::JobChannel;
-use sbx_connect::sandbox::{
-    BuildOutput, BuildRequest, JobSandbox, JobSandboxRequest, JobSandboxes, SandboxEnd,
-    SandboxError,
-};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::io::DuplexStream;
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
@@ -23,120 +18,33 @@ use uuid::Uuid;
 pub const SDK_MOUNT: &str = "/opt/sbx-connect";
 /// Where the build artifact is mounted in a job sandbox.
 pub const ARTIFACT_MOUNT: &str = "/pkg";
-/// vCPUs of a job or build sandbox.
-pub(super) const JOB_VCPUS: u32 = 1;
-/// Largest fresh `/tmp` (it lives in the sandbox's memory, so also at most half the budget).
-const TMP_MAX_BYTES: u64 = 256 * 1024 * 1024;
-/// How long a job or build sandbox may take to boot.
-pub(super) const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long the runner gets to open the job channel after it started.
 const CHANNEL_TIMEOUT: Duration = Duration::from_secs(30);
-/// How often a job sandbox's cgroup is checked for an OOM kill.
-const MEMORY_WATCH_INTERVAL: Duration = Duration::from_millis(200);
 
-/// Settings of the Connect sandboxes.
+/// A job sandbox to start.
 #[derive(Debug, Clone)]
-pub struct JobsConfig {
-    /// Host directory holding the installed SDK (`runner.mjs`, `index.mjs`, `lib/`), mounted
-    /// read-only at `/opt/sbx-connect`.
-    pub sdk_dir: PathBuf,
-    /// The npm registry builds may reach (its host only), e.g. `https://registry.npmjs.org/`.
-    pub npm_registry: String,
-    /// PEM roots npm in a build sandbox trusts on top of Node's own (a registry behind a
-    /// TLS-inspecting proxy); mounted read-only into build sandboxes.
-    pub npm_ca_file: Option<PathBuf>,
+pub struct JobRequest {
+    /// Run id (one sandbox per attempt), for the logs.
+    pub run_id: String,
+    /// Attempt number, for the logs.
+    pub attempt: u32,
+    /// Job kind, for the logs.
+    pub kind: String,
+    /// Host directory of the build artifact, mounted read-only at `/pkg`.
+    pub artifact_dir: PathBuf,
+    /// Memory budget, MiB.
+    pub memory_mib: u64,
 }
 
-/// Job and build sandboxes for the Connect runtime.
-pub struct GvisorJobs {
-    /// The lifecycle service, for admission (a job's sandbox takes its share of the
-    /// node). One way only: the service knows nothing of Connect.
-    service: Arc<Service>,
-    pub(super) runtime: Arc<dyn Runtime>,
-    /// Job sandboxes' own network state (denials are counted per sandbox there).
-    pub(super) network: Arc<Network>,
-    pub(super) config: JobsConfig,
-}
-
-impl GvisorJobs {
-    /// Job sandboxes run by `service` on `runtime`; `test_public` as `--network-test-public-cidr`.
-    pub fn new(
-        service: &Arc<Service>,
-        runtime: Arc<dyn Runtime>,
-        config: JobsConfig,
-        test_public: &[String],
-    ) -> Result<Self, String> {
-        let network = Network::new(sbx_api_types::NetworkMode::None, test_public)?;
-        super::build::registry_host(&config.npm_registry).map_err(|e| e.to_string())?;
-        Ok(GvisorJobs {
-            service: Arc::clone(service),
-            runtime,
-            network: Arc::new(network),
-            config,
-        })
-    }
-
-    /// Admits a sandbox of `memory_mib` on the node.
-    pub(super) async fn admit(&self, memory_mib: u64) -> Result<(Reservation, u32), JobsError> {
-        let service = &self.service;
-        let memory_mb = u32::try_from(memory_mib).unwrap_or(u32::MAX);
-        let reservation = service
-            .admit_job(JOB_VCPUS, memory_mb)
-            .await
-            .map_err(|e| JobsError::Admission(e.to_string()))?;
-        Ok((reservation, memory_mb))
-    }
-
-    /// Boots a fresh sandbox with `job`; destroys it again when the boot fails.
-    pub(super) async fn boot(
-        &self,
-        id: Uuid,
-        memory_mb: u32,
-        job: JobOptions,
-    ) -> Result<AgentConn, JobsError> {
-        let spec = SandboxSpec {
-            id,
-            vcpu: JOB_VCPUS,
-            memory_mb,
-        };
-        let started = tokio::time::timeout(START_TIMEOUT, self.runtime.start_job(spec, job)).await;
-        let error = match started {
-            Ok(Ok(conn)) => return Ok(conn),
-            Ok(Err(e)) => e.to_string(),
-            Err(_) => format!("did not start within {}s", START_TIMEOUT.as_secs()),
-        };
-        remove(&self.runtime, &self.network, id).await;
-        Err(JobsError::Start(error))
-    }
-}
-
-/// The size of a job's fresh `/tmp`.
-pub(super) fn tmp_bytes(memory_mb: u32) -> u64 {
-    (u64::from(memory_mb) * 1024 * 1024 / 2).min(TMP_MAX_BYTES)
-}
-
-/// Stops the sandbox as soon as its cgroup records an OOM kill: a gVisor sandbox at its
-/// memory limit can stall instead of dying, and a job or build must not wait for its deadline.
-pub(super) async fn watch_memory(runtime: Arc<dyn Runtime>, id: Uuid, hit: Arc<AtomicBool>) {
-    loop {
-        tokio::time::sleep(MEMORY_WATCH_INTERVAL).await;
-        if runtime.death_reason(id).is_some() {
-            hit.store(true, Ordering::SeqCst);
-            tracing::info!(sandbox = %id, "job sandbox reached its memory limit; stopping it");
-            if let Err(e) = runtime.destroy(id).await {
-                tracing::error!(sandbox = %id, error = %e, "stopping a job sandbox at its memory limit");
-            }
-            return;
-        }
-    }
-}
-
-/// Removes a job or build sandbox and its network counters; logs a failure.
-pub(super) async fn remove(runtime: &Arc<dyn Runtime>, network: &Network, id: Uuid) {
-    if let Err(e) = runtime.destroy(id).await {
-        tracing::error!(sandbox = %id, error = %e, "removing a Connect sandbox");
-    }
-    network.forget(id);
+/// How a job sandbox ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobEnd {
+    /// The runner exited (code, if known).
+    Exited(Option<i32>),
+    /// The sandbox hit its memory limit (OOM kill).
+    MemoryLimit,
+    /// The sandbox itself failed (runsc error, killed by the host for a reason other than OOM).
+    Crashed(String),
 }
 
 /// The runner's argv: a shell that discards stdout and stderr (never captured) and
@@ -153,9 +61,12 @@ fn runner_argv(memory_mb: u32) -> Vec<String> {
     vec!["/bin/sh".into(), "-c".into(), node]
 }
 
-#[async_trait::async_trait]
-impl JobSandboxes for GvisorJobs {
-    async fn start_job(&self, req: JobSandboxRequest) -> Result<Box<dyn JobSandbox>, SandboxError> {
+impl GvisorJobs {
+    /// Starts a fresh no-network job sandbox: the artifact at `/pkg` (read-only), the SDK at
+    /// `/opt/sbx-connect` (read-only), read-only root, fresh `/tmp`, the memory budget, no
+    /// configuration environment variables; runs the runner, whose job channel
+    /// [`JobSandbox::take_channel`] hands over.
+    pub async fn start_job(&self, req: JobRequest) -> Result<JobSandbox, JobsError> {
         let begun = Instant::now();
         let (reservation, memory_mb) = self.admit(req.memory_mib).await?;
         let id = Uuid::new_v4();
@@ -170,7 +81,7 @@ impl JobSandboxes for GvisorJobs {
         let conn = self.boot(id, memory_mb, options).await?;
         let memory_hit = Arc::new(AtomicBool::new(false));
         let watchdog = tokio::spawn(watch_memory(self.runtime.clone(), id, memory_hit.clone()));
-        let mut job = GvisorJob {
+        let mut job = JobSandbox {
             id,
             conn: Some(conn.clone()),
             process: None,
@@ -198,29 +109,24 @@ impl JobSandboxes for GvisorJobs {
         };
         match conn.call(start).await {
             Ok((Reply::Process { process }, _)) => job.process = Some(process.id),
-            Ok((other, _)) => {
-                return Err(JobsError::Agent(format!("unexpected answer {other:?}")).into())
-            }
-            Err(e) => return Err(JobsError::Agent(format!("starting the runner: {e}")).into()),
+            Ok((other, _)) => return Err(JobsError::Agent(format!("unexpected answer {other:?}"))),
+            Err(e) => return Err(JobsError::Agent(format!("starting the runner: {e}"))),
         }
         tracing::debug!(
             sandbox = %id,
             run = %req.run_id,
             attempt = req.attempt,
-            kind = ?req.kind,
+            kind = %req.kind,
             boot_ms = begun.elapsed().as_millis() as u64,
             "job sandbox started"
         );
-        Ok(Box::new(job))
-    }
-
-    async fn run_build(&self, req: BuildRequest) -> Result<BuildOutput, SandboxError> {
-        Ok(super::build::run(self, req).await?)
+        Ok(job)
     }
 }
 
-/// One running job sandbox.
-struct GvisorJob {
+/// One running job sandbox. Dropped without [`JobSandbox::finish`], it is removed in the
+/// background.
+pub struct JobSandbox {
     id: Uuid,
     /// Taken by `finish`.
     conn: Option<AgentConn>,
@@ -231,14 +137,14 @@ struct GvisorJob {
     runtime: Arc<dyn Runtime>,
     network: Arc<Network>,
     /// The sandbox's share of the node, released once it is removed.
-    reservation: Option<Reservation>,
+    reservation: Option<AdmissionGuard>,
     begun: Instant,
     /// Set by the memory watchdog when it stopped the sandbox.
     memory_hit: Arc<AtomicBool>,
     watchdog: tokio::task::JoinHandle<()>,
 }
 
-impl GvisorJob {
+impl JobSandbox {
     /// Waits up to `grace` for the runner; `None` when it did not end (or the agent is gone).
     async fn wait_runner(&self, grace: Duration) -> Option<sbx_agent_proto::ProcessInfo> {
         let (conn, process) = (self.conn.as_ref()?, self.process?);
@@ -252,11 +158,10 @@ impl GvisorJob {
             _ => None,
         }
     }
-}
 
-#[async_trait::async_trait]
-impl JobSandbox for GvisorJob {
-    async fn take_channel(&mut self) -> Option<Box<dyn JobChannel>> {
+    /// The accepted job channel (the runner's first connection to `sbx-job.internal:1`).
+    /// Returns `None` when called twice or when the runner never connected.
+    pub async fn take_channel(&mut self) -> Option<DuplexStream> {
         let rx = self.channel.take()?;
         let (conn, process) = (self.conn.clone()?, self.process?);
         // Stop waiting early when the runner ends without connecting.
@@ -279,7 +184,7 @@ impl JobSandbox for GvisorJob {
                     start_ms = self.begun.elapsed().as_millis() as u64,
                     "job channel open"
                 );
-                Some(Box::new(stream))
+                Some(stream)
             }
             None => {
                 tracing::warn!(sandbox = %self.id, "the runner never opened the job channel");
@@ -288,21 +193,23 @@ impl JobSandbox for GvisorJob {
         }
     }
 
-    async fn finish(mut self: Box<Self>, grace: Duration) -> SandboxEnd {
+    /// Waits up to `grace` for the runner to exit, then kills the sandbox; removes it and
+    /// reports how it ended.
+    pub async fn finish(mut self, grace: Duration) -> JobEnd {
         let runner = self.wait_runner(grace).await;
         self.watchdog.abort();
         // Read before the removal deletes the cgroup that records the OOM kill.
         let end = if self.memory_hit.load(Ordering::SeqCst)
             || self.runtime.death_reason(self.id).is_some()
         {
-            SandboxEnd::MemoryLimit
+            JobEnd::MemoryLimit
         } else {
             match runner {
-                Some(p) if p.state == ProcessState::Exited => SandboxEnd::Exited(p.exit_code),
+                Some(p) if p.state == ProcessState::Exited => JobEnd::Exited(p.exit_code),
                 Some(p) if p.state == ProcessState::Killed => {
-                    SandboxEnd::Exited(p.signal.map(|s| 128 + s))
+                    JobEnd::Exited(p.signal.map(|s| 128 + s))
                 }
-                Some(p) => SandboxEnd::Crashed(format!(
+                Some(p) => JobEnd::Crashed(format!(
                     "runner {}: {}",
                     format!("{:?}", p.state).to_lowercase(),
                     p.error.unwrap_or_default()
@@ -310,9 +217,9 @@ impl JobSandbox for GvisorJob {
                 None => match self.runtime.is_alive(self.id).await {
                     // Still running after the grace period: it is killed below.
                     Ok(true) if self.conn.as_ref().is_some_and(|c| !c.is_closed()) => {
-                        SandboxEnd::Exited(None)
+                        JobEnd::Exited(None)
                     }
-                    _ => SandboxEnd::Crashed("the job sandbox stopped unexpectedly".into()),
+                    _ => JobEnd::Crashed("the job sandbox stopped unexpectedly".into()),
                 },
             }
         };
@@ -333,7 +240,7 @@ impl JobSandbox for GvisorJob {
     }
 }
 
-impl Drop for GvisorJob {
+impl Drop for JobSandbox {
     /// A job dropped without `finish` (an error while starting, a cancelled task): remove
     /// its sandbox in the background.
     fn drop(&mut self) {

@@ -1,14 +1,14 @@
 //! Build sandboxes: `npm ci --ignore-scripts` in the package directory (mounted read-write
 //! at `/src`) with the npm registry as the only reachable host.
 
-use super::jobs::{remove, tmp_bytes, watch_memory, GvisorJobs};
-use super::JobsError;
-use crate::runtime::JobOptions;
+use super::memory::{tmp_bytes, watch_memory};
+use super::{remove, GvisorJobs, JobsError};
+use crate::runtime::{AgentCallError, AgentConn, JobOptions};
 use sbx_agent_proto::{AgentErrorCode, CommandSpec, Reply, Request};
 use sbx_api_types::{AllowRule, NetworkMode, NetworkPolicy};
-use sbx_connect::sandbox::{BuildOutput, BuildRequest};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,6 +22,29 @@ const SOURCE_MOUNT: &str = "/src";
 const CA_MOUNT: &str = "/etc/sbx-npm-ca.pem";
 /// The in-sandbox HTTP proxy npm goes through.
 const PROXY: &str = "http://127.0.0.1:3128";
+
+/// A build to run.
+#[derive(Debug, Clone)]
+pub struct BuildRequest {
+    /// Build id, for the logs.
+    pub build_id: String,
+    /// Host directory holding the unpacked package (package.json, package-lock.json, code);
+    /// mounted read-write at `/src`. After `npm ci --ignore-scripts` there it is the artifact.
+    pub package_dir: PathBuf,
+    /// Memory budget, MiB.
+    pub memory_mib: u64,
+    /// Time budget.
+    pub time_budget: Duration,
+}
+
+/// How a build went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BuildOutcome {
+    /// Whether `npm ci --ignore-scripts` exited 0.
+    pub success: bool,
+    /// Its output (at most 4 MiB of it read back) and the reason of a failure.
+    pub log: String,
+}
 
 /// Host and port of the registry URL.
 pub(super) fn registry_host(registry: &str) -> Result<(String, u16), JobsError> {
@@ -77,7 +100,7 @@ fn npm_env(registry: &str, with_ca: bool) -> BTreeMap<String, String> {
 }
 
 /// Runs one build to its end; the sandbox is always removed.
-pub(super) async fn run(jobs: &GvisorJobs, req: BuildRequest) -> Result<BuildOutput, JobsError> {
+pub(super) async fn run(jobs: &GvisorJobs, req: BuildRequest) -> Result<BuildOutcome, JobsError> {
     let begun = Instant::now();
     let (host, port) = registry_host(&jobs.config.npm_registry)?;
     let (reservation, memory_mb) = jobs.admit(req.memory_mib).await?;
@@ -136,11 +159,7 @@ pub(super) async fn run(jobs: &GvisorJobs, req: BuildRequest) -> Result<BuildOut
 }
 
 /// `npm ci --ignore-scripts` in `/src`, bounded by `budget`.
-async fn npm_ci(
-    conn: &crate::runtime::AgentConn,
-    env: BTreeMap<String, String>,
-    budget: Duration,
-) -> BuildOutput {
+async fn npm_ci(conn: &AgentConn, env: BTreeMap<String, String>, budget: Duration) -> BuildOutcome {
     let argv = ["npm", "ci", "--ignore-scripts", "--no-audit", "--no-fund"];
     let exec = Request::Exec {
         command: CommandSpec {
@@ -172,29 +191,23 @@ async fn npm_ci(
             if exit_code != 0 {
                 log.push_str(&format!("\nnpm ci exited with code {exit_code}\n"));
             }
-            BuildOutput {
+            BuildOutcome {
                 success: exit_code == 0,
                 log,
             }
         }
         Ok(Ok((other, _))) => failed(header, &format!("unexpected agent answer {other:?}")),
-        Ok(Err(crate::runtime::AgentCallError::Agent(e))) if e.code == AgentErrorCode::TimedOut => {
-            failed(
-                header,
-                &format!(
-                    "npm ci did not finish within the build time limit of {}s",
-                    budget.as_secs()
-                ),
-            )
-        }
-        Ok(Err(crate::runtime::AgentCallError::Agent(e)))
-            if e.code == AgentErrorCode::OutputTooLarge =>
-        {
-            failed(
-                header,
-                &format!("npm ci wrote more than {MAX_BUILD_OUTPUT} bytes of output"),
-            )
-        }
+        Ok(Err(AgentCallError::Agent(e))) if e.code == AgentErrorCode::TimedOut => failed(
+            header,
+            &format!(
+                "npm ci did not finish within the build time limit of {}s",
+                budget.as_secs()
+            ),
+        ),
+        Ok(Err(AgentCallError::Agent(e))) if e.code == AgentErrorCode::OutputTooLarge => failed(
+            header,
+            &format!("npm ci wrote more than {MAX_BUILD_OUTPUT} bytes of output"),
+        ),
         Ok(Err(e)) => failed(header, &format!("npm ci could not run: {e}")),
         Err(_) => failed(
             header,
@@ -206,10 +219,10 @@ async fn npm_ci(
     }
 }
 
-fn failed(mut log: String, why: &str) -> BuildOutput {
+fn failed(mut log: String, why: &str) -> BuildOutcome {
     log.push_str(why);
     log.push('\n');
-    BuildOutput {
+    BuildOutcome {
         success: false,
         log,
     }
