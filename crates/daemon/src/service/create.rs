@@ -1,6 +1,6 @@
 //! Create: validation, admission, the name-idempotent insert, then the boot.
 
-use super::lifecycle::{wait_done, CreateOutcome};
+use super::lifecycle::CreateOutcome;
 use super::{Result, Service, ServiceError};
 use chrono::Utc;
 use sbx_api_types::{validate, CreateSandboxRequest, NetworkPolicy, SandboxStatus};
@@ -220,12 +220,16 @@ impl Service {
                 if conn.is_some() {
                     self.refill_pool();
                 }
-                let done = self.spawn_boot_with(record.id, conn);
+                let (workspace, id) = (record.workspace.clone(), record.id);
+                let boot = self.spawn_boot_with(id, conn, Some(record));
                 let wait = self.config.limits.create_sync_wait;
-                let _ = tokio::time::timeout(wait, wait_done(done)).await;
-                Ok(CreateOutcome::Created(
-                    self.load(&record.workspace, record.id).await?.into(),
-                ))
+                let row = match tokio::time::timeout(wait, boot).await {
+                    // RUNNING, as the boot's own write left it.
+                    Ok(Ok(Some(row))) => row,
+                    // Failed, destroyed meanwhile, or still booting: as stored now.
+                    _ => self.load(&workspace, id).await?,
+                };
+                Ok(CreateOutcome::Created(row.into()))
             }
         }
     }

@@ -122,16 +122,20 @@ impl Service {
     }
 
     /// Boots a STARTING sandbox in the background; the receiver turns true when done.
-    pub(super) fn spawn_boot(self: &Arc<Self>, id: Uuid) -> tokio::sync::watch::Receiver<bool> {
-        self.spawn_boot_with(id, None)
+    pub(super) fn spawn_boot(self: &Arc<Self>, id: Uuid) {
+        self.spawn_boot_with(id, None, None);
     }
 
-    /// Like `spawn_boot`; `warm` is the agent of an already started (pool) sandbox.
+    /// Like `spawn_boot`; `warm` is the agent of an already started (pool)
+    /// sandbox, `inserted` the row as create just inserted it (saves reading it
+    /// back). The task answers the row as the boot left it (None: it found no
+    /// row), so a create that waits for it need not read it again either.
     pub(super) fn spawn_boot_with(
         self: &Arc<Self>,
         id: Uuid,
         warm: Option<AgentConn>,
-    ) -> tokio::sync::watch::Receiver<bool> {
+        inserted: Option<SandboxRecord>,
+    ) -> tokio::task::JoinHandle<Option<SandboxRecord>> {
         let (tx, rx) = tokio::sync::watch::channel(false);
         self.boots
             .lock()
@@ -139,24 +143,35 @@ impl Service {
             .insert(id, rx.clone());
         let this = self.clone();
         tokio::spawn(async move {
-            this.boot(id, warm).await;
+            let row = this.boot(id, warm, inserted).await;
             this.boots
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .remove(&id);
             let _ = tx.send(true);
-        });
-        rx
+            row
+        })
     }
 
     /// Runtime part (start, restore, or a warm pool member's agent), then the
     /// finish shared by all: configuration, network, RUNNING, agent registration.
-    async fn boot(self: &Arc<Self>, id: Uuid, warm: Option<AgentConn>) {
-        let Ok(Some(record)) = self.store.get_sandbox(id).await else {
-            if warm.is_some() {
-                let _ = self.runtime.destroy(id).await;
-            }
-            return;
+    async fn boot(
+        self: &Arc<Self>,
+        id: Uuid,
+        warm: Option<AgentConn>,
+        inserted: Option<SandboxRecord>,
+    ) -> Option<SandboxRecord> {
+        let record = match inserted {
+            Some(r) => r,
+            None => match self.store.get_sandbox(id).await {
+                Ok(Some(r)) => r,
+                _ => {
+                    if warm.is_some() {
+                        let _ = self.runtime.destroy(id).await;
+                    }
+                    return None;
+                }
+            },
         };
         let spec = SandboxSpec {
             id,
@@ -183,25 +198,36 @@ impl Service {
             Ok(Ok(conn)) => conn,
             Ok(Err(e)) if e.is_disk_full() => {
                 let reason = format!("sandbox failed to start: the data disk is full ({e})");
-                return self.fail(id, reason).await;
+                return self.fail_answering(id, reason).await;
             }
-            Ok(Err(e)) => return self.fail(id, format!("sandbox failed to start: {e}")).await,
-            Err(_) => return self.fail(id, "sandbox did not start in time".into()).await,
+            Ok(Err(e)) => {
+                let reason = format!("sandbox failed to start: {e}");
+                return self.fail_answering(id, reason).await;
+            }
+            Err(_) => {
+                let reason = "sandbox did not start in time".to_string();
+                return self.fail_answering(id, reason).await;
+            }
         };
         if let Some(conn) = &conn {
             let env = match self.sandbox_environment(&record).await {
                 Ok(env) => env,
-                Err(reason) => return self.fail(id, reason).await,
+                Err(reason) => return self.fail_answering(id, reason).await,
             };
             if let Err(e) = conn.call(Request::Configure { env }).await {
                 let reason = format!("sandbox agent refused its configuration: {e}");
-                return self.fail(id, reason).await;
+                return self.fail_answering(id, reason).await;
             }
             // Before RUNNING, so the first command finds the proxies up.
             self.network.serve(id, &record.network, conn).await;
         }
-        let result = self
-            .transition(id, |r| {
+        // Written over the row as it was read or inserted: if anything changed
+        // it since (a destroy during the boot), the compare-and-set fails and
+        // the change is decided again on the current row.
+        let result = {
+            let lock = self.lock_for(id);
+            let _guard = lock.lock().await;
+            self.change_row(record, |r| {
                 if r.status == SandboxStatus::Starting {
                     let now = Utc::now();
                     r.status = SandboxStatus::Running;
@@ -209,21 +235,31 @@ impl Service {
                     r.running_since = Some(now);
                 }
             })
-            .await;
+            .await
+            .map(|(r, _)| r)
+        };
         match result {
             Ok(r) if r.status == SandboxStatus::Running => {
                 match conn {
                     Some(conn) => self.register_agent(id, conn),
-                    None => self.spawn_first_connect(r).await,
+                    None => self.spawn_first_connect(r.clone()).await,
                 }
                 tracing::info!(sandbox = %id, "sandbox running");
+                Some(r)
             }
             // Destroyed while booting: whoever tears down may have run before the
             // container existed, so clean up here too.
             _ => {
                 let _ = self.runtime.destroy(id).await;
+                None
             }
         }
+    }
+
+    /// `fail`, for a boot: it answers no row (the caller reads the store).
+    async fn fail_answering(self: &Arc<Self>, id: Uuid, reason: String) -> Option<SandboxRecord> {
+        self.fail(id, reason).await;
+        None
     }
 
     /// Opens a restored sandbox's first agent connection in the background;
