@@ -40,6 +40,27 @@ fn socket_arg(args: &[String]) -> Result<Option<PathBuf>, String> {
     }
 }
 
+/// Makes this process non-dumpable: a guest without CAP_SYS_PTRACE (none
+/// has it) can then neither ptrace it nor read or write its memory through
+/// `/proc/PID/mem`. PID 1 and every process sbxd starts (`relay`,
+/// `read-file`, `write-file`) call it first: otherwise the guest could take
+/// over the relay and speak for the agent, or change a file in flight.
+fn not_dumpable() -> std::io::Result<()> {
+    // SAFETY: plain prctl with integer arguments.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// [`not_dumpable`] for the processes sbxd starts; their stdout carries
+/// the protocol or a file, so a failure is told on stderr.
+fn not_dumpable_helper() {
+    if let Err(e) = not_dumpable() {
+        eprintln!("sbx-agent: cannot make this process non-dumpable: {e}");
+    }
+}
+
 /// `write-file PATH MODE MAX_BYTES` (MODE in octal): the direct upload path.
 /// The outcome is the JSON line on stdout; the exit code is 0 either way.
 fn write_file(args: &[String]) -> Result<(), String> {
@@ -92,13 +113,20 @@ fn main() -> ExitCode {
             Err(e) => Err(e),
         },
         "relay" => socket_arg(rest).and_then(|p| {
+            not_dumpable_helper();
             let addr = p
                 .map(ListenAddr::Path)
                 .unwrap_or_else(|| ListenAddr::Abstract(AGENT_SOCKET_NAME.into()));
             sbx_agent::relay::relay(&addr).map_err(|e| e.to_string())
         }),
-        "write-file" => write_file(rest),
-        "read-file" => read_file(rest),
+        "write-file" => {
+            not_dumpable_helper();
+            write_file(rest)
+        }
+        "read-file" => {
+            not_dumpable_helper();
+            read_file(rest)
+        }
         "version" | "--version" => {
             println!(
                 "sbx-agent {} (protocol {})",
@@ -141,15 +169,9 @@ fn run_server(addr: ListenAddr, mode: Mode) -> Result<(), String> {
             if std::process::id() != 1 {
                 console!("warning: init mode but pid is {}", std::process::id());
             }
-            // Not dumpable: a guest without CAP_SYS_PTRACE (none has it) can
-            // neither ptrace PID 1 nor read its memory through /proc/1/mem,
-            // so it cannot turn the agent sbxd talks to into one of its own.
-            // SAFETY: plain prctl with integer arguments.
-            if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
-                console!(
-                    "cannot make the agent non-dumpable: {}",
-                    std::io::Error::last_os_error()
-                );
+            // The guest cannot turn the agent sbxd talks to into one of its own.
+            if let Err(e) = not_dumpable() {
+                console!("cannot make the agent non-dumpable: {e}");
             }
         }
         // Register SIGCHLD before any child can exist.

@@ -104,6 +104,10 @@ impl Default for CapacityConfig {
     }
 }
 
+/// Default of [`Limits::file_transfer_idle`]: long enough for a busy
+/// sandbox's disk, far shorter than "forever".
+pub const FILE_TRANSFER_IDLE: Duration = Duration::from_secs(30);
+
 /// Tunable limits (DESIGN.md, "Limits").
 #[derive(Debug, Clone)]
 pub struct Limits {
@@ -117,6 +121,12 @@ pub struct Limits {
     pub exec_output_bytes: u64,
     /// Largest file upload or download.
     pub file_bytes: u64,
+    /// How long a file transfer may wait for the sandbox (its agent, or the
+    /// `sbx-agent read-file`/`write-file` process) without any progress
+    /// before it is stopped: a guest can freeze those processes, and the
+    /// request would otherwise hold its connection and a host `runsc exec`
+    /// forever. Time spent waiting for the API client does not count.
+    pub file_transfer_idle: Duration,
     /// Largest JSON request body.
     pub json_body_bytes: usize,
     /// Processes per sandbox (pids cgroup limit).
@@ -145,6 +155,7 @@ impl Default for Limits {
             start_timeout: Duration::from_secs(120),
             exec_output_bytes: 3 * 1024 * 1024,
             file_bytes: 100 * 1024 * 1024,
+            file_transfer_idle: FILE_TRANSFER_IDLE,
             json_body_bytes: 1024 * 1024,
             pids_per_sandbox: 4096,
             guest_tasks: 1024,

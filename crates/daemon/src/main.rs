@@ -103,6 +103,10 @@ struct Args {
     /// sandbox's memory. 0: no limit.
     #[arg(long, env = "SBX_GUEST_TASK_LIMIT", default_value_t = 1024)]
     guest_task_limit: u64,
+    /// A file upload or download that gets no data from the sandbox for this
+    /// many seconds is stopped (503) and its host `runsc exec` killed.
+    #[arg(long, env = "SBX_FILE_TRANSFER_IDLE_SECS", default_value_t = 30)]
+    file_transfer_idle_secs: u64,
     #[command(flatten)]
     http: HttpArgs,
     #[command(flatten)]
@@ -400,6 +404,8 @@ async fn main() -> anyhow::Result<()> {
             sandbox_disk_mb: args.sandbox_disk_mb,
             console_log_max_mb: args.console_log_max_mb,
             guest_tasks: args.guest_task_limit,
+            // 0 would stop every transfer at its first wait.
+            file_transfer_idle: Duration::from_secs(args.file_transfer_idle_secs.max(1)),
             ..Limits::default()
         },
         runsc_extra_flags: args.runsc_flags,

@@ -8,7 +8,12 @@
 //! * A guest-side fuzzer of the agent protocol runs for a bounded time with
 //!   no sbxd crash, hang or leak.
 //! * A `net_dial` flood that reuses one connection id (item 2) to a test host
-//!   that drops SYNs keeps sbxd's descriptors bounded.
+//!   that drops SYNs keeps sbxd's descriptors bounded, and the sandbox's
+//!   agent channel is closed and reconnected.
+//! * A file transfer whose in-guest `sbx-agent read-file`/`write-file` the
+//!   guest freezes ends with an error within the idle deadline, and leaves
+//!   no host `runsc exec` behind.
+//! * The relay, like PID 1, cannot be ptraced or have its memory read.
 //!
 //! Network traffic goes only to a test host this file creates: a network
 //! namespace `sbxg-<rand>` joined by a veth pair in 10.216.x.0/30, marked
@@ -65,20 +70,61 @@ impl Healthz {
     }
 }
 
-/// Tries ptrace and /proc/PID/mem on PID 1 and on a process of the guest's own.
+/// Tries ptrace and /proc/PID/mem on PID 1, on the live relays (processes
+/// whose command line is `.../sbx-agent relay`) and on a process of the
+/// guest's own.
 const PTRACE_PROBE: &str = r#"
-import ctypes, subprocess, time
+import ctypes, os, subprocess, time
 libc = ctypes.CDLL(None)
 p = subprocess.Popen(["sleep", "30"])
 time.sleep(0.1)
+relays = []
+for d in os.listdir("/proc"):
+    try:
+        argv = open("/proc/%s/cmdline" % d, "rb").read().split(b"\0")
+    except (OSError, ValueError):
+        continue
+    if d.isdigit() and len(argv) > 1 and argv[0].endswith(b"sbx-agent") and argv[1] == b"relay":
+        relays.append(int(d))
 print("init", libc.ptrace(16, 1, 0, 0), "own", libc.ptrace(16, p.pid, 0, 0))
-for pid in (1, p.pid):
+print("relays", len(relays))
+for r in relays:
+    print("relay", libc.ptrace(16, r, 0, 0))
+for pid in [1, p.pid] + relays:
+    kind = "relay" if pid in relays else str(pid)
     try:
         open("/proc/%d/mem" % pid, "rb")
-        print(pid, "mem-open")
+        print(kind, "mem-open")
     except OSError:
-        print(pid, "mem-refused")
+        print(kind, "mem-refused")
 p.kill()
+"#;
+
+/// Finds the in-guest `sbx-agent WHAT` processes (argv[1] is `sys.argv[1]`),
+/// waiting up to 20 s for one, and freezes them with SIGSTOP; prints their pids.
+const FREEZE: &str = r#"
+import os, signal, sys, time
+want = sys.argv[1].encode()
+deadline = time.time() + 20
+while time.time() < deadline:
+    found = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            argv = open("/proc/%s/cmdline" % d, "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if len(argv) > 1 and argv[0].endswith(b"sbx-agent") and argv[1] == want:
+            found.append(int(d))
+    if found:
+        for pid in found:
+            os.kill(pid, signal.SIGSTOP)
+        print(" ".join(map(str, found)))
+        sys.exit(0)
+    time.sleep(0.01)
+print("none")
+sys.exit(1)
 "#;
 
 /// Runs `sh -c script` through exec; returns (exitCode, stdout, stderr).
@@ -174,6 +220,11 @@ async fn the_guest_cannot_replace_the_agent_sbxd_runs() {
     assert!(out.contains("init -1 own 0"), "{out}");
     assert!(out.contains("1 mem-refused"), "{out}");
     assert!(out.lines().any(|l| l.ends_with(" mem-open")), "{out}");
+    // The relay carrying this very exec is as closed as PID 1: the guest
+    // cannot take it over to speak for the agent.
+    assert!(!out.contains("relays 0"), "no relay found: {out}");
+    assert!(!out.contains("relay 0"), "a relay was ptraced: {out}");
+    assert!(!out.contains("relay mem-open"), "{out}");
 
     // Kill the relay from inside: sbxd reconnects through its own binary.
     hostile::arm(&d, &id, "true").await;
@@ -255,7 +306,12 @@ async fn an_agent_that_never_answers_wedges_nothing() {
     // DELETE answers at once: no lock is held across the stalled handshake.
     let t = Instant::now();
     let (status, _) = d.call("DELETE", &format!("/v2/sandboxes/{b}"), None).await;
+    let answered = t.elapsed();
     assert!(status == 204 || status == 202, "{status}");
+    assert!(
+        answered < Duration::from_secs(15),
+        "DELETE of a stalled sandbox answered after {answered:?}"
+    );
     let (gone, _) = wait_for(&d, &b, "TERMINATED", Duration::from_secs(30)).await;
     println!("DELETE of a stalled sandbox: {:?} ({gone})", t.elapsed());
 
@@ -339,6 +395,14 @@ async fn an_agent_that_never_answers_wedges_nothing() {
                 "c after the restart: {} {}",
                 v["data"]["status"], v["data"]["error"]
             );
+            // Not "lost": its container was there, its agent did not answer.
+            if v["data"]["status"] == "FAILED" {
+                let reason = v["data"]["error"].as_str().unwrap_or_default();
+                assert!(
+                    reason.contains("did not answer after sbxd restarted"),
+                    "{reason}"
+                );
+            }
             break;
         }
         assert!(Instant::now() < deadline, "c never ended: {v}");
@@ -552,12 +616,123 @@ async fn a_reused_connection_id_flood_keeps_descriptors_bounded() {
         samples.median(),
         samples.worst()
     );
-    // The per-sandbox cap on dials in flight is 64; the reuse ends the stream first.
+    // The per-sandbox cap on dials in flight is 64; the reuse closes the channel first.
     assert!(worst < before + 100, "fds {before} → {worst}");
     samples.assert_responsive();
     assert_eq!(d.exec(&control, &["echo", "ok"]).await.1, "ok\n");
+    // The reuse closed the flooding sandbox's agent channel, so sbxd
+    // reconnected: the flood runs once per arming, and the relay after it is
+    // the real agent's, which answers (it would not if only net_serve had ended).
+    let (status, v) = d
+        .call(
+            "POST",
+            &format!("/v2/sandboxes/{id}/exec"),
+            Some(json!({"command": ["echo", "back"], "timeout": "10000ms"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(common::b64(&v["data"]["stdout"]), "back\n", "{v}");
     for id in [&id, &control] {
         let (status, _) = d.call("DELETE", &format!("/v2/sandboxes/{id}"), None).await;
         assert!(status == 204 || status == 202, "{status}");
     }
+}
+
+/// The idle deadline of file transfers in the test below, seconds.
+const TRANSFER_IDLE_SECS: u64 = 3;
+
+/// Host `runsc exec` processes of sandbox `id` that run `sbx-agent WHAT`.
+fn transfer_pids(id: &str, what: &str) -> Vec<u32> {
+    common::host_pids(&[&format!("sbx-{id}"), &format!("sbx-agent {what} ")])
+}
+
+#[tokio::test]
+#[ignore = "needs root, runsc and the image; run ./scripts/test"]
+async fn a_frozen_file_transfer_ends_within_the_idle_deadline() {
+    let idle = TRANSFER_IDLE_SECS.to_string();
+    let d = Daemon::start(&["--file-transfer-idle-secs", &idle]).await;
+    let id = d.create_running("frozen-transfer").await;
+    let bound = Duration::from_secs(TRANSFER_IDLE_SECS + 10);
+
+    // A download on the direct path (over 2 MiB), too big for every buffer
+    // between read-file and the client: read-file is still writing when the
+    // guest freezes it.
+    let (code, _, err) = sh(&d, &id, "head -c 67108864 /dev/zero > /tmp/big").await;
+    assert_eq!(code, 0, "{err}");
+    let resp = d
+        .http
+        .get(d.url(&format!("/v2/sandboxes/{id}/files?path=/tmp/big")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let (code, out, err) = d.exec(&id, &["python3", "-c", FREEZE, "read-file"]).await;
+    assert_eq!(code, 0, "read-file not found: {out} {err}");
+    println!("froze read-file: {out}");
+    let t = Instant::now();
+    let mut resp = resp;
+    let mut got = 0usize;
+    let ended = loop {
+        match tokio::time::timeout(bound, resp.chunk()).await {
+            Ok(Ok(Some(bytes))) => got += bytes.len(),
+            Ok(Ok(None)) => break Ok(()),
+            Ok(Err(e)) => break Err(e.to_string()),
+            Err(_) => panic!("the download hung for {bound:?} after {got} bytes"),
+        }
+    };
+    let took = t.elapsed();
+    println!("frozen download: {ended:?} after {took:?}, {got} bytes");
+    assert!(ended.is_err(), "a frozen download ended whole: {got} bytes");
+    assert!(got < 64 << 20, "{got}");
+    assert!(took < bound, "{took:?}");
+    assert_eq!(transfer_pids(&id, "read-file"), Vec::<u32>::new());
+
+    // An upload on the direct path: the body stays open until the guest has
+    // frozen write-file, then ends.
+    let (tx, rx) = futures::channel::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(4);
+    let body = reqwest::Body::wrap_stream(rx);
+    let url = d.url(&format!("/v2/sandboxes/{id}/files?path=/tmp/up&mode=0644"));
+    let upload = tokio::spawn(d.http.put(url).body(body).send());
+    let mut tx = tx;
+    for _ in 0..9 {
+        futures::SinkExt::send(&mut tx, Ok(vec![b'u'; 256 * 1024]))
+            .await
+            .unwrap();
+    }
+    let (code, out, err) = d.exec(&id, &["python3", "-c", FREEZE, "write-file"]).await;
+    assert_eq!(code, 0, "write-file not found: {out} {err}");
+    println!("froze write-file: {out}");
+    futures::SinkExt::send(&mut tx, Ok(vec![b'u'; 256 * 1024]))
+        .await
+        .unwrap();
+    drop(tx);
+    let t = Instant::now();
+    let resp = tokio::time::timeout(bound, upload)
+        .await
+        .expect("the upload answers within the bound")
+        .unwrap()
+        .unwrap();
+    let took = t.elapsed();
+    let status = resp.status().as_u16();
+    let v: Value = resp.json().await.unwrap();
+    println!("frozen upload: {status} after {took:?}: {v}");
+    common::assert_error(&(status, v.clone()), 503, "compute_unavailable");
+    let message = v["errors"][0]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("did not answer"), "{message}");
+    assert!(took < bound, "{took:?}");
+    assert_eq!(transfer_pids(&id, "write-file"), Vec::<u32>::new());
+    let (code, _, _) = sh(&d, &id, "test -e /tmp/up").await;
+    assert_ne!(code, 0, "the frozen upload replaced the file");
+
+    // The sandbox itself is fine: a whole transfer still works.
+    let (status, _) = d
+        .call(
+            "GET",
+            &format!("/v2/sandboxes/{id}/files?path=/etc/hostname"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200);
+    let (status, _) = d.call("DELETE", &format!("/v2/sandboxes/{id}"), None).await;
+    assert!(status == 204 || status == 202, "{status}");
 }

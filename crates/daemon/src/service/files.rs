@@ -11,8 +11,10 @@ use sbx_agent_proto::{
 };
 use sbx_api_types::validate;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::process::ChildStdout;
+use tokio::process::{Child, ChildStdin, ChildStdout};
+use tokio::time::Instant;
 use uuid::Uuid;
 
 /// Largest upload frame sent to the agent.
@@ -33,6 +35,46 @@ const DIRECT_READ_BYTES: usize = 1024 * 1024;
 /// Longest header line `read-file` may print (a stat and a path).
 const DIRECT_HEADER_MAX_BYTES: u64 = 64 * 1024;
 
+/// How long a killed transfer process gets to be reaped: a host process
+/// that outlives SIGKILL this long is not worth holding the request for.
+const REAP_WAIT: Duration = Duration::from_secs(5);
+
+/// A transfer that got nothing from the sandbox for `idle` (the guest froze
+/// `sbx-agent read-file`/`write-file`, or its agent went silent): the answer
+/// of any agent call that timed out, a retryable 503.
+fn stalled(idle: Duration) -> ServiceError {
+    ServiceError::Unavailable(format!(
+        "the sandbox's agent did not answer within {}s during the file transfer, \
+         so it was stopped; retry",
+        idle.as_secs()
+    ))
+}
+
+/// [`stalled`] as a body error (the headers of a download are gone by then).
+fn stalled_io(idle: Duration) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::TimedOut, stalled(idle).to_string())
+}
+
+/// Kills a transfer's `runsc exec` and reaps it, so no host process is
+/// left behind by a transfer that was given up on.
+async fn stop(child: &mut Child) {
+    let _ = child.start_kill();
+    let _ = tokio::time::timeout(REAP_WAIT, child.wait()).await;
+}
+
+/// Writes `bytes` to a direct upload's stdin, each pipe-full within `idle`.
+/// `Ok(false)`: the process closed its stdin (its answer says why).
+async fn write_within(stdin: &mut ChildStdin, bytes: &[u8], idle: Duration) -> Result<bool> {
+    for piece in bytes.chunks(DIRECT_PIPE_BYTES as usize) {
+        match tokio::time::timeout(idle, stdin.write_all(piece)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return Ok(false),
+            Err(_) => return Err(stalled(idle)),
+        }
+    }
+    Ok(true)
+}
+
 /// The bytes of a download; an `Err` item means it was cut short.
 pub type DownloadBody = BoxStream<'static, std::io::Result<Bytes>>;
 
@@ -44,12 +86,18 @@ pub struct Download {
     pub body: DownloadBody,
 }
 
-/// The file data of a framed `FileRead` stream, as a byte stream.
-fn framed_body(stream: AgentStream) -> DownloadBody {
-    futures::stream::unfold(Some(stream), |state| async move {
+/// The file data of a framed `FileRead` stream, as a byte stream. Each
+/// chunk must come within `idle` of the consumer asking for it (other
+/// events do not count as progress); dropping the stream cancels the read.
+fn framed_body(stream: AgentStream, idle: Duration) -> DownloadBody {
+    futures::stream::unfold(Some(stream), move |state| async move {
         let mut s = state?;
+        let deadline = Instant::now() + idle;
         loop {
-            return match s.next().await {
+            let Ok(next) = tokio::time::timeout_at(deadline, s.next()).await else {
+                return Some((Err(stalled_io(idle)), None));
+            };
+            return match next {
                 Some(StreamItem::Event(Event::FileData, bytes)) => {
                     Some((Ok(Bytes::from(bytes)), Some(s)))
                 }
@@ -68,21 +116,31 @@ fn framed_body(stream: AgentStream) -> DownloadBody {
 }
 
 /// The bytes after a `read-file` header: exactly `size` of them, or an error
-/// item if the process ends early. The child lives as long as the stream.
+/// item if the process ends early or sends nothing for `idle` (then it is
+/// killed). The child lives as long as the stream. Only time spent waiting
+/// for the process counts: a slow API client does not trip `idle`.
 fn direct_body(
     reader: BufReader<ChildStdout>,
-    child: tokio::process::Child,
+    child: Child,
     size: u64,
+    idle: Duration,
 ) -> DownloadBody {
-    futures::stream::unfold(Some((reader, child, size)), |state| async move {
+    futures::stream::unfold(Some((reader, child, size)), move |state| async move {
         let (mut reader, mut child, left) = state?;
         if left == 0 {
-            let _ = child.wait().await;
+            // A process frozen after its last byte must not hold the request open.
+            if tokio::time::timeout(idle, child.wait()).await.is_err() {
+                stop(&mut child).await;
+            }
             return None;
         }
         let want = DIRECT_READ_BYTES.min(usize::try_from(left).unwrap_or(usize::MAX));
         let mut buf = vec![0u8; want];
-        match reader.read(&mut buf).await {
+        let Ok(read) = tokio::time::timeout(idle, reader.read(&mut buf)).await else {
+            stop(&mut child).await;
+            return Some((Err(stalled_io(idle)), None));
+        };
+        match read {
             Ok(0) => Some((
                 Err(std::io::Error::other(
                     "the file changed or the sandbox stopped while it was being sent",
@@ -221,9 +279,12 @@ impl Service {
             return Err(ServiceError::Internal("upload process has no stdio".into()));
         };
         set_pipe_size(&stdin);
+        let idle = self.config.limits.file_transfer_idle;
         let mut total = prefix.len() as u64;
+        // Every write to the process has `idle` to go through; waiting for
+        // the API client's next chunk does not count (the HTTP server bounds that).
         let sent: Result<bool> = async {
-            if stdin.write_all(&prefix).await.is_err() {
+            if !write_within(&mut stdin, &prefix, idle).await? {
                 return Ok(false);
             }
             drop(prefix);
@@ -233,24 +294,45 @@ impl Service {
                 if total > limit {
                     return Err(ServiceError::FileTooLarge(limit));
                 }
-                if stdin.write_all(&chunk).await.is_err() {
+                if !write_within(&mut stdin, &chunk, idle).await? {
                     return Ok(false);
                 }
             }
             let trailer = direct_upload_trailer(total);
-            Ok(stdin.write_all(&trailer).await.is_ok() && stdin.shutdown().await.is_ok())
+            if !write_within(&mut stdin, &trailer, idle).await? {
+                return Ok(false);
+            }
+            match tokio::time::timeout(idle, stdin.shutdown()).await {
+                Ok(done) => Ok(done.is_ok()),
+                Err(_) => Err(stalled(idle)),
+            }
         }
         .await;
-        // Our failure: kill the writer before it sees a trailer (dropping
-        // `child` kills `runsc exec`; closing stdin ends the stream early).
-        sent?;
+        // Our failure (or a frozen writer): kill the writer before it sees a
+        // trailer, so the destination is never touched.
+        if let Err(e) = sent {
+            stop(&mut child).await;
+            return Err(e);
+        }
         drop(stdin);
+        // The answer comes once the file is synced and renamed: one line.
         let mut answer = Vec::new();
-        stdout
-            .read_to_end(&mut answer)
-            .await
-            .map_err(|e| ServiceError::Unavailable(format!("reading the upload's answer: {e}")))?;
-        let _ = child.wait().await;
+        match tokio::time::timeout(idle, stdout.read_to_end(&mut answer)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                stop(&mut child).await;
+                return Err(ServiceError::Unavailable(format!(
+                    "reading the upload's answer: {e}"
+                )));
+            }
+            Err(_) => {
+                stop(&mut child).await;
+                return Err(stalled(idle));
+            }
+        }
+        if tokio::time::timeout(idle, child.wait()).await.is_err() {
+            stop(&mut child).await;
+        }
         let line = String::from_utf8_lossy(&answer);
         match serde_json::from_str::<DirectUploadResult>(line.trim()) {
             Ok(DirectUploadResult::Written { bytes_written }) => Ok(bytes_written),
@@ -280,7 +362,12 @@ impl Service {
             })
             .await
             .map_err(|e| file_error(path, e, limit))?;
-        match stream.next().await {
+        let idle = self.config.limits.file_transfer_idle;
+        let Ok(first) = tokio::time::timeout(idle, stream.next()).await else {
+            // Dropping the stream cancels the read in the agent.
+            return Err(stalled(idle));
+        };
+        match first {
             // Large files skip the agent connection (its relay and framing
             // halve the throughput); dropping the stream cancels the read.
             Some(StreamItem::Event(Event::FileMeta { stat }, _))
@@ -291,7 +378,7 @@ impl Service {
             }
             Some(StreamItem::Event(Event::FileMeta { stat }, _)) => Ok(Download {
                 stat,
-                body: framed_body(stream),
+                body: framed_body(stream, idle),
             }),
             Some(StreamItem::Failed(err)) => {
                 Err(file_error(path, AgentCallError::Agent(err), limit))
@@ -323,19 +410,30 @@ impl Service {
             ));
         };
         set_pipe_size(&stdout);
+        let idle = self.config.limits.file_transfer_idle;
         let mut reader = BufReader::with_capacity(DIRECT_READ_BYTES, stdout);
         let mut line = Vec::new();
-        (&mut reader)
-            .take(DIRECT_HEADER_MAX_BYTES)
-            .read_until(b'\n', &mut line)
-            .await
-            .map_err(|e| ServiceError::Unavailable(format!("reading the download header: {e}")))?;
+        let mut head = (&mut reader).take(DIRECT_HEADER_MAX_BYTES);
+        let header = tokio::time::timeout(idle, head.read_until(b'\n', &mut line)).await;
+        match header {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                stop(&mut child).await;
+                return Err(ServiceError::Unavailable(format!(
+                    "reading the download header: {e}"
+                )));
+            }
+            Err(_) => {
+                stop(&mut child).await;
+                return Err(stalled(idle));
+            }
+        }
         match serde_json::from_slice::<DirectDownloadHeader>(&line) {
             Ok(DirectDownloadHeader::Ready { stat }) => {
                 let size = stat.size;
                 Ok(Download {
                     stat,
-                    body: direct_body(reader, child, size),
+                    body: direct_body(reader, child, size, idle),
                 })
             }
             Ok(DirectDownloadHeader::Failed(err)) => {

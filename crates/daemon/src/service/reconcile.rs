@@ -1,6 +1,7 @@
 //! Start-up reconciliation: make the store and the host agree after a crash.
 
 use super::{lifecycle::stop_clock, Result, Service};
+use crate::runtime::{AgentCallError, RuntimeError};
 use futures::future::BoxFuture;
 use futures::StreamExt;
 use sbx_agent_proto::{Reply, Request};
@@ -11,6 +12,13 @@ use std::time::Duration;
 
 /// Why a sandbox that sbxd cannot find again after a restart is FAILED.
 const LOST: &str = "sandbox was lost while sbxd was not running";
+
+/// Why a sandbox whose container is alive but whose agent does not answer
+/// after a restart is FAILED: it was not lost, its agent stalled (the
+/// handshake's or the ping's own words say how long sbxd waited).
+fn agent_silent(why: impl std::fmt::Display) -> String {
+    format!("sandbox agent did not answer after sbxd restarted: {why}")
+}
 
 /// How long start-up waits for the per-sandbox work before it opens the
 /// port anyway (the rest goes on in the background).
@@ -59,8 +67,8 @@ impl Service {
                 SandboxStatus::Running if on_host.contains(&id) => {
                     keep.insert(id);
                     work.push(Box::pin(async move {
-                        if !this.reattach(id).await {
-                            this.fail(id, LOST.into()).await;
+                        if let Err(reason) = this.reattach(id).await {
+                            this.fail(id, reason).await;
                         }
                     }));
                 }
@@ -86,8 +94,8 @@ impl Service {
                 {
                     keep.insert(id);
                     work.push(Box::pin(async move {
-                        if !this.settle_pause(id).await {
-                            this.fail(id, LOST.into()).await;
+                        if let Err(reason) = this.settle_pause(id).await {
+                            this.fail(id, reason).await;
                         }
                     }));
                 }
@@ -129,11 +137,12 @@ impl Service {
         Ok(())
     }
 
-    /// Finishes a pause or resume the daemon died in: the container's real state decides.
-    async fn settle_pause(self: &Arc<Self>, id: uuid::Uuid) -> bool {
+    /// Finishes a pause or resume the daemon died in: the container's real
+    /// state decides. `Err` is why the sandbox cannot be kept.
+    async fn settle_pause(self: &Arc<Self>, id: uuid::Uuid) -> std::result::Result<(), String> {
         let paused = match self.runtime.is_paused(id).await {
             Ok(Some(p)) => p,
-            _ => return false,
+            _ => return Err(LOST.into()),
         };
         let settle = move |r: &mut sbx_store::SandboxRecord| {
             if paused {
@@ -154,10 +163,13 @@ impl Service {
             }
             Err(_) => false,
         };
-        if paused {
-            return recorded;
+        if !recorded {
+            return Err(LOST.into());
         }
-        recorded && self.reattach(id).await
+        if paused {
+            return Ok(());
+        }
+        self.reattach(id).await
     }
 
     /// Snapshots caught mid-capture fail (never stay CREATING); half-done deletions finish.
@@ -185,29 +197,48 @@ impl Service {
         Ok(())
     }
 
-    async fn reattach(self: &Arc<Self>, id: uuid::Uuid) -> bool {
+    /// Connects to a running sandbox's agent after a restart. `Err` is why
+    /// the sandbox cannot be kept: gone from the host ([`LOST`]), or alive
+    /// with an agent that does not answer (said as such: the sandbox was
+    /// not lost, and an operator looking at it should know the difference).
+    async fn reattach(self: &Arc<Self>, id: uuid::Uuid) -> std::result::Result<(), String> {
         if !matches!(self.runtime.is_alive(id).await, Ok(true)) {
-            return false;
+            return Err(LOST.into());
         }
         // Under the attach gate, like any other connection attempt: a request
         // that arrives meanwhile waits for this one instead of racing it.
-        let Ok(_gate) = self.enter_gate(id).await else {
-            return false;
-        };
+        let _gate = self.enter_gate(id).await.map_err(|e| {
+            format!("sbxd could not reconnect to the sandbox's agent after it restarted: {e}")
+        })?;
         if self.cached_agent(id).is_some() {
-            return true;
+            return Ok(());
         }
-        let Ok(conn) = self.runtime.connect(id).await else {
-            return false;
+        let conn = match self.runtime.connect(id).await {
+            Ok(conn) => conn,
+            Err(RuntimeError::AgentNotReady(why)) => return Err(agent_silent(why)),
+            Err(e) => {
+                return Err(format!(
+                    "sbxd could not reconnect to the sandbox's agent after it restarted: {e}"
+                ))
+            }
         };
-        if !matches!(conn.call(Request::Ping).await, Ok((Reply::Pong, _))) {
-            conn.shutdown().await;
-            return false;
+        match conn.call(Request::Ping).await {
+            Ok((Reply::Pong, _)) => {}
+            Ok((other, _)) => {
+                conn.shutdown().await;
+                return Err(agent_silent(AgentCallError::Unexpected(format!(
+                    "{other:?}"
+                ))));
+            }
+            Err(e) => {
+                conn.shutdown().await;
+                return Err(agent_silent(e));
+            }
         }
         self.register_agent(id, conn.clone());
         if let Ok(Some(r)) = self.store.get_sandbox(id).await {
             self.network.serve(id, &r.network, &conn).await;
         }
-        true
+        Ok(())
     }
 }

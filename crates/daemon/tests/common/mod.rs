@@ -126,7 +126,11 @@ impl Daemon {
 
     /// (Re)starts the sbxd process on the same data dir and port.
     pub async fn spawn(&mut self) {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_sbxd"));
+        // SBX_TEST_SBXD: a copy of this tree's sbxd, for a target dir that
+        // several worktrees share (their builds overwrite debug/sbxd).
+        let sbxd = std::env::var_os("SBX_TEST_SBXD")
+            .unwrap_or_else(|| std::ffi::OsString::from(env!("CARGO_BIN_EXE_sbxd")));
+        let mut cmd = Command::new(sbxd);
         if !self.extra_args.iter().any(|a| a == "--signing-key") {
             cmd.arg("--dev");
         }

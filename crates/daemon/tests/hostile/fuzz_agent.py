@@ -17,6 +17,7 @@ Modes, chosen by files the guest writes:
   /tmp/hostile-dialflood answer hello and ping correctly, then flood the
                          net_serve stream with net_dial events that all reuse
                          one connection id, to the host:port in that file
+                         (once: the file is removed after the flood)
 """
 
 import json
@@ -252,6 +253,12 @@ def run_dialflood(target, count):
                             "msg": {"type": "net_dial", "conn": 7, "host": host,
                                     "port": int(port)}}))
             sys.stderr.write("dialflood: sent %d dials with conn id 7\n" % count)
+            # One flood per arming: the relay sbxd opens next is the real
+            # agent's, so a test can see the sandbox recover.
+            try:
+                os.remove("/tmp/hostile-dialflood")
+            except OSError:
+                pass
 
 
 def connection_seed():

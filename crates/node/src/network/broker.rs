@@ -5,9 +5,12 @@
 //! credit-based flow control ([`super::relay`]).
 //!
 //! The agent is untrusted input (the guest can replace it): a connection id
-//! reused while in use is a protocol error that ends the stream, and every
-//! dial, tunnel, buffered byte and lookup counts against the caps in
-//! [`super::limits`]; a dial or DNS query past them is refused at once, never queued.
+//! reused while in use is a protocol error that closes the sandbox's agent
+//! channel (the service's monitor reconnects, and the new channel gets a new
+//! `net_serve`), and every dial, tunnel, buffered byte and lookup counts
+//! against the caps in [`super::limits`]; a dial or DNS query past them is
+//! refused at once, never queued, and a dial to a name pays for its lookup
+//! from the same per-sandbox DNS rate as a query.
 
 use super::limits::{self, ConnPermits, GlobalLimits, SandboxLimits};
 use super::policy::{self, Cidr, Facts};
@@ -132,8 +135,9 @@ pub(super) async fn send(ctx: &Ctx, id: u64, request: Request) {
 }
 
 /// Serves one `net_serve` stream until it ends (connection lost, replaced)
-/// or the agent breaks the protocol (a connection id reused while in use):
-/// then every connection and lookup it carried is stopped.
+/// or the agent breaks the protocol (a connection id reused while in use,
+/// which closes the whole agent channel): then every connection and lookup
+/// it carried is stopped.
 pub async fn run(ctx: Arc<Ctx>, mut stream: AgentStream) {
     let id = stream.id();
     let mut conns: HashMap<u64, Remote> = HashMap::new();
@@ -160,9 +164,26 @@ pub async fn run(ctx: Arc<Ctx>, mut stream: AgentStream) {
         match event {
             Event::NetDial { conn, host, port } => {
                 if conns.contains_key(&conn) {
-                    // Reuse would orphan the first dial (nothing would bound them): a protocol error.
-                    tracing::warn!(sandbox = %ctx.sandbox, conn, "agent reused a connection id in use; ending its net_serve");
+                    // Reuse would orphan the first dial (nothing would bound
+                    // them): a protocol error. Ending only this stream would
+                    // leave the sandbox without egress until its next
+                    // reconnect; closing the channel makes the monitor
+                    // reconnect now (within its reconnect budget), and the
+                    // new channel gets a fresh net_serve.
+                    tracing::warn!(sandbox = %ctx.sandbox, conn, "agent reused a connection id in use; closing its agent channel");
+                    ctx.conn.abort();
                     break;
+                }
+                // A dial to a name makes sbxd look it up: it pays from the
+                // same rate as a DNS query, or the rate would bound nothing.
+                // Taken here, in arrival order, before any permit.
+                if ctx.job.is_none() && policy::normalize_host(&host).parse::<IpAddr>().is_err() {
+                    if let Err(e) = ctx.limits.dns_token(Instant::now()) {
+                        ctx.stats.denied(ctx.sandbox, &host, port, e.reason());
+                        let error = Some(NetError::Failed);
+                        send(&ctx, id, Request::NetDialResult { conn, error }).await;
+                        continue;
+                    }
                 }
                 let permits = match ctx.limits.admit(&ctx.global) {
                     Ok(p) => p,

@@ -16,39 +16,36 @@ fn the_job_channel_is_handed_over_once() {
 }
 
 #[tokio::test]
-async fn a_conn_id_reused_while_in_use_ends_the_stream() {
+async fn a_conn_id_reused_while_in_use_closes_the_agent_channel() {
     let _fds = FD_TESTS.lock().await;
     let (_l, _fillers, addr) = black_hole().await;
     let before = open_fds();
     let mut agent = FakeAgent::start(NetworkMode::Public, Some(addr), |_| {}).await;
+    assert!(!agent.ctx.conn.is_closed());
     // A hostile agent: 2,000 dials with one id, all to a destination that never answers.
     for _ in 0..2000 {
         agent.dial(7).await;
     }
-    // The broker stopped serving at the first reuse: it cancels the stream...
-    let mut cancelled = false;
-    while let Some((body, _)) = agent.frame().await {
-        match body {
-            Body::Cancel => {
-                cancelled = true;
-                break;
-            }
-            Body::Request(Request::NetDialResult { conn, error }) => {
-                panic!("no dial should be answered: {conn} {error:?}")
-            }
-            _ => {}
-        }
-    }
-    assert!(cancelled, "the broker never cancelled the net_serve");
+    // The broker stopped serving at the first reuse...
     tokio::time::timeout(BOUND, &mut agent.broker)
         .await
         .expect("the broker's stream task ended")
         .unwrap();
-    // ...and closed the dial in flight: no descriptor is left behind.
+    // ...by closing the whole agent channel (the service's monitor then
+    // reconnects, and the new channel gets a new net_serve): calls on it fail.
+    assert!(
+        agent.ctx.conn.is_closed(),
+        "the agent channel is still open"
+    );
+    assert!(matches!(
+        agent.ctx.conn.call(Request::Ping).await,
+        Err(crate::runtime::AgentCallError::Closed)
+    ));
+    // The dial in flight was closed: no descriptor is left behind.
     let after = open_fds();
     eprintln!("conn-id reuse flood: fds before {before}, after {after}");
     assert!(after <= before + 4, "fds {before} -> {after}");
-    // Later events on the stream are ignored: nothing answers them.
+    // No dial was answered, and later events are ignored: nothing answers them.
     agent.dial(8).await;
     agent
         .event(
@@ -60,11 +57,65 @@ async fn a_conn_id_reused_while_in_use_ends_the_stream() {
             Vec::new(),
         )
         .await;
+    while let Ok(Ok(frame)) =
+        tokio::time::timeout(Duration::from_millis(200), read_frame(&mut agent.rd)).await
+    {
+        if let Body::Request(Request::NetDialResult { conn, error }) = frame.header.body {
+            panic!("no dial should be answered: {conn} {error:?}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn dials_to_names_pay_from_the_dns_rate() {
+    let _fds = FD_TESTS.lock().await;
+    let (addr, _rx) = recorder().await;
+    // Caps far above the flood, so only the DNS rate can refuse a dial.
+    let mut agent = FakeAgent::start(NetworkMode::Public, Some(addr), |ctx| {
+        ctx.limits = Arc::new(SandboxLimits::with_caps(1000, 1000, 1 << 20));
+    })
+    .await;
+    // DNS queries empty the sandbox's bucket first: dials must find it empty.
+    let started = Instant::now();
+    let mut queries = 0u64;
+    while agent.ctx.limits.dns_query(Instant::now()).is_ok() {
+        queries += 1;
+    }
+    assert!(queries >= u64::from(DNS_BURST), "{queries}");
+    const DIALS: u64 = 300;
+    for conn in 1..=DIALS {
+        agent.dial_to(conn, "dest.test").await;
+    }
+    let (mut connected, mut refused) = (0u64, 0u64);
+    while connected + refused < DIALS {
+        match agent.dial_result().await {
+            (_, None) => connected += 1,
+            (_, Some(NetError::Failed)) => refused += 1,
+            other => panic!("{other:?}"),
+        }
+    }
+    // At most what the bucket refilled since it was emptied (by time, never
+    // by the flood): a load-independent bound.
+    let elapsed = started.elapsed().as_secs_f64();
+    let refilled = (elapsed * f64::from(limits::DNS_RATE_PER_SEC)) as u64 + 1;
+    eprintln!("{DIALS} dials to a name in {elapsed:.3} s after {queries} queries: {connected} connected, {refused} refused");
     assert!(
-        tokio::time::timeout(Duration::from_millis(200), read_frame(&mut agent.rd))
-            .await
-            .is_err()
+        connected <= refilled,
+        "{connected} dials got a token in {elapsed} s"
     );
+    let stats = &agent.ctx.stats;
+    assert_eq!(
+        stats.denied.load(std::sync::atomic::Ordering::Relaxed),
+        refused
+    );
+    let last = stats.recent.lock().unwrap().back().cloned().unwrap();
+    assert_eq!(
+        (last.host.as_str(), last.reason.as_str()),
+        ("dest.test", "dns-rate-limit")
+    );
+    // Dials to address literals need no lookup and are not charged.
+    agent.dial(DIALS + 1).await;
+    assert_eq!(agent.dial_result().await, (DIALS + 1, None));
 }
 
 #[tokio::test]

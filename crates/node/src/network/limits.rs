@@ -11,8 +11,9 @@
 //!   leave descriptors for the API, the agents and the disks.
 //! * [`MAX_BUFFERED_BYTES`] of guest data waiting for slow remote hosts per
 //!   sandbox (each connection is also bounded by its credit window).
-//! * DNS: [`DNS_RATE_PER_SEC`] queries per second per sandbox with bursts of
-//!   [`DNS_BURST`] (a token bucket), at most [`MAX_LOOKUPS_PER_SANDBOX`] host
+//! * DNS: [`DNS_RATE_PER_SEC`] host lookups per second per sandbox with
+//!   bursts of [`DNS_BURST`] (a token bucket shared by the guest's DNS queries
+//!   and its dials to names, which look a name up too), at most [`MAX_LOOKUPS_PER_SANDBOX`] host
 //!   lookups at once per sandbox and [`MAX_LOOKUPS`] for the whole daemon, well
 //!   under tokio's 512 blocking threads (every lookup is a blocking
 //!   `getaddrinfo`; its permits are held until that call returns, even after
@@ -201,18 +202,27 @@ impl SandboxLimits {
         })
     }
 
+    /// One token of the sandbox's lookup rate, taken by every DNS query and
+    /// every dial to a name (both make sbxd look a name up). Never waits.
+    pub fn dns_token(&self, now: Instant) -> Result<(), LimitError> {
+        let token = self.dns.lock().unwrap_or_else(|p| p.into_inner()).take(now);
+        if token {
+            Ok(())
+        } else {
+            Err(LimitError::DnsRate)
+        }
+    }
+
     /// A DNS query from the guest's responder: a token, then a lookup slot. Never waits.
     pub fn dns_query(&self, now: Instant) -> Result<OwnedSemaphorePermit, LimitError> {
-        let token = self.dns.lock().unwrap_or_else(|p| p.into_inner()).take(now);
-        if !token {
-            return Err(LimitError::DnsRate);
-        }
+        self.dns_token(now)?;
         Arc::clone(&self.lookups)
             .try_acquire_owned()
             .map_err(|_| LimitError::DnsBusy)
     }
 
-    /// A lookup slot for a dial to a name: waits (dials are capped already).
+    /// A lookup slot for a dial to a name (its token already taken): waits
+    /// (dials in flight are capped already).
     pub async fn dial_lookup(&self) -> Option<OwnedSemaphorePermit> {
         Arc::clone(&self.lookups).acquire_owned().await.ok()
     }

@@ -85,8 +85,14 @@ impl FakeAgent {
             .expect("the broker reads its pipe");
     }
 
+    /// A dial to an address literal (no lookup, so no DNS token).
     pub async fn dial(&mut self, conn: u64) {
-        let (host, port) = ("dest.test".to_string(), 443);
+        self.dial_to(conn, "198.51.100.7").await;
+    }
+
+    /// A dial to `host` port 443.
+    pub async fn dial_to(&mut self, conn: u64, host: &str) {
+        let (host, port) = (host.to_string(), 443);
         self.event(Event::NetDial { conn, host, port }, Vec::new())
             .await;
     }

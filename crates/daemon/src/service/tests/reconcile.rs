@@ -36,6 +36,7 @@ struct Row {
 }
 
 const LOST: &str = "lost while sbxd was not running";
+const SILENT: &str = "sandbox agent did not answer after sbxd restarted: ";
 
 fn table() -> Vec<Row> {
     use Host::*;
@@ -51,10 +52,12 @@ fn table() -> Vec<Row> {
     vec![
         // RUNNING, alive and answering ping over a new relay: keep, reattach.
         row(Running, Alive, Running, None, (0, 0, 1), true),
-        // RUNNING, missing or dead (or an agent that never answers): FAILED, clean up.
+        // RUNNING, missing or dead: FAILED as lost, clean up.
         row(Running, Missing, Failed, Some(LOST), (0, 1, 0), false),
         row(Running, Dead, Failed, Some(LOST), (0, 1, 0), false),
-        row(Running, Stalled, Failed, Some(LOST), (0, 1, 1), false),
+        // RUNNING and alive, but its agent never answers: FAILED saying so
+        // (it was not lost), clean up.
+        row(Running, Stalled, Failed, Some(SILENT), (0, 1, 1), false),
         // PENDING, STARTING, any host state: destroy what is there, boot again.
         row(Pending, Missing, Running, None, (1, 1, 0), true),
         row(Starting, Missing, Running, None, (1, 1, 0), true),

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::runtime::fake::Op;
-use crate::service::DestroyOutcome;
+use crate::service::{DestroyOutcome, ServiceError};
 
 /// What "promptly" means for a destroy here (the service's own wait is 5 s).
 const PROMPT: Duration = Duration::from_secs(2);
@@ -109,4 +109,29 @@ async fn destroy_answers_promptly_while_a_snapshot_waits_on_a_stalled_agent() {
     })
     .await;
     assert_eq!(h.runtime.calls_for(Op::Checkpoint, stuck.id), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_download_from_a_silent_agent_ends_at_the_idle_deadline() {
+    let idle = Duration::from_millis(300);
+    let h = Harness::with_runtime(Arc::new(FakeRuntime::new()), |c| {
+        c.limits.file_transfer_idle = idle;
+    });
+    let silent = h.running("silent").await;
+    h.runtime.set_stall(silent.id, true);
+    // The agent takes the FileRead and never sends its first event: without
+    // the idle deadline this waits forever, holding the API connection.
+    let started = Instant::now();
+    let outcome = tokio::time::timeout(PROMPT, h.service.download(WS, silent.id, "/etc/hostname"))
+        .await
+        .expect("the download answers");
+    let took = started.elapsed();
+    match outcome {
+        Err(ServiceError::Unavailable(message)) => {
+            assert!(message.contains("did not answer"), "{message}")
+        }
+        Err(other) => panic!("{other:?}"),
+        Ok(_) => panic!("a silent agent answered a download"),
+    }
+    assert!(took >= idle, "gave up before the deadline: {took:?}");
 }
