@@ -44,6 +44,14 @@
 //          or never issued.
 //        Anything else → 400 {"error":"invalid_request"|"unsupported_grant_type"|"invalid_grant"}.
 //        client_id / client_secret, if sent, are accepted and not checked.
+//   GET  /echo/credentials?encoding=gzip|deflate|br|identity[&chunk=N]
+//        → no authentication; answers {authorization, apiKey, forms: {base64,
+//        upper, urlEncoded, hex}, encoding} where authorization and apiKey are
+//        the request's Authorization and X-Api-Key headers (null when absent)
+//        and forms are those encodings of whichever of the two is set, the
+//        body compressed with `encoding` (Content-Encoding set, whatever the
+//        request's Accept-Encoding says) and written in chunks of N bytes.
+//        An origin that reflects credentials, for the credential-boundary tests.
 //   POST /test/revoke [{"refresh_token": "…"}] → revokes that refresh token, or all of them.
 //   POST /test/expire                → every access token issued so far stops working
 //        (401 with `WWW-Authenticate: Bearer error="invalid_token"`), so a
@@ -55,6 +63,7 @@
 import { createHash, randomBytes } from "node:crypto";
 import { readFileSync, renameSync, writeFileSync } from "node:fs";
 import { createServer } from "node:https";
+import { brotliCompressSync, deflateSync, gzipSync } from "node:zlib";
 import { pathToFileURL } from "node:url";
 
 export const API_KEY = "test-key-123";
@@ -78,6 +87,33 @@ function freshState() {
 
 function json(status, value, headers = {}) {
   return { status, headers: { "content-type": "application/json", ...headers }, body: Buffer.from(JSON.stringify(value)) };
+}
+
+const COMPRESSORS = { gzip: gzipSync, deflate: deflateSync, br: brotliCompressSync, identity: (b) => b };
+
+/** An origin reflecting the caller's credentials in a compressed body (see the header). */
+function echoCredentials(query, headers) {
+  const encoding = query.get("encoding") ?? "gzip";
+  const compress = COMPRESSORS[encoding];
+  if (!compress) return json(400, { error: "encoding must be gzip, deflate, br or identity" });
+  const authorization = headers.authorization ?? null;
+  const apiKey = headers["x-api-key"] ?? null;
+  const value = authorization ?? apiKey ?? "";
+  const forms = {
+    base64: Buffer.from(value).toString("base64"),
+    upper: value.toUpperCase(),
+    urlEncoded: encodeURIComponent(value),
+    hex: Buffer.from(value).toString("hex"),
+  };
+  const plain = Buffer.from(JSON.stringify({ authorization, apiKey, forms, encoding }));
+  const chunk = Number(query.get("chunk") ?? 0);
+  const answer = {
+    status: 200,
+    headers: { "content-type": "application/json", ...(encoding === "identity" ? {} : { "content-encoding": encoding }) },
+    body: compress(plain),
+  };
+  if (Number.isInteger(chunk) && chunk > 0) answer.chunk = chunk;
+  return answer;
 }
 
 function parseBody(headers, body) {
@@ -250,6 +286,7 @@ export function createTestApi({ stateFile } = {}) {
       return token(parseBody(headers, body));
     }
 
+    if (path === "/echo/credentials" && method === "GET") return echoCredentials(query, headers);
     if (!path.startsWith("/v1/")) return json(404, { error: "not_found" });
     const credential = credentialOf(headers);
     if (!credential) {
@@ -307,6 +344,13 @@ function main() {
     req.on("end", () => {
       // Node lower-cases incoming header names; repeated ones are joined.
       const answer = api.handle({ method: req.method, url: req.url, headers: req.headers, body: Buffer.concat(chunks) });
+      if (answer.chunk) {
+        // Chunked transfer, one write per slice: an echoed secret is split across chunks.
+        res.writeHead(answer.status, answer.headers);
+        for (let at = 0; at < answer.body.length; at += answer.chunk) res.write(answer.body.subarray(at, at + answer.chunk));
+        res.end();
+        return;
+      }
       res.writeHead(answer.status, { ...answer.headers, "content-length": answer.body.length });
       res.end(answer.body);
     });

@@ -138,7 +138,7 @@ impl Bench {
                     "version": version,
                     "config": {"generateCount": 1},
                     "origin": "https://example.invalid",
-                    "credentials": {"type": "apiKey", "key": "bench"},
+                    "credentials": {"type": "apiKey", "key": "bench-key"},
                 })),
             )
             .await?

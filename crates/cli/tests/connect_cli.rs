@@ -66,6 +66,22 @@ async fn serve(patches: Arc<Mutex<Vec<Value>>>) -> String {
         )
         .route("/v1/connect/connections/{id}/test", post(|| async { envelope(failed_run()) }))
         .route(
+            "/v1/connect/oauth/callback",
+            post(|body: Bytes| async move {
+                let req: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                // state "ok": the hook succeeded; anything else: it failed.
+                let mut run = failed_run();
+                run["kind"] = json!("oauth");
+                run["sync"] = json!("afterAuthorize");
+                if req["state"] == "ok" {
+                    run["status"] = json!("succeeded");
+                    run["failureCategory"] = Value::Null;
+                    run["failureKind"] = Value::Null;
+                }
+                envelope(json!({"connection": connection(), "run": run}))
+            }),
+        )
+        .route(
             "/v1/connect/runs/{id}/logs",
             get(|| async {
                 let lines: Vec<Value> = (0..25)
@@ -203,4 +219,44 @@ async fn upgrade_and_version_delete() {
     let out = sbx(&url, &["connect", "package", "delete", "conn", "2.0.0"]).await;
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("used by connection c1"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_after_authorize_exits_non_zero_with_the_log_tail() {
+    let url = serve(Arc::default()).await;
+    let args = |state: &'static str| {
+        [
+            "connect",
+            "connection",
+            "oauth-callback",
+            "--state",
+            state,
+            "--code",
+            "c",
+        ]
+    };
+    let out = sbx(&url, &args("bad")).await;
+    assert_eq!(out.status.code(), Some(1));
+    // The connection is still printed: the tokens were stored.
+    let conn: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(conn["id"], CONN);
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("afterAuthorize run r1: failed"), "{err}");
+    assert!(
+        err.contains("run r1 failed: package_error http_401"),
+        "{err}"
+    );
+    assert!(err.contains("last 20 log line(s)"), "{err}");
+    assert!(
+        err.contains("info  Listing failed:\n    | HTTP 401\n"),
+        "{err}"
+    );
+
+    let out = sbx(&url, &args("ok")).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("afterAuthorize run r1: succeeded"));
 }

@@ -17,7 +17,9 @@ pub struct UploadPackageResponse {
 
 /// Creates a connection.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+// Unknown fields are refused: a misspelt field (`packageVersion` for `version`) would
+// otherwise be dropped silently and the request would do something else than asked.
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateConnectionRequest {
     /// Display name.
     pub name: String,
@@ -43,7 +45,9 @@ fn empty_object() -> Value {
 
 /// Changes a connection; absent fields stay as they are.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+// Unknown fields are refused: a misspelt field (`packageVersion` for `version`) would
+// otherwise be dropped silently and the request would do something else than asked.
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct UpdateConnectionRequest {
     /// New name.
     #[serde(default)]
@@ -81,7 +85,9 @@ mod double_option {
 
 /// Starts an OAuth sign-in.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+// Unknown fields are refused: a misspelt field (`packageVersion` for `version`) would
+// otherwise be dropped silently and the request would do something else than asked.
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct OauthStartRequest {
     /// The daemon's callback URL registered with the provider.
     pub redirect_uri: String,
@@ -99,7 +105,9 @@ pub struct OauthStartResponse {
 
 /// The provider's redirect back.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+// Unknown fields are refused: a misspelt field (`packageVersion` for `version`) would
+// otherwise be dropped silently and the request would do something else than asked.
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct OauthCallbackRequest {
     /// State from the start.
     pub state: String,
@@ -119,7 +127,9 @@ pub struct OauthCallbackResponse {
 
 /// Starts a sync run now.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+// Unknown fields are refused: a misspelt field (`packageVersion` for `version`) would
+// otherwise be dropped silently and the request would do something else than asked.
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RunSyncRequest {
     /// Sync name.
     pub sync: String,

@@ -95,6 +95,34 @@ impl OutputLimits {
     }
 }
 
+/// A duration as people read a limit: whole seconds when it is one, else milliseconds.
+fn budget_text(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms.is_multiple_of(1000) {
+        format!("{} s", ms / 1000)
+    } else {
+        format!("{ms} ms")
+    }
+}
+
+/// The run-log notice of a job stopped by its time budget: which limit and its value, like
+/// [`OutputLimits::explain`] (the run itself carries only `time_limit`).
+pub fn time_limit_notice(kind: &str, budget: Duration) -> String {
+    format!(
+        "The run went over its time limit (time_limit: {} for a {kind} job); it was stopped and \
+         nothing of it was committed.",
+        budget_text(budget)
+    )
+}
+
+/// The run-log notice of a job whose sandbox ran out of memory.
+pub fn memory_limit_notice(memory_mib: u64) -> String {
+    format!(
+        "The run went over its memory limit (memory_limit: {memory_mib} MiB for the job \
+         sandbox); it was stopped and nothing of it was committed."
+    )
+}
+
 /// All Connect limits.
 #[derive(Debug, Clone)]
 pub struct Limits {

@@ -5,7 +5,9 @@ mod common;
 
 use common::harness::*;
 use sbx_connect::api::PageQuery;
+use sbx_connect::limits::Limits;
 use sbx_connect::model::{BuildStatus, FailureCategory, RunStatus};
+use sbx_connect::sandbox::SandboxEnd;
 use sbx_connect::service::{ConnectService, ErrorClass};
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -120,6 +122,53 @@ async fn limit_failures_name_the_limit_and_its_value() {
             "{logs:?}"
         );
     }
+
+    // The memory limit: only the sandbox's end says so; the log names the value.
+    fake.set(Arc::new(|_: &Value, _| Script {
+        acts: vec![
+            Act::Send(json!({"t": "records", "records": [{"x": 1}]})),
+            Act::Close,
+        ],
+        end: SandboxEnd::MemoryLimit,
+    }));
+    let run = svc.run_sync("ws", &c.id, "events").await.expect("run");
+    assert_eq!(run.failure_category, Some(FailureCategory::MemoryLimit));
+    assert_eq!(run.failure_kind.as_deref(), Some("memory_limit"));
+    let memory_mib = Limits::default().memory_mib;
+    assert_eq!(
+        logs_of(&svc, &run.id),
+        vec![format!(
+            "The run went over its memory limit (memory_limit: {memory_mib} MiB for the job \
+             sandbox); it was stopped and nothing of it was committed."
+        )]
+    );
+
+    // The time limit: a runner that never finishes is stopped at the budget; the log names it.
+    fake.set(basic(definition(json!({"type": "bearer"}), json!([]))));
+    let short = open_with_limits(
+        dir.path().join("short").as_path(),
+        fake.clone(),
+        Limits {
+            sync_time: std::time::Duration::from_millis(40),
+            ..Limits::default()
+        },
+    );
+    built(&short).await;
+    let c2 = short
+        .create_connection("ws", bearer_connection("https://api.example.com", None))
+        .expect("create");
+    fake.set(Arc::new(|_: &Value, _| script(vec![])));
+    let run = short.run_sync("ws", &c2.id, "events").await.expect("run");
+    assert_eq!(run.failure_category, Some(FailureCategory::TimeLimit));
+    let logs = logs_of(&short, &run.id);
+    assert_eq!(
+        logs,
+        vec![
+            "The run went over its time limit (time_limit: 40 ms for a sync job); it was \
+              stopped and nothing of it was committed."
+                .to_string()
+        ],
+    );
     assert!(records(&svc, &c.id, "events").is_empty());
 }
 

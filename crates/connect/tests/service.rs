@@ -401,7 +401,7 @@ async fn broker_fetch_oauth_sign_in_and_rejected_refresh() {
     let mut req = bearer_connection(&server.origin(), Some(3600));
     req.credentials = Credentials::Oauth2 {
         client_id: "cid".into(),
-        client_secret: Some("csecret".into()),
+        client_secret: Some("csecret-1".into()),
         access_token: Some("smuggled".into()),
         refresh_token: None,
         expires_at: None,
@@ -636,4 +636,48 @@ async fn rebuild_cannot_change_a_versions_definition() {
         .expect("version");
     let def = serde_json::to_value(pv.definition.expect("definition")).expect("json");
     assert_eq!(def["auth"]["tokenUrl"], "https://auth.example/token");
+}
+
+#[tokio::test]
+async fn secrets_too_short_to_redact_are_refused_at_creation_and_rotation() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let fake = Fake::new(basic(definition(json!({"type": "bearer"}), json!([]))));
+    let svc = open(dir.path(), fake, None);
+    built(&svc).await;
+    // Seven bytes: neither redacted from answers nor screened in output, so refused.
+    let mut short = bearer_connection("https://api.example.com", None);
+    short.credentials = Credentials::Bearer {
+        token: "7-bytes".into(),
+    };
+    let e = svc.create_connection("ws", short).expect_err("short token");
+    assert_eq!(e.class(), ErrorClass::Invalid);
+    assert!(
+        e.to_string()
+            .starts_with("credentials.token: must be at least 8 bytes long"),
+        "{e}"
+    );
+    assert!(svc.list_connections("ws").expect("list").is_empty());
+
+    let c = svc
+        .create_connection("ws", bearer_connection("https://api.example.com", None))
+        .expect("create");
+    let rotate = UpdateConnectionRequest {
+        credentials: Some(Credentials::Bearer {
+            token: "short".into(),
+        }),
+        ..Default::default()
+    };
+    let e = svc
+        .update_connection("ws", &c.id, rotate)
+        .expect_err("short rotation");
+    assert!(e.to_string().starts_with("credentials.token"), "{e}");
+    // Eight bytes is enough.
+    let rotate = UpdateConnectionRequest {
+        credentials: Some(Credentials::Bearer {
+            token: "8-bytes!".into(),
+        }),
+        ..Default::default()
+    };
+    svc.update_connection("ws", &c.id, rotate)
+        .expect("rotation at the minimum");
 }

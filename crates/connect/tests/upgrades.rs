@@ -169,3 +169,76 @@ async fn upgrades_keep_committed_data_or_refuse_naming_the_sync() {
         vec!["2.0.0", "3.0.0", "4.0.0", "5.0.0"]
     );
 }
+
+#[tokio::test]
+async fn an_upgrade_is_refused_when_a_sync_run_exists_that_this_service_did_not_claim() {
+    // Another sbxd on the same PostgreSQL (or a run queued between the check and the move):
+    // this service's own "is a sync running" check cannot see it, the store's guard does.
+    let dir = tempfile::tempdir().expect("tmp");
+    let v1 = with_syncs(json!([{"name": "items", "mode": "append"}]));
+    let fake = Fake::new(connector(v1.clone()));
+    let svc = open(dir.path(), fake.clone(), None);
+    publish(&svc, &fake, "1.0.0", v1.clone()).await;
+    publish(&svc, &fake, "1.1.0", v1).await;
+    let c = svc
+        .create_connection("ws", bearer_connection("https://api.example.com", None))
+        .expect("create");
+    let queued = svc
+        .store()
+        .insert_run(
+            "ws",
+            &sbx_connect::store::NewRun {
+                connection_id: Some(c.id.clone()),
+                package: "conn".into(),
+                version: "1.0.0".into(),
+                kind: sbx_connect::model::RunKind::Sync,
+                sync: Some("items".into()),
+            },
+        )
+        .expect("a run claimed elsewhere");
+    let e = svc
+        .update_connection("ws", &c.id, to_version("1.1.0"))
+        .expect_err("a sync run is queued");
+    assert_eq!(e.class(), ErrorClass::Conflict);
+    assert!(
+        e.to_string().contains("a sync of this connection started"),
+        "{e}"
+    );
+    assert_eq!(
+        svc.get_connection("ws", &c.id).expect("get").version,
+        "1.0.0",
+        "nothing changed"
+    );
+    // Once it ended the move goes through; a run claimed for 1.0.0 can no longer start.
+    svc.store()
+        .fail_run(
+            "ws",
+            &queued.id,
+            sbx_connect::model::FailureCategory::Platform,
+            "internal",
+        )
+        .expect("end it");
+    let moved = svc
+        .update_connection("ws", &c.id, to_version("1.1.0"))
+        .expect("move");
+    assert_eq!(moved.version, "1.1.0");
+    let late = svc.store().insert_run(
+        "ws",
+        &sbx_connect::store::NewRun {
+            connection_id: Some(c.id.clone()),
+            package: "conn".into(),
+            version: "1.0.0".into(),
+            kind: sbx_connect::model::RunKind::Sync,
+            sync: Some("items".into()),
+        },
+    );
+    assert!(
+        matches!(late, Err(sbx_connect::store::StoreError::Changed(_))),
+        "{late:?}"
+    );
+    let run = svc.run_sync("ws", &c.id, "items").await.expect("sync");
+    assert_eq!(
+        (run.status, run.version.as_str()),
+        (RunStatus::Succeeded, "1.1.0")
+    );
+}

@@ -149,7 +149,8 @@ async function builtVersions(signal) {
 
 /** Form controls for the credentials of an auth kind. */
 function credentialFields(auth) {
-  const secret = (label, name, hint) => field(label, h("input", { type: "password", name, required: true, autocomplete: "off", spellcheck: "false" }), hint);
+  // minlength: sbxd refuses secrets under 8 bytes (they could not be redacted from answers).
+  const secret = (label, name, hint) => field(label, h("input", { type: "password", name, required: true, minlength: 8, autocomplete: "off", spellcheck: "false" }), hint);
   const text = (label, name, required, hint) => field(label, h("input", { name, required, autocomplete: "off", spellcheck: "false" }), hint);
   const where = auth.header ? `sent as the ${auth.header} header` : auth.query ? `sent as the ${auth.query} query parameter` : null;
   switch (auth.type) {
@@ -168,7 +169,7 @@ function credentialFields(auth) {
     }
     case "oauth2": {
       const [fi, id] = text("OAuth client id", "cred-client-id", true);
-      const [fs, sec] = field("OAuth client secret", h("input", { type: "password", name: "cred-client-secret", autocomplete: "off" }), "Optional with PKCE. After creating, Reconnect signs in with the provider.");
+      const [fs, sec] = field("OAuth client secret", h("input", { type: "password", name: "cred-client-secret", minlength: 8, autocomplete: "off" }), "Optional with PKCE. After creating, Reconnect signs in with the provider.");
       return { fields: [fi, fs], value: () => ({ type: "oauth2", clientId: id.value, clientSecret: sec.value || null }) };
     }
     default:

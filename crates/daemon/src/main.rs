@@ -382,6 +382,16 @@ async fn main() -> anyhow::Result<()> {
         )?);
     }
     let args = Args::parse();
+    // Checked before anything is opened or started: a production daemon must not come up
+    // trusting an extra CA or letting the broker leave port 443, not even for a moment.
+    if !args.dev
+        && (args.connect.connect_test_port.is_some() || !args.connect.connect_extra_ca.is_empty())
+    {
+        anyhow::bail!(
+            "--connect-test-port and --connect-extra-ca are for testing against one's own API \
+             and are refused outside --dev"
+        );
+    }
     let config = Config {
         listen: args.listen,
         data_dir: args.data_dir.clone(),
@@ -585,12 +595,6 @@ fn open_connect(
         sbx_daemon::network::policy::check_addr(&facts, ip).is_ok()
     });
     let mut broker = sbx_connect::egress::BrokerConfig::new(public);
-    if !config.dev && (args.connect_test_port.is_some() || !args.connect_extra_ca.is_empty()) {
-        anyhow::bail!(
-            "--connect-test-port and --connect-extra-ca are for testing against one's own API \
-             and are refused outside --dev"
-        );
-    }
     if let Some(port) = args.connect_test_port {
         tracing::warn!(
             port,

@@ -9,8 +9,9 @@
 mod common;
 mod connect_host;
 
+use base64::Engine;
 use common::Daemon;
-use connect_host::{tarball, ApiHost, API_KEY};
+use connect_host::{tarball, tarball_in, ApiHost, API_KEY};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
@@ -326,10 +327,25 @@ async fn connect_jobs_run_in_gvisor_end_to_end() {
     assert_eq!(list["data"].as_array().map(|a| a.len()), Some(0), "{list}");
     let r = wait_run(&d, &slow).await;
     assert_failed(&r, "time_limit");
+    // The log says which limit and its value (the run carries only the category).
+    let lines = logs(&d, r["id"].as_str().unwrap()).await;
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("(time_limit: 12 s for a sync job)")),
+        "{lines:?}"
+    );
 
-    // The memory limit.
+    // The memory limit, named with its value too.
     let r = sync(&d, &conn, "hog").await;
     assert_failed(&r, "memory_limit");
+    let lines = logs(&d, r["id"].as_str().unwrap()).await;
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("(memory_limit: 512 MiB for the job sandbox)")),
+        "{lines:?}"
+    );
 
     // Nothing is left on the host.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -433,4 +449,171 @@ async fn a_restart_removes_job_sandboxes_a_crash_left_behind() {
         .call("GET", &format!("/v1/connect/runs/{run}"), None)
         .await;
     assert_eq!(r["data"]["status"], "failed", "{r}");
+}
+
+/// The bearer token of the echo connection.
+const ECHO_TOKEN: &str = "echo-bearer-5e1f9c3a";
+
+/// The form of `secret` (or of the header value `header` carrying it) that `text` holds.
+fn leaked_form(text: &str, secret: &str, header: &str) -> Option<&'static str> {
+    let b64 = |s: &str| {
+        base64::engine::general_purpose::STANDARD
+            .encode(s)
+            .trim_end_matches('=')
+            .to_string()
+    };
+    let lower = text.to_ascii_lowercase();
+    let url: String = url::form_urlencoded::byte_serialize(secret.as_bytes()).collect();
+    [
+        ("raw (any case)", secret.to_ascii_lowercase()),
+        ("base64", b64(secret)),
+        ("base64 of the header", b64(header)),
+        ("hex", hex::encode(secret)),
+        ("URL-encoded", url.to_ascii_lowercase()),
+    ]
+    .into_iter()
+    .find(|(_, form)| {
+        if form.chars().any(|c| c.is_ascii_uppercase()) || form.contains('=') {
+            text.contains(form.as_str())
+        } else {
+            lower.contains(form.as_str())
+        }
+    })
+    .map(|(name, _)| name)
+}
+
+/// `examples/connector-echo` with API key auth in `X-Api-Key`, as `connector-echo-key`.
+fn api_key_variant_of_the_echo_package(parent: &std::path::Path) {
+    let src =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/connector-echo");
+    let dst = parent.join("connector-echo-key");
+    std::fs::create_dir_all(&dst).unwrap();
+    for name in ["package.json", "package-lock.json", "index.mjs"] {
+        let text = std::fs::read_to_string(src.join(name)).unwrap();
+        let changed = text
+            .replace("\"connector-echo\"", "\"connector-echo-key\"")
+            .replace(
+                "auth: { type: \"bearer\" },",
+                "auth: { type: \"apiKey\", header: \"X-Api-Key\" },",
+            );
+        assert_ne!(changed, text, "{name} did not change");
+        std::fs::write(dst.join(name), changed).unwrap();
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs root, runsc and the image; run ./scripts/test"]
+async fn an_origin_echoing_credentials_in_compressed_bodies_never_hands_them_to_package_code() {
+    let api = ApiHost::start();
+    let args = api.daemon_args();
+    let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+    let d = Daemon::start(&args).await;
+    let variants = tempfile::tempdir().unwrap();
+    api_key_variant_of_the_echo_package(variants.path());
+    let cases = [
+        (
+            "connector-echo",
+            tarball("connector-echo"),
+            json!({"type": "bearer", "token": ECHO_TOKEN}),
+            ECHO_TOKEN,
+            format!("Bearer {ECHO_TOKEN}"),
+        ),
+        (
+            "connector-echo-key",
+            tarball_in(variants.path(), "connector-echo-key"),
+            json!({"type": "apiKey", "key": API_KEY}),
+            API_KEY,
+            API_KEY.to_string(),
+        ),
+    ];
+    for (package, tgz, credentials, secret, header) in cases {
+        // The detector finds what it looks for (else the checks below prove nothing).
+        let b64 = base64::engine::general_purpose::STANDARD.encode(&header);
+        for plain in [
+            format!("x{}y", secret.to_ascii_uppercase()),
+            format!("{{\"a\":\"{b64}\"}}"),
+            hex::encode(secret),
+        ] {
+            assert!(leaked_form(&plain, secret, &header).is_some(), "{plain}");
+        }
+        let (status, body) = d
+            .call_with(
+                "POST",
+                "/v1/connect/packages",
+                Some(tgz),
+                &[("content-type", "application/gzip")],
+            )
+            .await;
+        assert_eq!(status, 201, "upload {package}: {body}");
+        let b = build(&d, package, "1.0.0").await;
+        assert_eq!(b["status"], "succeeded", "{b}");
+        let (status, body) = d
+            .call(
+                "POST",
+                "/v1/connect/connections",
+                Some(json!({
+                    "name": package,
+                    "package": package,
+                    "version": "1.0.0",
+                    "origin": api.origin(),
+                    "credentials": credentials,
+                })),
+            )
+            .await;
+        assert_eq!(status, 201, "create connection: {body}");
+        let conn = body["data"]["id"].as_str().unwrap().to_string();
+
+        for name in ["zlib", "json"] {
+            let what = format!("{package} sync {name}");
+            let r = sync(&d, &conn, name).await;
+            // What the product does: the broker decoded each answer and redacted the echoed
+            // credential before the package saw it, so the package stored only `[redacted]`
+            // and the output screen had nothing to refuse: the run commits.
+            assert_eq!(r["status"], "succeeded", "{what}: {r}");
+            assert_eq!(r["recordsCommitted"], 3, "{what}: {r}");
+            let lines: Vec<String> = logs(&d, r["id"].as_str().unwrap())
+                .await
+                .into_iter()
+                .filter(|l| l.starts_with(&format!("{name} ")))
+                .collect();
+            assert_eq!(lines.len(), 3, "{what}: {lines:?}");
+            let stored = records(&d, &conn, name).await;
+            assert_eq!(stored.len(), 3, "{what}: {stored:?}");
+            let cp = checkpoint(&d, &conn, name).await;
+            let texts = lines
+                .iter()
+                .map(|l| ("log line", l.clone()))
+                .chain(stored.iter().map(|r| ("record", r.to_string())))
+                .chain([("checkpoint", cp.to_string()), ("run", r.to_string())]);
+            for (kind, text) in texts {
+                if let Some(form) = leaked_form(&text, secret, &header) {
+                    panic!("{what}: a {kind} holds the credential ({form}): {text}");
+                }
+                // The origin did echo it: what the package got says where.
+                if kind != "run" {
+                    assert!(text.contains("[redacted]"), "{what}: {kind}: {text}");
+                }
+            }
+            eprintln!("{what}: first record {}", stored[0]);
+            for rec in &stored {
+                match name {
+                    // node:zlib found nothing to decode: the bytes were plain already.
+                    "zlib" => {
+                        assert_eq!(rec["how"], "already decoded", "{what}: {rec}");
+                        assert!(rec["contentEncoding"].is_null(), "{what}: {rec}");
+                    }
+                    _ => {
+                        let field = if package == "connector-echo" {
+                            "authorization"
+                        } else {
+                            "apiKey"
+                        };
+                        assert_eq!(rec[field], "[redacted]", "{what}: {rec}");
+                    }
+                }
+            }
+        }
+    }
+    d.assert_no_containers(Duration::from_secs(60), "the job sandboxes are gone")
+        .await;
 }

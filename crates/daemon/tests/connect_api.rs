@@ -332,6 +332,33 @@ async fn connect_api_shapes_and_errors() {
         "connect_invalid_config",
     );
 
+    // A secret under 8 bytes could be neither redacted nor screened: 400 naming the field
+    // and the minimum.
+    let mut short = connection_body(json!({}));
+    short["credentials"] = json!({"type": "apiKey", "key": "k-12345"});
+    let got = d.call("POST", "/v1/connect/connections", Some(short)).await;
+    assert_error(&got, 400, "invalid_field_format");
+    let message = got.1["errors"][0]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("credentials.key: must be at least 8 bytes long"),
+        "{message}"
+    );
+    // An unknown field is refused by name, not ignored.
+    let mut typo = connection_body(json!({}));
+    typo["schedule"] = json!(3600);
+    let got = d.call("POST", "/v1/connect/connections", Some(typo)).await;
+    assert_error(&got, 400, "invalid_request");
+    assert!(
+        got.1["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown field `schedule`"),
+        "{}",
+        got.1
+    );
+    let (_, none) = d.call("GET", "/v1/connect/connections", None).await;
+    assert_eq!(none["data"], json!([]), "nothing was created: {none}");
+
     // A good one: 201, defaults applied, credentials never returned.
     let (status, created) = d
         .call(
@@ -387,6 +414,54 @@ async fn connect_api_shapes_and_errors() {
         .await,
         422,
         "connect_invalid_config",
+    );
+
+    // `packageVersion` is not a field (`version` is): 400 naming it, and nothing changes.
+    let got = d
+        .call(
+            "PATCH",
+            &format!("/v1/connect/connections/{conn}"),
+            Some(json!({"packageVersion": "2.0.0", "name": "renamed"})),
+        )
+        .await;
+    assert_error(&got, 400, "invalid_request");
+    let message = got.1["errors"][0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("unknown field `packageVersion`") && message.contains("`version`"),
+        "{message}"
+    );
+    // A credential rotation to a too short secret: 400 too, and the old key stays.
+    let got = d
+        .call(
+            "PATCH",
+            &format!("/v1/connect/connections/{conn}"),
+            Some(json!({"credentials": {"type": "apiKey", "key": "short"}})),
+        )
+        .await;
+    assert_error(&got, 400, "invalid_field_format");
+    assert!(
+        got.1["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("credentials.key"),
+        "{}",
+        got.1
+    );
+    let (_, same) = d
+        .call("GET", &format!("/v1/connect/connections/{conn}"), None)
+        .await;
+    assert_eq!(same["data"]["name"], "items", "{same}");
+    assert_eq!(same["data"]["version"], "1.0.0", "{same}");
+    // The OAuth bodies refuse unknown fields too.
+    assert_error(
+        &d.call(
+            "POST",
+            "/v1/connect/oauth/callback",
+            Some(json!({"state": "s", "code": "c", "scope": "read"})),
+        )
+        .await,
+        400,
+        "invalid_request",
     );
 
     // A sync that never ran: no records, no checkpoint, no runs, no logs.
@@ -472,4 +547,33 @@ async fn connect_api_shapes_and_errors() {
         404,
         "connect_connection_not_found",
     );
+}
+
+#[test]
+#[ignore = "needs the test image and agent; run ./scripts/test"]
+fn test_only_connect_options_are_refused_outside_dev_mode() {
+    use common::{start_refused_in, Mode};
+    let ca = tempfile::NamedTempFile::new().unwrap();
+    let ca_path = ca.path().to_str().unwrap();
+    for args in [
+        vec!["--connect-test-port", "8443"],
+        vec!["--connect-extra-ca", ca_path],
+        vec!["--connect-test-port", "8443", "--connect-extra-ca", ca_path],
+    ] {
+        // A signing key, so that nothing else of production mode is missing.
+        let mut all = vec![
+            "--signing-key",
+            "signkey-test-00112233445566778899aabbccddeeff",
+        ];
+        all.extend(&args);
+        let (code, stderr) = start_refused_in(Mode::Production, &all, Duration::from_secs(30));
+        assert_ne!(code, Some(0), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(
+                "--connect-test-port and --connect-extra-ca are for testing against one's own \
+                 API and are refused outside --dev"
+            ),
+            "{args:?}: {stderr}"
+        );
+    }
 }

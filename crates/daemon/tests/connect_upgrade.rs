@@ -7,7 +7,7 @@
 mod common;
 mod connect_host;
 
-use common::Daemon;
+use common::{assert_error, Daemon};
 use connect_host::{ApiHost, API_KEY};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -225,4 +225,64 @@ async fn the_example_connector_upgrades_to_a_second_version_through_the_cli() {
     );
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("connect_sync_not_found"));
+
+    // Versions: 1.0.0 is no longer used and goes; 1.1.0 is the connection's and stays (409).
+    let out = ok(&sbx(
+        &d,
+        &["connect", "package", "delete", "connector-items", "1.0.0"],
+        None,
+    ));
+    assert!(out.is_empty(), "{out}");
+    let out = sbx(
+        &d,
+        &["connect", "package", "delete", "connector-items", "1.1.0"],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("connect_invalid_state")
+            && err.contains(&format!("used by connection {conn}")),
+        "{err}"
+    );
+    assert_error(
+        &d.call(
+            "DELETE",
+            "/v1/connect/packages/connector-items/versions/1.1.0",
+            None,
+        )
+        .await,
+        409,
+        "connect_invalid_state",
+    );
+    let (status, versions) = d
+        .call("GET", "/v1/connect/packages/connector-items/versions", None)
+        .await;
+    assert_eq!(status, 200, "{versions}");
+    let mut left: Vec<&str> = versions["data"]
+        .as_array()
+        .expect("versions")
+        .iter()
+        .filter_map(|v| v["version"].as_str())
+        .collect();
+    left.sort_unstable();
+    assert_eq!(left, vec!["1.1.0", "2.0.0"], "{versions}");
+    assert_error(
+        &d.call(
+            "GET",
+            "/v1/connect/packages/connector-items/versions/1.0.0",
+            None,
+        )
+        .await,
+        404,
+        "connect_package_not_found",
+    );
+    // The connection still runs on the version that stayed.
+    let run: serde_json::Value = serde_json::from_str(&ok(&sbx(
+        &d,
+        &["connect", "run", "items", "--connection", &conn, "--wait"],
+        None,
+    )))
+    .expect("run json");
+    assert_eq!(run["status"], "succeeded", "{run}");
 }

@@ -271,7 +271,7 @@ fn case(method: &str, template: &str, a: &Fixture) -> (String, Option<Vec<u8>>, 
             json(json!({
                 "name": "stolen", "package": a.package, "version": "1.0.0",
                 "origin": "https://api.example.com",
-                "credentials": {"type": "apiKey", "key": "b-key"},
+                "credentials": {"type": "apiKey", "key": "b-key-1234"},
             })),
             NotFound("connect_package_not_found"),
         ),
@@ -416,7 +416,7 @@ async fn no_route_lets_one_tenant_reach_another() {
             Some(json!({
                 "name": "a-conn", "package": "connector-items", "version": "1.0.0",
                 "origin": "https://api.example.com",
-                "credentials": {"type": "apiKey", "key": "a-key"},
+                "credentials": {"type": "apiKey", "key": "a-key-1234"},
             })),
         )
         .await;

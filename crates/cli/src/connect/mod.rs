@@ -269,8 +269,14 @@ async fn connection(c: &Client, cmd: ConnectionCommand) -> anyhow::Result<u8> {
         ConnectionCommand::OauthCallback { state, code } => {
             let done = c.connect_oauth_callback(&state, &code).await?;
             println!("{}", serde_json::to_string_pretty(&done.connection)?);
-            if let Some(run) = done.run {
-                eprintln!("afterAuthorize run {}: {}", run.id, run.status);
+            let Some(run) = done.run else {
+                return Ok(0);
+            };
+            eprintln!("afterAuthorize run {}: {}", run.id, run.status);
+            // The tokens are stored, but the package's own set-up failed: a script must not
+            // take the sign-in as done.
+            if run.status == "failed" {
+                return report_failure(c, &run).await;
             }
             Ok(0)
         }
@@ -396,6 +402,11 @@ async fn report_run(c: &Client, run: &Run) -> anyhow::Result<u8> {
     if run.status != "failed" {
         return Ok(0);
     }
+    report_failure(c, run).await
+}
+
+/// Says why a failed run failed, with its log tail, on stderr; the exit code 1.
+async fn report_failure(c: &Client, run: &Run) -> anyhow::Result<u8> {
     eprintln!(
         "run {} failed: {} {}",
         run.id,

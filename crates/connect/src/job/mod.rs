@@ -326,14 +326,24 @@ where
     };
     // A limit failure says which limit and its value in the run's log: the run itself carries
     // only the kind. Recorded outside the log policy, like the leak notice, so it always lands.
-    if let JobOutcome::Failed {
-        category: FailureCategory::OutputLimit,
-        kind,
-    } = &outcome
-    {
-        if let Some(notice) = spec.limits.explain(kind) {
-            env.logs.record(LogLevel::Error, &notice);
+    // (The memory limit is known only once the sandbox ended: `service::execute` records it.)
+    match &outcome {
+        JobOutcome::Failed {
+            category: FailureCategory::OutputLimit,
+            kind,
+        } => {
+            if let Some(notice) = spec.limits.explain(kind) {
+                env.logs.record(LogLevel::Error, &notice);
+            }
         }
+        JobOutcome::Failed {
+            category: FailureCategory::TimeLimit,
+            ..
+        } => env.logs.record(
+            LogLevel::Error,
+            &crate::limits::time_limit_notice(spec.kind.as_str(), spec.time_budget),
+        ),
+        _ => {}
     }
     // An unfinished spool writer in `state` is dropped here, deleting its file.
     outcome

@@ -324,11 +324,22 @@ async fn deadline_sends_abort_and_fails_time_limit() {
     });
     let mut s = spec(JobKind::Sync, Some(SyncMode::Append));
     s.time_budget = Duration::from_secs(900);
-    let e = env(&dir, Arc::default());
+    let logs = Arc::new(Logs::default());
+    let e = env(&dir, logs.clone());
     let out = drive(host, s, &e).await;
     assert_eq!(
         failed(&out),
         (FailureCategory::TimeLimit, "time_limit".into())
+    );
+    // The log names the limit and its value.
+    assert_eq!(
+        logs.lines(),
+        vec![(
+            LogLevel::Error,
+            "The run went over its time limit (time_limit: 900 s for a sync job); it was \
+             stopped and nothing of it was committed."
+                .to_string()
+        )]
     );
     assert_eq!(
         script.await.expect("script"),
@@ -582,12 +593,20 @@ async fn package_failure_after_the_signal_margin_is_time_limit() {
             .await;
     });
     let mut s = spec(JobKind::Verify, None);
-    s.time_budget = Duration::from_secs(10);
-    let out = drive(host, s, &env(&dir, Arc::default())).await;
+    s.time_budget = Duration::from_millis(10_500);
+    let logs = Arc::new(Logs::default());
+    let out = drive(host, s, &env(&dir, logs.clone())).await;
     script.await.expect("script");
     assert_eq!(
         failed(&out),
         (FailureCategory::TimeLimit, "time_limit".into())
+    );
+    assert!(
+        logs.lines()
+            .iter()
+            .any(|(_, l)| l.contains("(time_limit: 10500 ms for a verify job)")),
+        "{:?}",
+        logs.lines()
     );
 }
 

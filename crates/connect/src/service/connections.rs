@@ -15,7 +15,7 @@ use crate::model::{
     RunKind,
 };
 use crate::oauth;
-use crate::store::{NewConnection, NewRun, OauthPending};
+use crate::store::{NewConnection, NewRun, OauthPending, VersionChange};
 use std::path::PathBuf;
 
 /// Shortest schedule interval.
@@ -110,9 +110,7 @@ impl ConnectService {
         let origin = self.check_origin(&req.origin)?;
         Self::check_schedule(req.schedule_interval_seconds)?;
         let kind = def.auth.kind();
-        req.credentials
-            .check(kind)
-            .map_err(|e| ServiceError::Invalid(e.to_string()))?;
+        req.credentials.check(kind)?;
         let credentials = client_only(req.credentials);
         let status = if kind == AuthKind::Oauth2 {
             ConnectionStatus::ReauthorizationRequired
@@ -160,10 +158,11 @@ impl ConnectService {
         let (_, old_def, _) = self.built_version(workspace, &current.package, &current.version)?;
         // A version change is checked first: the config and credentials below are checked
         // against the definition the connection will have.
+        let mut upgrade: Option<(String, Vec<String>)> = None;
         let def = match req.version.as_deref() {
             Some(v) if v != current.version => {
                 let (_, new_def, _) = self.built_version(workspace, &current.package, v)?;
-                self.check_upgrade(workspace, &current, &old_def, &new_def, v)?;
+                let committed = self.check_upgrade(workspace, &current, &old_def, &new_def, v)?;
                 // The stored credentials (and the connection's auth kind) are of the old kind.
                 if new_def.auth.kind() != old_def.auth.kind() {
                     return Err(ServiceError::Conflict(format!(
@@ -174,6 +173,7 @@ impl ConnectService {
                         old_def.auth.kind().as_str()
                     )));
                 }
+                upgrade = Some((v.to_string(), committed));
                 new_def
             }
             _ => old_def,
@@ -181,9 +181,7 @@ impl ConnectService {
         let config = match req.config {
             Some(c) => Self::check_config(&def, c)?,
             // The kept config must still fit: a new version may add required settings.
-            None if req.version.as_deref().is_some_and(|v| v != current.version) => {
-                Self::check_config(&def, current.config.clone())?
-            }
+            None if upgrade.is_some() => Self::check_config(&def, current.config.clone())?,
             None => current.config.clone(),
         };
         let schedule = req
@@ -191,22 +189,23 @@ impl ConnectService {
             .unwrap_or(current.schedule_interval_seconds);
         Self::check_schedule(schedule)?;
         let mut status = current.status;
-        if let Some(creds) = req.credentials {
-            creds
-                .check(def.auth.kind())
-                .map_err(|e| ServiceError::Invalid(e.to_string()))?;
-            let oauth = creds.kind() == AuthKind::Oauth2;
-            let sealed = self.seal(workspace, id, &client_only(creds))?;
-            // New OAuth client: the old tokens are gone, so the connection needs signing in again.
-            let new_status = if oauth {
-                ConnectionStatus::ReauthorizationRequired
-            } else {
-                ConnectionStatus::Active
-            };
-            self.store
-                .set_connection_credentials(workspace, id, &sealed, Some(new_status))?;
-            status = new_status;
-        }
+        // Everything is checked before anything is written: a refused request changes nothing.
+        let credentials = match req.credentials {
+            Some(creds) => {
+                creds.check(def.auth.kind())?;
+                let oauth = creds.kind() == AuthKind::Oauth2;
+                let sealed = self.seal(workspace, id, &client_only(creds))?;
+                // New OAuth client: the old tokens are gone, so the connection needs signing in
+                // again.
+                status = if oauth {
+                    ConnectionStatus::ReauthorizationRequired
+                } else {
+                    ConnectionStatus::Active
+                };
+                Some(sealed)
+            }
+            None => None,
+        };
         match req.status {
             None => {}
             Some(ConnectionStatus::Disabled) => status = ConnectionStatus::Disabled,
@@ -225,9 +224,20 @@ impl ConnectService {
                 ))
             }
         }
-        if let Some(v) = req.version.as_deref().filter(|v| *v != current.version) {
+        // The version first: it is the write that can still be refused (a sync started or
+        // committed since the check).
+        if let Some((to, committed_syncs)) = upgrade {
+            let change = VersionChange {
+                from: current.version.clone(),
+                to,
+                config: config.clone(),
+                committed_syncs,
+            };
+            self.apply_upgrade(workspace, &current, &change)?;
+        }
+        if let Some(sealed) = credentials {
             self.store
-                .set_connection_version(workspace, id, v, &config)?;
+                .set_connection_credentials(workspace, id, &sealed, Some(status))?;
         }
         let name = req.name.unwrap_or(current.name);
         Ok(self

@@ -5,7 +5,7 @@ use super::{ConnectService, ServiceError, StoreLogs, StoreTokens};
 use crate::broker::BrokerSession;
 use crate::commit::{CommitError, CommitTarget};
 use crate::job::{drive, JobEnv, JobOutcome, JobSpec};
-use crate::model::{Connection, Definition, FailureCategory, JobKind, Run, SyncMode};
+use crate::model::{Connection, Definition, FailureCategory, JobKind, LogLevel, Run, SyncMode};
 use crate::sandbox::{JobSandboxRequest, SandboxEnd};
 use crate::spool::Spool;
 use serde_json::Value;
@@ -194,6 +194,18 @@ impl ConnectService {
                 }
             },
         };
+        // Only the sandbox's end tells a memory kill apart: say the limit here, as the driver
+        // says the time and output limits.
+        if let JobOutcome::Failed {
+            category: FailureCategory::MemoryLimit,
+            ..
+        } = &outcome
+        {
+            env.logs.record(
+                LogLevel::Error,
+                &crate::limits::memory_limit_notice(self.limits.memory_mib),
+            );
+        }
         let outcome = match (outcome, plan.connection, &plan.spec.sync) {
             (
                 JobOutcome::Succeeded {

@@ -34,6 +34,10 @@ pub enum ServiceError {
     /// The request is invalid.
     #[error("{0}")]
     Invalid(String),
+    /// The credentials do not fit the package's auth kind, or a secret is unusable (too short
+    /// to redact): the HTTP layer names the field.
+    #[error(transparent)]
+    Credentials(#[from] crate::credentials::CredentialsError),
     /// The store failed.
     #[error(transparent)]
     Store(StoreError),
@@ -62,6 +66,7 @@ impl From<StoreError> for ServiceError {
         match e {
             StoreError::NotFound(what) => ServiceError::NotFound(what),
             StoreError::Exists(what) => ServiceError::Conflict(format!("{what} exists already")),
+            StoreError::Changed(why) => ServiceError::Conflict(why),
             StoreError::Full(_) => ServiceError::StorageFull(
                 "the Connect database could not record the change, so nothing changed; \
                  free space in the data dir, then retry"
@@ -100,7 +105,7 @@ impl ServiceError {
         match self {
             ServiceError::NotFound(_) => ErrorClass::NotFound,
             ServiceError::Conflict(_) => ErrorClass::Conflict,
-            ServiceError::Invalid(_) => ErrorClass::Invalid,
+            ServiceError::Invalid(_) | ServiceError::Credentials(_) => ErrorClass::Invalid,
             ServiceError::Oauth(crate::oauth::OauthError::Rejected) => ErrorClass::Invalid,
             ServiceError::Oauth(_) => ErrorClass::Upstream,
             ServiceError::StorageFull(_) => ErrorClass::StorageFull,

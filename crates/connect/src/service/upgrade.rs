@@ -3,7 +3,7 @@
 
 use super::{ConnectService, ServiceError};
 use crate::model::{Connection, Definition, SyncDefinition};
-use crate::store::VersionDeletion;
+use crate::store::{VersionChange, VersionChangeOutcome, VersionDeletion};
 
 /// Why a committed sync cannot move to the new definition; `None` when it can.
 fn sync_change(
@@ -37,7 +37,8 @@ impl ConnectService {
     /// Refuses a version change that would leave committed records or checkpoints meaning
     /// something else: a committed sync must exist in the new version with the same mode and
     /// primary key (merge upserts by the key; a replace or append dataset would change rules).
-    /// Syncs that never committed may change freely.
+    /// Syncs that never committed may change freely. Returns the committed syncs it checked:
+    /// the store makes the move only if they are still the same and no sync started since.
     pub(super) fn check_upgrade(
         &self,
         workspace: &str,
@@ -45,7 +46,7 @@ impl ConnectService {
         old: &Definition,
         new: &Definition,
         version: &str,
-    ) -> Result<(), ServiceError> {
+    ) -> Result<Vec<String>, ServiceError> {
         let busy = self
             .active_syncs
             .lock()
@@ -57,14 +58,13 @@ impl ConnectService {
                 "a sync of this connection is running; change the version when it ended".into(),
             ));
         }
-        let problems: Vec<String> = self
-            .store
-            .committed_syncs(workspace, &c.id)?
+        let committed = self.store.committed_syncs(workspace, &c.id)?;
+        let problems: Vec<String> = committed
             .iter()
             .filter_map(|name| sync_change(name, old.sync(name), new.sync(name)))
             .collect();
         if problems.is_empty() {
-            return Ok(());
+            return Ok(committed);
         }
         Err(ServiceError::Conflict(format!(
             "cannot move the connection to {}@{version} and keep its committed data: {}; \
@@ -72,6 +72,35 @@ impl ConnectService {
             c.package,
             problems.join("; ")
         )))
+    }
+
+    /// Moves the connection as checked by [`Self::check_upgrade`], unless something changed
+    /// since: another move, a sync that started, a sync that committed.
+    pub(super) fn apply_upgrade(
+        &self,
+        workspace: &str,
+        c: &Connection,
+        change: &VersionChange,
+    ) -> Result<(), ServiceError> {
+        let why = match self
+            .store
+            .set_connection_version(workspace, &c.id, change)?
+        {
+            VersionChangeOutcome::Changed => return Ok(()),
+            VersionChangeOutcome::VersionMoved(now) => format!(
+                "the connection moved to {}@{now} meanwhile; nothing changed",
+                c.package
+            ),
+            VersionChangeOutcome::SyncRunning => {
+                "a sync of this connection started; change the version when it ended".to_string()
+            }
+            VersionChangeOutcome::CommittedChanged => {
+                "a sync of this connection committed while the version change was checked; \
+                 nothing changed, try again"
+                    .to_string()
+            }
+        };
+        Err(ServiceError::Conflict(why))
     }
 
     /// Deletes a package version nobody uses, with its builds and their artifacts. The

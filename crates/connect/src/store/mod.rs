@@ -15,7 +15,8 @@ pub use dump::{copy_store, Dump};
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 pub use types::{
-    CredentialBlob, NewConnection, NewPackageVersion, NewRun, OauthPending, VersionDeletion,
+    CredentialBlob, NewConnection, NewPackageVersion, NewRun, OauthPending, VersionChange,
+    VersionChangeOutcome, VersionDeletion,
 };
 
 use crate::commit::{CommitError, CommitStats, CommitTarget};
@@ -51,6 +52,10 @@ pub enum StoreError {
     /// The row exists already.
     #[error("{0} exists already")]
     Exists(&'static str),
+    /// The row changed since the caller read it, so the write it was based on was not made
+    /// (a sync run of a connection that moved to another package version meanwhile).
+    #[error("{0}")]
+    Changed(String),
     /// Another writer got there first (a unique row the call did not expect).
     #[error("connect database: conflicting change: {0}")]
     Conflict(Source),
@@ -140,6 +145,23 @@ pub fn open(location: &Location) -> Result<Arc<dyn Store>, StoreError> {
         Location::Sqlite(path) => Arc::new(SqliteStore::open(path)?),
         Location::Postgres(url) => Arc::new(PostgresStore::open(url)?),
     })
+}
+
+/// Why a sync run was not inserted: its connection moved to `now` since the caller read it.
+pub(crate) fn moved_since_read(now: &str) -> StoreError {
+    StoreError::Changed(format!(
+        "the connection moved to package version {now} while the run was starting; start it again"
+    ))
+}
+
+/// Whether two lists of sync names hold the same names (the backends sort text differently).
+pub(crate) fn same_syncs(a: &[String], b: &[String]) -> bool {
+    let (mut a, mut b) = (a.to_vec(), b.to_vec());
+    a.sort_unstable();
+    a.dedup();
+    b.sort_unstable();
+    b.dedup();
+    a == b
 }
 
 /// Formats a time the way the model shows it (RFC 3339, milliseconds, `Z`).
@@ -267,13 +289,16 @@ pub trait Connections {
     ) -> Result<Connection, StoreError>;
     /// Moves a connection to another version of its package with the config validated for it;
     /// committed records and checkpoints stay (they are kept per connection and sync name).
+    /// In one transaction with the connection row locked, and only if the connection is still
+    /// at `change.from`, no sync run of it is queued or running, and the syncs that committed
+    /// are still `change.committed_syncs`: a sync claimed after the caller's check cannot
+    /// commit under the old definition once the new one is in force.
     fn set_connection_version(
         &self,
         workspace: &str,
         id: &str,
-        version: &str,
-        config: &serde_json::Value,
-    ) -> Result<(), StoreError>;
+        change: &VersionChange,
+    ) -> Result<VersionChangeOutcome, StoreError>;
     /// Names of the connection's syncs that committed at least once (records or checkpoint).
     fn committed_syncs(
         &self,
@@ -321,7 +346,9 @@ pub trait Connections {
 
 /// Runs and their log lines.
 pub trait Runs {
-    /// Inserts a queued run.
+    /// Inserts a queued run. A sync run of a connection is inserted only while the connection
+    /// is at `r.version` (with the connection row locked, as
+    /// [`Connections::set_connection_version`] locks it); else [`StoreError::Changed`].
     fn insert_run(&self, workspace: &str, r: &NewRun) -> Result<Run, StoreError>;
     /// One run.
     fn get_run(&self, workspace: &str, id: &str) -> Result<Run, StoreError>;

@@ -48,6 +48,35 @@ pub enum VersionDeletion {
     Building,
 }
 
+/// A connection's move to another version of its package, with what the caller checked it
+/// against: the store makes the move only if that is still so (see
+/// [`crate::store::Connections::set_connection_version`]).
+#[derive(Debug, Clone)]
+pub struct VersionChange {
+    /// The version the connection must still be at.
+    pub from: String,
+    /// The version to move to.
+    pub to: String,
+    /// The config, validated against `to`'s definition.
+    pub config: serde_json::Value,
+    /// The syncs that had committed when the move was checked (any order): the move is
+    /// refused if the set is not the same any more.
+    pub committed_syncs: Vec<String>,
+}
+
+/// How a guarded version change ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VersionChangeOutcome {
+    /// The connection is at the new version.
+    Changed,
+    /// Nothing changed: the connection is at this version now, not at `from`.
+    VersionMoved(String),
+    /// Nothing changed: a sync run of the connection is queued or running.
+    SyncRunning,
+    /// Nothing changed: another sync has committed since the check.
+    CommittedChanged,
+}
+
 /// A version to insert.
 #[derive(Debug, Clone)]
 pub struct NewPackageVersion {

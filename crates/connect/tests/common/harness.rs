@@ -220,6 +220,24 @@ pub fn open(
     fake: Arc<Fake>,
     server: Option<&super::TestServer>,
 ) -> Arc<ConnectService> {
+    open_with(dir, fake, server, Limits::default())
+}
+
+/// A service with other limits (no test API).
+pub fn open_with_limits(
+    dir: &std::path::Path,
+    fake: Arc<Fake>,
+    limits: Limits,
+) -> Arc<ConnectService> {
+    open_with(dir, fake, None, limits)
+}
+
+fn open_with(
+    dir: &std::path::Path,
+    fake: Arc<Fake>,
+    server: Option<&super::TestServer>,
+    limits: Limits,
+) -> Arc<ConnectService> {
     let mut broker = BrokerConfig::new(Arc::new(|ip: IpAddr| ip.is_loopback()));
     if let Some(s) = server {
         broker.allowed_port = s.port;
@@ -227,7 +245,7 @@ pub fn open(
     }
     let config = ServiceConfig {
         data_dir: dir.to_path_buf(),
-        limits: Limits::default(),
+        limits,
         broker,
         credential_keys: sbx_secrets::KeyRing::new(sbx_secrets::Key::from_bytes(KEY)),
         database_url: None,

@@ -5,6 +5,7 @@ use crate::service::ServiceError;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use sbx_api_types::{validate::ValidationError, ErrorBody, ErrorCode};
+use sbx_connect::credentials::CredentialsError;
 use sbx_connect::service::{ErrorClass, ServiceError as ConnectError};
 
 /// An error on its way to the client.
@@ -143,6 +144,11 @@ fn connect_code(op: ConnectOp, e: &ConnectError) -> (ErrorCode, Option<String>) 
         }
         (ErrorClass::Conflict, _) => (ErrorCode::ConnectInvalidState, None),
         (ErrorClass::Invalid, C::Oauth(_)) => (ErrorCode::ConnectOauthRejected, None),
+        // A secret too short to redact: a malformed field, named in the message, not a config
+        // problem of the package.
+        (ErrorClass::Invalid, C::Credentials(CredentialsError::TooShort { .. })) => {
+            (ErrorCode::InvalidFieldFormat, None)
+        }
         (ErrorClass::Invalid, _) => match op {
             ConnectOp::Upload => (ErrorCode::ConnectInvalidPackage, None),
             ConnectOp::Connection => (ErrorCode::ConnectInvalidConfig, None),
@@ -291,6 +297,33 @@ mod tests {
             ("connect_version_exists", 409, "exists".into())
         );
         assert_eq!(code(ConnectOp::Other, taken()).0, "connect_invalid_state");
+    }
+
+    #[test]
+    fn a_too_short_secret_is_a_400_naming_the_field_and_the_minimum() {
+        let short = ConnectError::Credentials(CredentialsError::TooShort {
+            field: "key",
+            min: 8,
+        });
+        let (c, status, message) = code(ConnectOp::Connection, short);
+        assert_eq!((c, status), ("invalid_field_format", 400));
+        assert!(
+            message.starts_with("credentials.key: must be at least 8 bytes"),
+            "{message}"
+        );
+        // Credentials of the wrong kind stay a 422 like any other unfitting connection input.
+        let wrong = ConnectError::Credentials(CredentialsError::WrongKind {
+            wanted: "apiKey",
+            given: "bearer",
+        });
+        assert_eq!(
+            code(ConnectOp::Connection, wrong),
+            (
+                "connect_invalid_config",
+                422,
+                "the package needs apiKey credentials, not bearer".into()
+            )
+        );
     }
 
     #[test]

@@ -373,12 +373,28 @@ impl Drop for Daemon {
 /// Starts sbxd (dev mode, a fresh data dir, the test image and agent) with `args`,
 /// expecting it to refuse to start within `within`: its exit code and stderr.
 pub fn start_refused(args: &[&str], within: Duration) -> (Option<i32>, String) {
+    start_refused_in(Mode::Dev, args, within)
+}
+
+/// Whether sbxd starts with `--dev`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// `--dev`.
+    Dev,
+    /// Production: no `--dev`.
+    Production,
+}
+
+/// [`start_refused`] in `mode`.
+pub fn start_refused_in(mode: Mode, args: &[&str], within: Duration) -> (Option<i32>, String) {
     let dir = tempfile::Builder::new()
         .prefix("sbx-it-")
         .tempdir_in("/var/tmp")
         .expect("data dir");
+    let dev: &[&str] = if mode == Mode::Dev { &["--dev"] } else { &[] };
     let mut child = Command::new(env!("CARGO_BIN_EXE_sbxd"))
-        .args(["--dev", "--listen", "127.0.0.1:0", "--data-dir"])
+        .args(dev)
+        .args(["--listen", "127.0.0.1:0", "--data-dir"])
         .arg(dir.path())
         .arg("--image-rootfs")
         .arg(env_path("SBX_TEST_IMAGE_ROOTFS"))

@@ -99,10 +99,14 @@ impl ApiHost {
 
 /// `examples/NAME` as a gzipped tarball under `package/`, the way `npm pack` lays it out.
 pub fn tarball(name: &str) -> Vec<u8> {
+    tarball_in(&repo().join("examples"), name)
+}
+
+/// `PARENT/NAME` as a gzipped tarball under `package/`.
+pub fn tarball_in(examples: &Path, name: &str) -> Vec<u8> {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("p.tgz");
     let transform = format!("s,^{name},package,");
-    let examples = repo().join("examples");
     run(
         "tar",
         &[

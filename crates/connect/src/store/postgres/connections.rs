@@ -2,7 +2,9 @@
 
 use super::{time, PostgresStore};
 use crate::model::{AuthKind, Connection, ConnectionStatus};
-use crate::store::{CredentialBlob, NewConnection, OauthPending, StoreError};
+use crate::store::{
+    CredentialBlob, NewConnection, OauthPending, StoreError, VersionChange, VersionChangeOutcome,
+};
 use chrono::Utc;
 use postgres::Row;
 
@@ -160,21 +162,53 @@ impl crate::store::Connections for PostgresStore {
         &self,
         workspace: &str,
         id: &str,
-        version: &str,
-        config: &serde_json::Value,
-    ) -> Result<(), StoreError> {
-        let (ws, id, version) = (workspace.to_string(), id.to_string(), version.to_string());
-        let config = serde_json::to_string(config)?;
+        change: &VersionChange,
+    ) -> Result<VersionChangeOutcome, StoreError> {
+        let (ws, id, change) = (workspace.to_string(), id.to_string(), change.clone());
+        let config = serde_json::to_string(&change.config)?;
         self.run(move |c| {
-            let n = c.execute(
+            let mut tx = c.transaction()?;
+            // FOR UPDATE waits for a sync run being inserted (insert_run holds FOR SHARE on
+            // this row) and keeps new ones out until the commit; each later statement of this
+            // READ COMMITTED transaction sees every run inserted before the lock was granted.
+            let now: String = tx
+                .query_opt(
+                    "SELECT version FROM connect_connections WHERE workspace = $1 AND id = $2 FOR UPDATE",
+                    &[&ws, &id],
+                )?
+                .ok_or(StoreError::NotFound("connection"))?
+                .try_get(0)?;
+            if now != change.from {
+                return Ok(VersionChangeOutcome::VersionMoved(now));
+            }
+            let unfinished: i64 = tx
+                .query_one(
+                    "SELECT COUNT(*) FROM connect_runs WHERE workspace = $1 AND connection_id = $2
+                     AND kind = 'sync' AND status IN ('queued', 'running')",
+                    &[&ws, &id],
+                )?
+                .try_get(0)?;
+            if unfinished > 0 {
+                return Ok(VersionChangeOutcome::SyncRunning);
+            }
+            let committed: Vec<String> = tx
+                .query(
+                    "SELECT sync FROM connect_sync_state WHERE workspace = $1 AND connection_id = $2",
+                    &[&ws, &id],
+                )?
+                .iter()
+                .map(|r| r.try_get(0))
+                .collect::<Result<_, _>>()?;
+            if !crate::store::same_syncs(&committed, &change.committed_syncs) {
+                return Ok(VersionChangeOutcome::CommittedChanged);
+            }
+            tx.execute(
                 "UPDATE connect_connections SET version = $3, config = $4, updated_at = $5
                  WHERE workspace = $1 AND id = $2",
-                &[&ws, &id, &version, &config, &Utc::now()],
+                &[&ws, &id, &change.to, &config, &Utc::now()],
             )?;
-            if n == 0 {
-                return Err(StoreError::NotFound("connection"));
-            }
-            Ok(())
+            tx.commit()?;
+            Ok(VersionChangeOutcome::Changed)
         })
     }
 

@@ -48,12 +48,30 @@ impl crate::store::Runs for PostgresStore {
         let id = uuid::Uuid::new_v4().to_string();
         let (ws, r) = (workspace.to_string(), r.clone());
         self.run(move |c| {
-            c.execute(
+            let mut tx = c.transaction()?;
+            if let (RunKind::Sync, Some(connection_id)) = (r.kind, &r.connection_id) {
+                // FOR SHARE: a version change (FOR UPDATE on the row) waits for this run to be
+                // inserted and then sees it, or this insert waits for the change and sees the
+                // new version. Either way no sync runs under a version no longer in force.
+                let now: String = tx
+                    .query_opt(
+                        "SELECT version FROM connect_connections WHERE workspace = $1 AND id = $2 FOR SHARE",
+                        &[&ws, connection_id],
+                    )?
+                    .ok_or(StoreError::NotFound("connection"))?
+                    .try_get(0)?;
+                if now != r.version {
+                    return Err(crate::store::moved_since_read(&now));
+                }
+            }
+            tx.execute(
                 "INSERT INTO connect_runs (id, workspace, connection_id, package, version, kind, sync, status, created_at)
                  VALUES ($1, $2, $3, $4, $5, $6, $7, 'queued', $8)",
                 &[&id, &ws, &r.connection_id, &r.package, &r.version, &r.kind.as_str(), &r.sync, &Utc::now()],
             )?;
-            get(c, &ws, &id)
+            let run = get(&mut tx, &ws, &id)?;
+            tx.commit()?;
+            Ok(run)
         })
     }
 

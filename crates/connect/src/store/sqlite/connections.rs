@@ -2,7 +2,9 @@
 
 use super::{now_ms, time, SqliteStore};
 use crate::model::{AuthKind, Connection, ConnectionStatus};
-use crate::store::{CredentialBlob, NewConnection, OauthPending, StoreError};
+use crate::store::{
+    CredentialBlob, NewConnection, OauthPending, StoreError, VersionChange, VersionChangeOutcome,
+};
 use rusqlite::{params, OptionalExtension, Row};
 
 const COLUMNS: &str = "id, name, package, version, config, origin, auth_kind, status, schedule_secs, created_at, updated_at";
@@ -149,25 +151,53 @@ impl super::super::Connections for SqliteStore {
         &self,
         workspace: &str,
         id: &str,
-        version: &str,
-        config: &serde_json::Value,
-    ) -> Result<(), StoreError> {
-        let conn = self.lock();
-        let n = conn.execute(
+        change: &VersionChange,
+    ) -> Result<VersionChangeOutcome, StoreError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        let now: String = tx
+            .query_row(
+                "SELECT version FROM connections WHERE workspace = ?1 AND id = ?2",
+                params![workspace, id],
+                |row| row.get(0),
+            )
+            .optional()?
+            .ok_or(StoreError::NotFound("connection"))?;
+        if now != change.from {
+            return Ok(VersionChangeOutcome::VersionMoved(now));
+        }
+        let unfinished: i64 = tx.query_row(
+            "SELECT COUNT(*) FROM runs WHERE workspace = ?1 AND connection_id = ?2
+             AND kind = 'sync' AND status IN ('queued', 'running')",
+            params![workspace, id],
+            |row| row.get(0),
+        )?;
+        if unfinished > 0 {
+            return Ok(VersionChangeOutcome::SyncRunning);
+        }
+        let committed: Vec<String> = {
+            let mut stmt = tx.prepare(
+                "SELECT sync FROM sync_state WHERE workspace = ?1 AND connection_id = ?2",
+            )?;
+            let rows = stmt.query_map(params![workspace, id], |r| r.get(0))?;
+            rows.collect::<Result<_, _>>()?
+        };
+        if !crate::store::same_syncs(&committed, &change.committed_syncs) {
+            return Ok(VersionChangeOutcome::CommittedChanged);
+        }
+        tx.execute(
             "UPDATE connections SET version = ?3, config = ?4, updated_at = ?5
              WHERE workspace = ?1 AND id = ?2",
             params![
                 workspace,
                 id,
-                version,
-                serde_json::to_string(config)?,
+                change.to,
+                serde_json::to_string(&change.config)?,
                 now_ms()
             ],
         )?;
-        if n == 0 {
-            return Err(StoreError::NotFound("connection"));
-        }
-        Ok(())
+        tx.commit()?;
+        Ok(VersionChangeOutcome::Changed)
     }
 
     fn committed_syncs(

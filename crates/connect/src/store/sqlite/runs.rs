@@ -47,12 +47,29 @@ fn finish((mut r, kind, status, category): RawRun) -> Result<Run, StoreError> {
 impl super::super::Runs for SqliteStore {
     fn insert_run(&self, workspace: &str, r: &NewRun) -> Result<Run, StoreError> {
         let id = uuid::Uuid::new_v4().to_string();
-        let conn = self.lock();
-        conn.execute(
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        if let (RunKind::Sync, Some(connection_id)) = (r.kind, &r.connection_id) {
+            // One lock holds every statement here and in set_connection_version: the version
+            // read is the one in force when the run row appears.
+            let now: String = tx
+                .query_row(
+                    "SELECT version FROM connections WHERE workspace = ?1 AND id = ?2",
+                    params![workspace, connection_id],
+                    |row| row.get(0),
+                )
+                .optional()?
+                .ok_or(StoreError::NotFound("connection"))?;
+            if now != r.version {
+                return Err(crate::store::moved_since_read(&now));
+            }
+        }
+        tx.execute(
             "INSERT INTO runs (id, workspace, connection_id, package, version, kind, sync, status, created_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', ?8)",
             params![id, workspace, r.connection_id, r.package, r.version, r.kind.as_str(), r.sync, now_ms()],
         )?;
+        tx.commit()?;
         drop(conn);
         self.get_run(workspace, &id)
     }

@@ -9,7 +9,7 @@ use crate::model::{
 use crate::spool::SpoolWriter;
 use crate::store::{
     CredentialBlob, NewConnection, NewPackageVersion, NewRun, OauthPending, StoreError,
-    VersionDeletion,
+    VersionChange, VersionChangeOutcome, VersionDeletion,
 };
 use chrono::{DateTime, Utc};
 use serde_json::json;
@@ -19,7 +19,103 @@ on_both_backends!(
     connections_credentials_and_oauth,
     runs_and_logs,
     a_reopened_store_reads_the_same,
+    a_version_change_holds_only_while_nothing_ran_or_committed_since_the_check,
 );
+
+/// A move of a connection from `from` to `to`, checked with `committed` syncs.
+fn change(from: &str, to: &str, committed: &[&str]) -> VersionChange {
+    VersionChange {
+        from: from.into(),
+        to: to.into(),
+        config: json!({"v": to}),
+        committed_syncs: committed.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+fn sync_run(version: &str) -> NewRun {
+    NewRun {
+        connection_id: Some("c1".into()),
+        package: "conn".into(),
+        version: version.into(),
+        kind: RunKind::Sync,
+        sync: Some("items".into()),
+    }
+}
+
+/// The upgrade race: the service checks (no sync running, these syncs committed), then moves
+/// the connection. Whatever happens in between makes the move a no-op instead of letting a
+/// sync commit under a definition that is no longer the connection's.
+pub(super) fn a_version_change_holds_only_while_nothing_ran_or_committed_since_the_check(
+    f: &Fixture,
+) {
+    let s = &*f.store;
+    s.insert_connection("ws", "c1", &connection(None), b"sealed")
+        .expect("connection");
+    let at = |v: &str| {
+        let c = s.get_connection("ws", "c1").expect("get");
+        assert_eq!(c.version, v);
+    };
+    // A sync run claimed after the check (queued, then running): refused while it is going.
+    let run = s.insert_run("ws", &sync_run("1.0.0")).expect("run");
+    assert_eq!(
+        s.set_connection_version("ws", "c1", &change("1.0.0", "2.0.0", &[]))
+            .expect("queued"),
+        VersionChangeOutcome::SyncRunning
+    );
+    s.start_run("ws", &run.id, 1).expect("start");
+    assert_eq!(
+        s.set_connection_version("ws", "c1", &change("1.0.0", "2.0.0", &[]))
+            .expect("running"),
+        VersionChangeOutcome::SyncRunning
+    );
+    at("1.0.0");
+    // It committed and ended: the set of committed syncs is not what was checked.
+    commit_one(f, "c1", "items");
+    s.succeed_run("ws", &run.id, 1, None).expect("succeed");
+    assert_eq!(
+        s.set_connection_version("ws", "c1", &change("1.0.0", "2.0.0", &[]))
+            .expect("committed since"),
+        VersionChangeOutcome::CommittedChanged
+    );
+    at("1.0.0");
+    // Another run of another kind does not hold a move (only syncs commit).
+    let verify = NewRun {
+        kind: RunKind::Verify,
+        sync: None,
+        ..sync_run("1.0.0")
+    };
+    s.insert_run("ws", &verify).expect("verify run");
+    // Checked against the current state: the move happens, config with it.
+    assert_eq!(
+        s.set_connection_version("ws", "c1", &change("1.0.0", "2.0.0", &["items"]))
+            .expect("move"),
+        VersionChangeOutcome::Changed
+    );
+    let c = s.get_connection("ws", "c1").expect("get");
+    assert_eq!(
+        (c.version.as_str(), &c.config),
+        ("2.0.0", &json!({"v": "2.0.0"}))
+    );
+    // A second mover that checked against 1.0.0 changes nothing.
+    assert_eq!(
+        s.set_connection_version("ws", "c1", &change("1.0.0", "3.0.0", &["items"]))
+            .expect("stale"),
+        VersionChangeOutcome::VersionMoved("2.0.0".into())
+    );
+    at("2.0.0");
+    // A sync claimed under 1.0.0 before the move cannot start after it.
+    assert!(matches!(
+        s.insert_run("ws", &sync_run("1.0.0")),
+        Err(StoreError::Changed(_))
+    ));
+    assert_eq!(s.list_runs("ws", "c1", None, 10).expect("runs").len(), 2);
+    s.insert_run("ws", &sync_run("2.0.0"))
+        .expect("a run of the version in force");
+    assert!(matches!(
+        s.set_connection_version("ws", "nope", &change("1.0.0", "2.0.0", &[])),
+        Err(StoreError::NotFound("connection"))
+    ));
+}
 
 pub(super) fn version(v: &str) -> NewPackageVersion {
     NewPackageVersion {
@@ -255,14 +351,17 @@ pub(super) fn connections_credentials_and_oauth(f: &Fixture) {
         ),
         Err(StoreError::NotFound(_))
     ));
-    s.set_connection_version("ws", "c1", "2.0.0", &json!({"v": 2}))
-        .expect("version");
+    assert_eq!(
+        s.set_connection_version("ws", "c1", &change("1.0.0", "2.0.0", &[]))
+            .expect("version"),
+        VersionChangeOutcome::Changed
+    );
     s.set_connection_status("ws", "c1", ConnectionStatus::Active)
         .expect("status");
     let c = s.get_connection("ws", "c1").expect("get");
     assert_eq!(
         (c.version.as_str(), &c.config, c.status),
-        ("2.0.0", &json!({"v": 2}), ConnectionStatus::Active)
+        ("2.0.0", &json!({"v": "2.0.0"}), ConnectionStatus::Active)
     );
     s.set_connection_credentials(
         "ws",
@@ -351,7 +450,7 @@ pub(super) fn connections_credentials_and_oauth(f: &Fixture) {
             &NewRun {
                 connection_id: Some("c1".into()),
                 package: "conn".into(),
-                version: "1.0.0".into(),
+                version: "2.0.0".into(),
                 kind: RunKind::Sync,
                 sync: Some("items".into()),
             },
@@ -399,6 +498,8 @@ pub(super) fn runs_and_logs(f: &Fixture) {
         kind: RunKind::Sync,
         sync: Some(sync.into()),
     };
+    s.insert_connection("ws", "c1", &connection(None), b"sealed")
+        .expect("connection");
     assert_eq!(s.last_sync_run_at("ws", "c1", "items").expect("last"), None);
     let r1 = s.insert_run("ws", &new("items")).expect("run");
     let r2 = s.insert_run("ws", &new("items")).expect("run");
