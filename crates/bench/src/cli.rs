@@ -30,6 +30,7 @@ pub const SCENARIOS: &[&str] = &[
     "sbxd-cpu",
     "connect-job",
     "store-create",
+    "store-create-path",
     "store-exec",
     "store-destroy",
 ];
@@ -149,6 +150,13 @@ pub struct Args {
     /// store-create / store-destroy: timed iterations per store.
     #[arg(long, default_value_t = 60)]
     pub store_iterations: usize,
+    /// store-create-path: an empty PostgreSQL database for the in-process
+    /// store rows (the SQLite side is a fresh file).
+    #[arg(long)]
+    pub store_path_database_url: Option<String>,
+    /// store-create-path: timed iterations per store.
+    #[arg(long, default_value_t = 1000)]
+    pub store_path_iterations: usize,
     /// store-exec: timed execs per store.
     #[arg(long, default_value_t = 200)]
     pub store_execs: usize,
@@ -206,7 +214,12 @@ mod tests {
         assert!(select(&["nope".into()]).is_err());
         assert_eq!(
             select(&["store".into()]).unwrap(),
-            ["store-create", "store-exec", "store-destroy"]
+            [
+                "store-create",
+                "store-create-path",
+                "store-exec",
+                "store-destroy"
+            ]
         );
         assert_eq!(
             select(&["exec-load".into(), "density".into(), "sbxd-cpu".into()]).unwrap(),

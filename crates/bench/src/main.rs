@@ -23,6 +23,7 @@ mod reaper;
 mod report;
 mod stats;
 mod store;
+mod store_path;
 mod sys;
 mod warm;
 
@@ -94,6 +95,9 @@ struct Bench {
     store_n: usize,
     store_execs: usize,
     store_rows: Vec<store::StoreRow>,
+    /// The PostgreSQL database of the in-process store row.
+    store_path_url: Option<String>,
+    store_path_n: usize,
 }
 
 impl Bench {
@@ -232,6 +236,8 @@ async fn main() -> Result<()> {
         store_n: args.store_iterations.max(1),
         store_execs: args.store_execs.max(1),
         store_rows: Vec::new(),
+        store_path_url: args.store_path_database_url.clone(),
+        store_path_n: args.store_path_iterations.max(1),
     };
     bench.notes.push(match args.upload_chunk_kib {
         0 => "sbx uploads are sent as one body with a Content-Length.".to_string(),

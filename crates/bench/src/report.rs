@@ -80,6 +80,15 @@ pub fn report(b: &Bench, machine: &str, url: &str, started: &str, interrupted: b
              reaches 0) to an exec."
                 .into(),
         );
+        notes.push(
+            "store-create-path: the store calls of one create (admission's read of the \
+             sandboxes holding capacity, the insert, the compare-and-set to RUNNING), timed \
+             in-process through AsyncStore as sbxd makes them, on a fresh SQLite file and on \
+             the same PostgreSQL (fsync on); the sandbox is then ended untimed. store-create \
+             times a whole boot, whose spread hides a 2 ms difference; this row isolates what \
+             a store can add to a create."
+                .into(),
+        );
     }
     let sides = b
         .rows

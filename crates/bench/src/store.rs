@@ -15,7 +15,12 @@ use crate::warm::EXEC_BLOCK;
 use crate::{stats_failure, timed, timed_val, Bench};
 
 /// The scenarios of this module, in table order.
-pub const SCENARIOS: &[&str] = &["store-create", "store-exec", "store-destroy"];
+pub const SCENARIOS: &[&str] = &[
+    "store-create",
+    crate::store_path::NAME,
+    "store-exec",
+    "store-destroy",
+];
 
 /// Client-side polling interval for these rows: a destroy answers 202 and is
 /// polled until TERMINATED, and the default 10 ms would hide a 2 ms difference.
@@ -57,7 +62,8 @@ pub struct StorePair {
 }
 
 impl StoreRow {
-    fn new(name: &'static str, target: StoreTarget) -> Self {
+    /// A row with no samples yet.
+    pub fn new(name: &'static str, target: StoreTarget) -> Self {
         StoreRow {
             name,
             sqlite: Side::default(),
@@ -186,10 +192,11 @@ impl XorShift {
 impl Bench {
     /// The store rows, on the two sbxd of `--store-sqlite-url` / `--store-postgres-url`.
     pub(crate) async fn store(&mut self) {
-        let rows = match &self.store_pair {
+        let mut rows = match &self.store_pair {
             Some(pair) => self.store_rows_on(pair).await,
             None => SCENARIOS
                 .iter()
+                .filter(|name| **name != crate::store_path::NAME)
                 .map(|name| {
                     StoreRow::not_available(
                         name,
@@ -198,8 +205,31 @@ impl Bench {
                 })
                 .collect(),
         };
+        if self.wants(crate::store_path::NAME) {
+            rows.insert(1, self.store_path_row().await);
+        }
         let rows: Vec<StoreRow> = rows.into_iter().filter(|r| self.wants(r.name)).collect();
         self.store_rows.extend(rows);
+    }
+
+    /// The in-process `store-create-path` row, on `--store-path-database-url`.
+    async fn store_path_row(&self) -> StoreRow {
+        let Some(url) = &self.store_path_url else {
+            return StoreRow::not_available(
+                crate::store_path::NAME,
+                "needs --store-path-database-url; scripts/bench gives it",
+            );
+        };
+        let dir = match tempfile::tempdir_in("/var/tmp") {
+            Ok(d) => d,
+            Err(e) => return StoreRow::not_available(crate::store_path::NAME, &e.to_string()),
+        };
+        eprintln!(
+            "[{}] {} iterations",
+            crate::store_path::NAME,
+            self.store_path_n
+        );
+        crate::store_path::measure(dir.path(), url, self.warm.max(5), self.store_path_n).await
     }
 
     /// Measures every store row on `pair`.
