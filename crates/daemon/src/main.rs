@@ -540,6 +540,8 @@ async fn main() -> anyhow::Result<()> {
     tokio::spawn(async move {
         // Its own task, every third of the lease: two heartbeats may fail before it runs out.
         let mut tick = tokio::time::interval(heart.config().node.lease / 3);
+        // After a stall, one heartbeat rather than a burst of them.
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;
         loop {
             tick.tick().await;

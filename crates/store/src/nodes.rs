@@ -5,6 +5,10 @@
 //! a heartbeat is accepted only with the current epoch. A node that was presumed lost
 //! (its lease ran out and it, or a newer run of it, registered again) is told so by
 //! [`crate::StoreError::Fenced`] and must stop acting.
+//!
+//! A heartbeat after the lease ran out is still accepted while nobody registered the
+//! id since: nothing has acted on the node's absence yet. Whatever does act on it (the
+//! node-loss failover of a later part) must bump the epoch first, which fences the node.
 
 use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;
