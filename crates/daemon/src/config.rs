@@ -41,6 +41,9 @@ pub struct Config {
     pub node: NodeConfig,
 }
 
+/// Longest node lease: past it a dead node would pass for alive for over an hour.
+pub const MAX_NODE_LEASE: Duration = Duration::from_secs(3600);
+
 /// How this sbxd registers itself as a node (`crate::service::nodes`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeConfig {
@@ -85,8 +88,8 @@ impl NodeConfig {
         if !has_host {
             return Err(ConfigError::BadAdvertiseUrl(url.clone()));
         }
-        if self.lease < Duration::from_secs(1) {
-            return Err(ConfigError::NodeLeaseTooShort);
+        if self.lease < Duration::from_secs(1) || self.lease > MAX_NODE_LEASE {
+            return Err(ConfigError::NodeLease);
         }
         Ok(())
     }
@@ -294,9 +297,9 @@ pub enum ConfigError {
     /// A malformed `--node-label`.
     #[error("--node-label {0:?}: expected key=value (key: letters, digits, '.', '_', '-', '/'; each key once)")]
     BadNodeLabel(String),
-    /// A lease too short to heartbeat within.
-    #[error("--node-lease-secs must be at least 1")]
-    NodeLeaseTooShort,
+    /// A lease too short to heartbeat within, or so long that a lost node goes unnoticed.
+    #[error("--node-lease-secs must be between 1 and 3600")]
+    NodeLease,
 }
 
 impl Config {
@@ -459,6 +462,12 @@ mod tests {
             Err(ConfigError::ClusterNeedsDatabase)
         ));
         assert!(node.validate(Some("postgres://db/sbx")).is_ok());
+        node.lease = Duration::from_secs(3601);
+        assert!(matches!(
+            node.validate(Some("postgres://db/sbx")),
+            Err(ConfigError::NodeLease)
+        ));
+        node.lease = Duration::from_secs(15);
         node.advertise_url = "ftp://x".into();
         assert!(node.validate(Some("postgres://db/sbx")).is_err());
         node.advertise_url = "https://node-1:8731".into();

@@ -43,7 +43,7 @@ struct Args {
     /// A node label, key=value (repeatable; comma-separated in SBX_NODE_LABELS).
     #[arg(long = "node-label", env = "SBX_NODE_LABELS", value_delimiter = ',')]
     node_labels: Vec<String>,
-    /// How long the node's lease lasts without a heartbeat, seconds (heartbeats every third).
+    /// How long the node's lease lasts without a heartbeat, seconds, 1-3600 (heartbeats every third).
     #[arg(long, env = "SBX_NODE_LEASE_SECS", default_value_t = 15)]
     node_lease_secs: u64,
     /// Accepted signing keys (comma-separated in SBX_SIGNING_KEYS).

@@ -65,10 +65,13 @@ fn is_operator(tenant: &str) -> bool {
 }
 
 impl Service {
+    /// When a lease taken or renewed at `now` runs out (the configured lease is at most
+    /// an hour, see `config::MAX_NODE_LEASE`).
     fn lease_until(&self, now: DateTime<Utc>) -> DateTime<Utc> {
-        let lease = chrono::Duration::from_std(self.config.node.lease)
-            .unwrap_or(chrono::Duration::seconds(15));
-        now + lease
+        chrono::Duration::from_std(self.config.node.lease.min(crate::config::MAX_NODE_LEASE))
+            .ok()
+            .and_then(|lease| now.checked_add_signed(lease))
+            .unwrap_or(now)
     }
 
     /// Registers this node (or takes over its row) and remembers the epoch it holds.
