@@ -105,6 +105,8 @@ pub enum ErrorCode {
     ConnectSyncNotFound,
     /// 404: unknown or used OAuth state.
     ConnectOauthStateNotFound,
+    /// 404: unknown node (`/v1/nodes/{id}`).
+    NodeNotFound,
     /// 409: the package version exists with other content (versions are immutable).
     ConnectVersionExists,
     /// 409: not built yet, sync already running, connection disabled or needing OAuth.
@@ -162,6 +164,7 @@ impl ErrorCode {
             ConnectRunNotFound => "connect_run_not_found",
             ConnectSyncNotFound => "connect_sync_not_found",
             ConnectOauthStateNotFound => "connect_oauth_state_not_found",
+            NodeNotFound => "node_not_found",
             ConnectVersionExists => "connect_version_exists",
             ConnectInvalidState => "connect_invalid_state",
             ConnectInvalidConfig => "connect_invalid_config",
@@ -189,7 +192,8 @@ impl ErrorCode {
             | ConnectConnectionNotFound
             | ConnectRunNotFound
             | ConnectSyncNotFound
-            | ConnectOauthStateNotFound => 404,
+            | ConnectOauthStateNotFound
+            | NodeNotFound => 404,
             MethodNotAllowed => 405,
             InvalidState | NameTaken | SnapshotNameTaken | SnapshotNotReady
             | OperationAmbiguous | ConnectVersionExists | ConnectInvalidState => 409,

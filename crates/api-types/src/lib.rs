@@ -5,6 +5,7 @@
 
 pub mod errors;
 pub mod network;
+pub mod nodes;
 pub mod requests;
 pub mod resources;
 pub mod signing_key;
@@ -12,6 +13,7 @@ pub mod validate;
 
 pub use errors::{ErrorBody, ErrorCode, ErrorItem};
 pub use network::{AllowRule, NetworkDenial, NetworkMode, NetworkPolicy, NetworkStatus};
+pub use nodes::{Node, NodeCapacity, NodeState};
 pub use requests::*;
 pub use resources::*;
 

@@ -192,6 +192,12 @@ pub enum Command {
     /// Manage workspace secrets.
     #[command(subcommand)]
     Secret(SecretCommand),
+    /// List the nodes sharing the server's database, or drain/undrain one (operator only).
+    Nodes {
+        /// drain or undrain; without one, the list.
+        #[command(subcommand)]
+        command: Option<NodesCommand>,
+    },
     /// Connect: connector packages, builds, connections, sync runs, logs and records.
     #[command(subcommand)]
     Connect(connect::ConnectCommand),
@@ -310,6 +316,21 @@ pub enum SecretCommand {
     Rm {
         /// Secret name.
         name: String,
+    },
+}
+
+/// `sbx nodes` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum NodesCommand {
+    /// Stop new placements on a node; its sandboxes keep running.
+    Drain {
+        /// Node id.
+        id: String,
+    },
+    /// Let a drained node take new placements again.
+    Undrain {
+        /// Node id.
+        id: String,
     },
 }
 

@@ -303,3 +303,86 @@ async fn logs_follow_resumes_after_a_dropped_connection() {
     assert_eq!(queries[0], "tailBytes=0");
     assert_eq!(queries[1], "tailBytes=0&fromOffset=6");
 }
+
+/// A node as `GET /v1/nodes` shows it.
+fn node(id: &str, state: &str) -> Value {
+    json!({
+        "id": id, "advertiseUrl": format!("http://{id}:8731"), "version": "0.1.0",
+        "labels": {"zone": "a"}, "capacity": {"vcpu": 32.0, "memoryMb": 7168},
+        "state": state, "epoch": 2, "leaseExpiresAt": "2026-07-30T12:00:15Z",
+        "lastHeartbeatAt": "2026-07-30T12:00:00Z", "registeredAt": "2026-07-30T11:00:00Z"
+    })
+}
+
+#[tokio::test]
+async fn nodes_lists_a_table_and_drains_and_undrains() {
+    let app = Router::new()
+        .route(
+            "/v1/nodes",
+            get(|| async {
+                (
+                    [("content-type", "application/json")],
+                    json!({
+                        "data": [node("node-a", "active"), node("node-b", "lost")],
+                        "metadata": {"fetchedAt": "2026-07-30T12:00:00Z"}
+                    })
+                    .to_string(),
+                )
+            }),
+        )
+        .route(
+            "/v1/nodes/{id}/drain",
+            post(|Path(id): Path<String>| async move {
+                if id == "node-a" {
+                    envelope(node("node-a", "draining"))
+                } else {
+                    (
+                        StatusCode::NOT_FOUND,
+                        [("content-type", "application/json"), ("x-request-id", "req-n")],
+                        json!({"errors": [{"code": "node_not_found", "message": "node \"x\" not found"}]})
+                            .to_string(),
+                    )
+                        .into_response()
+                }
+            }),
+        )
+        .route(
+            "/v1/nodes/{id}/undrain",
+            post(|Path(id): Path<String>| async move { envelope(node(&id, "active")) }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let out = sbx(&url, &["nodes"]).await;
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(lines[0].starts_with("ID"), "{text}");
+    assert!(
+        lines[1].contains("node-a") && lines[1].contains("active"),
+        "{text}"
+    );
+    assert!(
+        lines[1].contains("zone=a") && lines[1].contains("7168"),
+        "{text}"
+    );
+    assert!(
+        lines[2].contains("node-b") && lines[2].contains("lost"),
+        "{text}"
+    );
+
+    let out = sbx(&url, &["nodes", "drain", "node-a"]).await;
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("node node-a is draining"));
+    let out = sbx(&url, &["nodes", "undrain", "node-a"]).await;
+    assert!(String::from_utf8_lossy(&out.stderr).contains("node node-a is active"));
+
+    let out = sbx(&url, &["nodes", "drain", "nope"]).await;
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("node_not_found"),
+        "{out:?}"
+    );
+}

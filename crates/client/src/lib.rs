@@ -27,6 +27,7 @@ pub mod connect;
 mod error;
 mod files;
 mod ndjson;
+mod nodes;
 mod processes;
 mod sandboxes;
 mod secrets;

@@ -37,6 +37,104 @@ pub struct Config {
     pub capacity: CapacityConfig,
     /// HTTP server timeouts, connection caps and the browser guard.
     pub http: HttpConfig,
+    /// This node's identity and lease in the `nodes` table.
+    pub node: NodeConfig,
+}
+
+/// Longest node lease: past it a dead node would pass for alive for over an hour.
+pub const MAX_NODE_LEASE: Duration = Duration::from_secs(3600);
+
+/// How this sbxd registers itself as a node (`crate::service::nodes`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeConfig {
+    /// `--cluster`: several nodes share the database (needs `--database-url`).
+    pub cluster: bool,
+    /// Stable node id (`--node-id`, by default the host name).
+    pub id: String,
+    /// Where other nodes and clients reach this one (`--advertise-url`).
+    pub advertise_url: String,
+    /// Operator labels (`--node-label key=value`).
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// How long a registration or heartbeat holds the node's lease; heartbeats every third of it.
+    pub lease: Duration,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        NodeConfig {
+            cluster: false,
+            id: "local".into(),
+            advertise_url: "http://127.0.0.1:8731".into(),
+            labels: Default::default(),
+            lease: Duration::from_secs(15),
+        }
+    }
+}
+
+impl NodeConfig {
+    /// Checks the node settings against the database in use.
+    pub fn validate(&self, database_url: Option<&str>) -> Result<(), ConfigError> {
+        let shared = database_url.is_some_and(|u| !u.trim().is_empty());
+        // Nodes of a cluster meet in the database: each on its own SQLite would see only itself.
+        if self.cluster && !shared {
+            return Err(ConfigError::ClusterNeedsDatabase);
+        }
+        check_node_id(&self.id)?;
+        let url = &self.advertise_url;
+        let has_host = url
+            .strip_prefix("http://")
+            .or_else(|| url.strip_prefix("https://"))
+            .is_some_and(|rest| !rest.is_empty() && !rest.contains(char::is_whitespace));
+        if !has_host {
+            return Err(ConfigError::BadAdvertiseUrl(url.clone()));
+        }
+        if self.lease < Duration::from_secs(1) || self.lease > MAX_NODE_LEASE {
+            return Err(ConfigError::NodeLease);
+        }
+        Ok(())
+    }
+}
+
+/// A node id: 1–63 of `[A-Za-z0-9._-]`, starting with a letter or digit (host names fit).
+pub fn check_node_id(id: &str) -> Result<(), ConfigError> {
+    let ok = !id.is_empty()
+        && id.len() <= 63
+        && id.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError::BadNodeId(id.to_string()))
+    }
+}
+
+/// Parses `--node-label` values (`key=value`); a key given twice is refused.
+pub fn parse_node_labels(
+    values: &[String],
+) -> Result<std::collections::BTreeMap<String, String>, ConfigError> {
+    let mut labels = std::collections::BTreeMap::new();
+    for value in values.iter().map(|v| v.trim()).filter(|v| !v.is_empty()) {
+        let bad = || ConfigError::BadNodeLabel(value.to_string());
+        let (key, label) = value.split_once('=').ok_or_else(bad)?;
+        let key = key.trim();
+        let key_ok = !key.is_empty()
+            && key.len() <= 63
+            && key
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/'));
+        if !key_ok || label.len() > 253 || label.chars().any(char::is_control) {
+            return Err(bad());
+        }
+        if labels
+            .insert(key.to_string(), label.trim().to_string())
+            .is_some()
+        {
+            return Err(bad());
+        }
+    }
+    Ok(labels)
 }
 
 /// HTTP server settings (`crate::server`) and the browser guard (`crate::api::browser_guard`).
@@ -187,6 +285,21 @@ pub enum ConfigError {
     /// An HTTP timeout or connection cap of zero would refuse every request.
     #[error("{0} must be at least 1")]
     HttpZero(&'static str),
+    /// `--cluster` on the node's own SQLite.
+    #[error("--cluster needs --database-url (SBX_DATABASE_URL): the nodes of a cluster share one PostgreSQL database")]
+    ClusterNeedsDatabase,
+    /// A node id that is not a host-name-like word.
+    #[error("--node-id {0:?}: use 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit")]
+    BadNodeId(String),
+    /// An advertise URL that is not http(s)://host...
+    #[error("--advertise-url {0:?}: expected http://host:port or https://host:port")]
+    BadAdvertiseUrl(String),
+    /// A malformed `--node-label`.
+    #[error("--node-label {0:?}: expected key=value (key: letters, digits, '.', '_', '-', '/'; each key once)")]
+    BadNodeLabel(String),
+    /// A lease too short to heartbeat within, or so long that a lost node goes unnoticed.
+    #[error("--node-lease-secs must be between 1 and 3600")]
+    NodeLease,
 }
 
 impl Config {
@@ -279,6 +392,7 @@ impl Config {
                 ..CapacityConfig::default()
             },
             http: HttpConfig::default(),
+            node: NodeConfig::default(),
         }
     }
 }
@@ -334,7 +448,39 @@ mod tests {
             warm_pool: Default::default(),
             capacity: CapacityConfig::default(),
             http: HttpConfig::default(),
+            node: NodeConfig::default(),
         }
+    }
+
+    #[test]
+    fn node_settings() {
+        let mut node = NodeConfig::default();
+        assert!(node.validate(None).is_ok());
+        node.cluster = true;
+        assert!(matches!(
+            node.validate(Some("  ")),
+            Err(ConfigError::ClusterNeedsDatabase)
+        ));
+        assert!(node.validate(Some("postgres://db/sbx")).is_ok());
+        node.lease = Duration::from_secs(3601);
+        assert!(matches!(
+            node.validate(Some("postgres://db/sbx")),
+            Err(ConfigError::NodeLease)
+        ));
+        node.lease = Duration::from_secs(15);
+        node.advertise_url = "ftp://x".into();
+        assert!(node.validate(Some("postgres://db/sbx")).is_err());
+        node.advertise_url = "https://node-1:8731".into();
+        node.id = "-x".into();
+        assert!(node.validate(Some("postgres://db/sbx")).is_err());
+        assert!(check_node_id("node-1.example").is_ok());
+        assert!(check_node_id("").is_err());
+        let labels =
+            parse_node_labels(&["zone=eu-1".into(), " gpu = no".into(), "".into()]).unwrap();
+        assert_eq!(labels.get("zone").map(String::as_str), Some("eu-1"));
+        assert_eq!(labels.get("gpu").map(String::as_str), Some("no"));
+        assert!(parse_node_labels(&["novalue".into()]).is_err());
+        assert!(parse_node_labels(&["a=1".into(), "a=2".into()]).is_err());
     }
 
     #[test]

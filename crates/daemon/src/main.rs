@@ -29,6 +29,23 @@ struct Args {
     /// Dev mode: no key needed; loopback only.
     #[arg(long, env = "SBX_DEV")]
     dev: bool,
+    /// Cluster mode: this node shares --database-url (required) with other nodes.
+    /// First part: nodes register, heartbeat and are listed and drained; placement
+    /// and forwarding come later. Without it the node still registers, as a cluster of one.
+    #[arg(long, env = "SBX_CLUSTER")]
+    cluster: bool,
+    /// This node's stable id (default: the host name).
+    #[arg(long, env = "SBX_NODE_ID")]
+    node_id: Option<String>,
+    /// The URL other nodes and clients reach this node at (default: http://<listen address>).
+    #[arg(long, env = "SBX_ADVERTISE_URL")]
+    advertise_url: Option<String>,
+    /// A node label, key=value (repeatable; comma-separated in SBX_NODE_LABELS).
+    #[arg(long = "node-label", env = "SBX_NODE_LABELS", value_delimiter = ',')]
+    node_labels: Vec<String>,
+    /// How long the node's lease lasts without a heartbeat, seconds, 1-3600 (heartbeats every third).
+    #[arg(long, env = "SBX_NODE_LEASE_SECS", default_value_t = 15)]
+    node_lease_secs: u64,
     /// Accepted signing keys (comma-separated in SBX_SIGNING_KEYS).
     #[arg(long = "signing-key", env = "SBX_SIGNING_KEYS", value_delimiter = ',')]
     signing_keys: Vec<String>,
@@ -382,6 +399,8 @@ async fn main() -> anyhow::Result<()> {
         )?);
     }
     let args = Args::parse();
+    // Checked first: a node that cannot take part in its cluster must not start at all.
+    let node = node_config(&args)?;
     // Checked before anything is opened or started: a production daemon must not come up
     // trusting an extra CA or letting the broker leave port 443, not even for a moment.
     if !args.dev
@@ -449,6 +468,7 @@ async fn main() -> anyhow::Result<()> {
                 .filter(|h| !h.is_empty())
                 .collect(),
         },
+        node,
     };
     sbx_daemon::network::Network::new(config.default_network, &config.network_test_public)
         .map_err(anyhow::Error::msg)?;
@@ -505,6 +525,39 @@ async fn main() -> anyhow::Result<()> {
         .await
         .context("reconciling with the host")?;
     service.refill_pool();
+    let registered = service
+        .register_node()
+        .await
+        .context("registering this node in the store")?;
+    tracing::info!(
+        node = %registered.id,
+        epoch = registered.epoch,
+        cluster = config.node.cluster,
+        advertise_url = %registered.advertise_url,
+        "node registered"
+    );
+    let heart = service.clone();
+    tokio::spawn(async move {
+        // Its own task, every third of the lease: two heartbeats may fail before it runs out.
+        let mut tick = tokio::time::interval(heart.config().node.lease / 3);
+        // After a stall, one heartbeat rather than a burst of them.
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            match heart.heartbeat_node().await {
+                sbx_daemon::service::Heartbeat::Renewed => {}
+                sbx_daemon::service::Heartbeat::Failed(e) => {
+                    tracing::warn!(error = %e, "node heartbeat failed; retrying");
+                }
+                sbx_daemon::service::Heartbeat::Fenced(e) => {
+                    // Another run holds this node id's lease now: renewing would steal it.
+                    tracing::error!(error = %e, "node fenced: its lease ran out and was taken; heartbeats stop");
+                    break;
+                }
+            }
+        }
+    });
     let renewer = service.clone();
     tokio::spawn(async move {
         // Its own task: a slow sweep must not let this process's claims pass for abandoned.
@@ -657,6 +710,30 @@ fn open_connect(
     )
     .context("opening the Connect runtime")?;
     Ok(connect)
+}
+
+/// This node's identity from its flags, checked against the database in use.
+fn node_config(args: &Args) -> anyhow::Result<sbx_daemon::config::NodeConfig> {
+    let id = match args.node_id.as_deref().map(str::trim) {
+        Some(id) => id.to_string(),
+        None => std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .context("reading the host name for the node id (or pass --node-id)")?
+            .trim()
+            .to_string(),
+    };
+    let advertise_url = match args.advertise_url.as_deref().map(str::trim) {
+        Some(url) => url.trim_end_matches('/').to_string(),
+        None => format!("http://{}", args.listen),
+    };
+    let node = sbx_daemon::config::NodeConfig {
+        cluster: args.cluster,
+        id,
+        advertise_url,
+        labels: sbx_daemon::config::parse_node_labels(&args.node_labels)?,
+        lease: Duration::from_secs(args.node_lease_secs),
+    };
+    node.validate(args.database_url.as_deref())?;
+    Ok(node)
 }
 
 /// The registry builds use when neither the flag nor the host's npm names one.

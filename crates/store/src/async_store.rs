@@ -8,8 +8,9 @@
 //! Its methods mirror [`Store`]'s one for one.
 
 use crate::{
-    ApiKeyRecord, CreateOutcome, IdempotencyBegin, IdempotencyRecord, SandboxCursor, SandboxRecord,
-    SecretRecord, SnapshotCreateOutcome, SnapshotRecord, SnapshotStatus, Store, StoreError,
+    ApiKeyRecord, CreateOutcome, IdempotencyBegin, IdempotencyRecord, NodeRecord, NodeRegistration,
+    SandboxCursor, SandboxRecord, SecretRecord, SnapshotCreateOutcome, SnapshotRecord,
+    SnapshotStatus, Store, StoreError,
 };
 use chrono::{DateTime, Utc};
 use sbx_api_types::SandboxStatus;
@@ -284,5 +285,45 @@ impl AsyncStore {
     /// See [`Store::idempotency_expire`].
     pub async fn idempotency_expire(&self, now: DateTime<Utc>) -> Result<usize, StoreError> {
         self.run(move |s| s.idempotency_expire(now)).await
+    }
+
+    /// See [`Store::register_node`].
+    pub async fn register_node(
+        &self,
+        node: &NodeRegistration,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+    ) -> Result<NodeRecord, StoreError> {
+        let node = node.clone();
+        self.run(move |s| s.register_node(&node, now, lease_until))
+            .await
+    }
+
+    /// See [`Store::heartbeat_node`].
+    pub async fn heartbeat_node(
+        &self,
+        id: &str,
+        epoch: u64,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+    ) -> Result<NodeRecord, StoreError> {
+        let id = id.to_string();
+        self.run(move |s| s.heartbeat_node(&id, epoch, now, lease_until))
+            .await
+    }
+
+    /// See [`Store::list_nodes`].
+    pub async fn list_nodes(&self) -> Result<Vec<NodeRecord>, StoreError> {
+        self.run(|s| s.list_nodes()).await
+    }
+
+    /// See [`Store::set_node_draining`].
+    pub async fn set_node_draining(
+        &self,
+        id: &str,
+        draining: bool,
+    ) -> Result<NodeRecord, StoreError> {
+        let id = id.to_string();
+        self.run(move |s| s.set_node_draining(&id, draining)).await
     }
 }

@@ -7,6 +7,7 @@
 
 mod async_store;
 mod migrate;
+mod nodes;
 mod postgres;
 mod records;
 mod snapshots;
@@ -15,6 +16,7 @@ mod tenants;
 
 pub use async_store::AsyncStore;
 pub use migrate::{copy_store, Copied, CopyReport};
+pub use nodes::{NodeRecord, NodeRegistration, NodeState};
 pub use postgres::{redact_url, Pool as PostgresPool, PostgresStore, TestDatabase};
 pub use records::*;
 pub use sqlite::SqliteStore;
@@ -57,6 +59,18 @@ pub enum StoreError {
     /// The row to update does not exist.
     #[error("not found")]
     NotFound,
+    /// A node's heartbeat carried an old lease epoch: the node's lease ran out and it
+    /// registered again since (or another process took its id). The caller must stop
+    /// acting as that node.
+    #[error("node {node} is fenced: it holds lease epoch {held}, the current one is {current}")]
+    Fenced {
+        /// The node id.
+        node: String,
+        /// The epoch the caller holds.
+        held: u64,
+        /// The stored epoch.
+        current: u64,
+    },
 }
 
 /// An error and its causes on one line (`connecting: No such file or directory`), so
@@ -245,4 +259,28 @@ pub trait Store: Send + Sync {
     /// knows it is the only one using the database (embedded SQLite): every other owner
     /// is an earlier run of itself, and stopped. Returns how many.
     fn idempotency_abandon_others(&self, owner: Uuid) -> Result<usize, StoreError>;
+
+    /// Registers a node, or takes over its own row: the lease runs to `lease_until` and
+    /// the described fields are replaced. The epoch is 1 for a new row, one more than the
+    /// stored one if the stored lease had run out at `now`, else unchanged (a restart
+    /// within the lease). The drain state stays. Returns the row as written.
+    fn register_node(
+        &self,
+        node: &NodeRegistration,
+        now: chrono::DateTime<chrono::Utc>,
+        lease_until: chrono::DateTime<chrono::Utc>,
+    ) -> Result<NodeRecord, StoreError>;
+    /// Extends a node's lease to `lease_until` if its stored epoch is `epoch`
+    /// (compare-and-set); `Fenced` when it is another, `NotFound` without a row.
+    fn heartbeat_node(
+        &self,
+        id: &str,
+        epoch: u64,
+        now: chrono::DateTime<chrono::Utc>,
+        lease_until: chrono::DateTime<chrono::Utc>,
+    ) -> Result<NodeRecord, StoreError>;
+    /// Every node, by id.
+    fn list_nodes(&self) -> Result<Vec<NodeRecord>, StoreError>;
+    /// Sets a node draining (or active again); `NotFound` without a row.
+    fn set_node_draining(&self, id: &str, draining: bool) -> Result<NodeRecord, StoreError>;
 }

@@ -6,6 +6,7 @@
 //! is left as it is, so a copy interrupted half-way is finished by running it again.
 //! Idempotency claims are not copied: they live for minutes, and a repeat of a request
 //! that ran before the move answers `operation_ambiguous` rather than run twice.
+//! Node rows are not copied either: every sbxd registers its node at start.
 
 use crate::{CreateOutcome, SnapshotCreateOutcome, SnapshotStatus, Store, StoreError};
 use sbx_api_types::SandboxStatus;

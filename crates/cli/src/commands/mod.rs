@@ -1,6 +1,7 @@
 //! Command implementations. Each returns the process exit status on success.
 
 mod files;
+mod nodes;
 mod processes;
 mod sandboxes;
 mod secrets;
@@ -146,6 +147,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
             Ok(0)
         }
         Command::Secret(cmd) => secrets::run(c, cmd).await,
+        Command::Nodes { command } => nodes::run(c, command).await,
         Command::Connect(cmd) => crate::connect::run(c, cmd).await,
     }
 }

@@ -90,6 +90,8 @@ impl From<sbx_store::StoreError> for StoreError {
             S::SchemaTooNew { found, supported } => StoreError::SchemaTooNew { found, supported },
             S::Database(s) => StoreError::Database(s),
             S::NotFound => StoreError::NotFound("row"),
+            // Only node heartbeats are fenced, and Connect stores make none.
+            fenced @ S::Fenced { .. } => StoreError::Database(Box::new(fenced)),
         }
     }
 }

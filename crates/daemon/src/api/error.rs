@@ -81,6 +81,8 @@ impl From<ServiceError> for ApiError {
             S::StartFailed(_) => ErrorCode::StartFailed,
             S::Ambiguous(_) => ErrorCode::OperationAmbiguous,
             S::IdempotencyKeyReused(_) => ErrorCode::IdempotencyKeyReused,
+            S::NodeNotFound(_) => ErrorCode::NodeNotFound,
+            S::AccessDenied(_) => ErrorCode::AccessDenied,
             S::Unavailable(_) => ErrorCode::ComputeUnavailable,
             S::StorageFull(_) => ErrorCode::StorageFull,
             S::Internal(_) => ErrorCode::InternalError,

@@ -11,6 +11,7 @@ mod envelope;
 mod error;
 mod files;
 mod idempotency;
+mod nodes;
 mod pool;
 mod processes;
 mod sandboxes;
@@ -132,6 +133,9 @@ pub fn router(
         .route("/v1/sandboxes/{id}/fs/remove", post(files::remove))
         .route("/v1/sandboxes/{id}/fs/rename", post(files::rename))
         .route("/v1/pool", get(pool::status))
+        .route("/v1/nodes", get(nodes::list))
+        .route("/v1/nodes/{id}/drain", post(nodes::drain))
+        .route("/v1/nodes/{id}/undrain", post(nodes::undrain))
         .route("/v1/connect/packages", get(connect_packages::list))
         .route(
             "/v1/connect/packages/{package}/versions",

@@ -81,6 +81,12 @@ pub enum ServiceError {
     /// An `Idempotency-Key` was sent again with a different request.
     #[error("{0}")]
     IdempotencyKeyReused(String),
+    /// No such node.
+    #[error("node {0:?} not found")]
+    NodeNotFound(String),
+    /// The caller may not do this (an operator-only action).
+    #[error("{0}")]
+    AccessDenied(String),
     /// Capacity or a transient, safe-to-repeat failure.
     #[error("{0}")]
     Unavailable(String),
@@ -128,7 +134,11 @@ impl From<sbx_store::StoreError> for ServiceError {
                 "the resource was changed concurrently ({source}); read it again and retry"
             )),
             // Other failures are transient from the caller's view, as before.
-            other @ (E::Corrupt(_) | E::SchemaTooNew { .. } | E::Database(_) | E::NotFound) => {
+            other @ (E::Corrupt(_)
+            | E::SchemaTooNew { .. }
+            | E::Database(_)
+            | E::NotFound
+            | E::Fenced { .. }) => {
                 ServiceError::Unavailable(format!("metadata store unavailable: {other}"))
             }
         }

@@ -21,6 +21,7 @@ mod files;
 mod idempotency;
 mod lifecycle;
 mod logs;
+mod nodes;
 mod pause;
 mod pool;
 mod reconcile;
@@ -37,6 +38,7 @@ pub use error::{ServiceError, STORE_FULL};
 pub use idempotency::{Claim, ClaimKey, CLAIM_LEASE, LEASE_RENEWAL};
 pub use lifecycle::{CreateOutcome, DestroyOutcome, SandboxPage};
 pub use logs::LogChunk;
+pub use nodes::Heartbeat;
 pub use pool::PoolShapeStatus;
 pub use secrets::{KeyError, SecretBox, SecretInfo};
 pub use snapshots::SnapshotPage;
@@ -86,6 +88,8 @@ pub struct Service {
     boot_id: Uuid,
     /// Ends of idempotency claims that a full disk kept from the store.
     unrecorded: idempotency::Unrecorded,
+    /// Lease epoch this node holds in the `nodes` table (0 before it registers).
+    node_epoch: std::sync::atomic::AtomicU64,
 }
 
 /// Longest wait for a sandbox's attach gate.
@@ -120,6 +124,7 @@ impl Service {
             admission: admission::Admission::new(admission::Capacity::detect(&config.capacity)),
             boot_id: Uuid::new_v4(),
             unrecorded: idempotency::Unrecorded::default(),
+            node_epoch: std::sync::atomic::AtomicU64::new(0),
             network,
             secrets,
             image_id,

@@ -46,6 +46,14 @@ pub fn connect_sdk_dir() -> PathBuf {
     }
 }
 
+/// The sbxd under test: `SBX_TEST_SBXD` (a copy of this tree's sbxd, for a target dir
+/// that several worktrees share: their builds overwrite debug/sbxd), else the one
+/// cargo built for this test.
+pub fn sbxd_binary() -> std::ffi::OsString {
+    std::env::var_os("SBX_TEST_SBXD")
+        .unwrap_or_else(|| std::ffi::OsString::from(env!("CARGO_BIN_EXE_sbxd")))
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -126,11 +134,7 @@ impl Daemon {
 
     /// (Re)starts the sbxd process on the same data dir and port.
     pub async fn spawn(&mut self) {
-        // SBX_TEST_SBXD: a copy of this tree's sbxd, for a target dir that
-        // several worktrees share (their builds overwrite debug/sbxd).
-        let sbxd = std::env::var_os("SBX_TEST_SBXD")
-            .unwrap_or_else(|| std::ffi::OsString::from(env!("CARGO_BIN_EXE_sbxd")));
-        let mut cmd = Command::new(sbxd);
+        let mut cmd = Command::new(sbxd_binary());
         if !self.extra_args.iter().any(|a| a == "--signing-key") {
             cmd.arg("--dev");
         }
@@ -238,9 +242,12 @@ impl Daemon {
 
     /// `sbxd keys create` on this daemon's data dir; returns the new key.
     pub fn create_key(&self, workspace: &str, env: Option<&str>) -> String {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_sbxd"));
+        let mut cmd = Command::new(sbxd_binary());
         cmd.args(["keys", "create", "--workspace", workspace, "--data-dir"])
-            .arg(self.dir.path());
+            .arg(self.dir.path())
+            // sbxd logs to stdout, where the key is printed: info lines (the store
+            // it opened) would come before it.
+            .env("SBX_LOG", "warn");
         if let Some(url) = self.database_url() {
             cmd.args(["--database-url", url]);
         }
@@ -392,7 +399,7 @@ pub fn start_refused_in(mode: Mode, args: &[&str], within: Duration) -> (Option<
         .tempdir_in("/var/tmp")
         .expect("data dir");
     let dev: &[&str] = if mode == Mode::Dev { &["--dev"] } else { &[] };
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sbxd"))
+    let mut child = Command::new(sbxd_binary())
         .args(dev)
         .args(["--listen", "127.0.0.1:0", "--data-dir"])
         .arg(dir.path())

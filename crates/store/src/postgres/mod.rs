@@ -6,6 +6,7 @@
 //! thread and a call hands it a job and waits for the answer. A later step makes
 //! the trait async and drops the workers.
 
+mod nodes;
 mod pool;
 mod rows;
 mod secrets;
@@ -24,6 +25,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/postgres/0001_initial.sql"),
     include_str!("../../migrations/postgres/0002_generation.sql"),
     include_str!("../../migrations/postgres/0003_idempotency_lease.sql"),
+    include_str!("../../migrations/postgres/0004_nodes.sql"),
 ];
 
 /// Connections kept open to the database (one worker thread each).

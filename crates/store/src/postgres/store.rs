@@ -7,8 +7,9 @@
 use super::rows::{self, json, ms, IDEM_COLUMNS, KEY_COLUMNS, SANDBOX_COLUMNS, SNAPSHOT_COLUMNS};
 use super::PostgresStore;
 use crate::{
-    ApiKeyRecord, CreateOutcome, IdempotencyBegin, IdempotencyRecord, SandboxCursor, SandboxRecord,
-    SecretRecord, SnapshotCreateOutcome, SnapshotRecord, SnapshotStatus, Store, StoreError,
+    ApiKeyRecord, CreateOutcome, IdempotencyBegin, IdempotencyRecord, NodeRecord, NodeRegistration,
+    SandboxCursor, SandboxRecord, SecretRecord, SnapshotCreateOutcome, SnapshotRecord,
+    SnapshotStatus, Store, StoreError,
 };
 use chrono::{DateTime, Utc};
 use sbx_api_types::SandboxStatus;
@@ -565,5 +566,32 @@ impl Store for PostgresStore {
                 &[&ms(now)],
             )? as usize)
         })
+    }
+
+    fn register_node(
+        &self,
+        node: &NodeRegistration,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+    ) -> Result<NodeRecord, StoreError> {
+        self.register_node_row(node, now, lease_until)
+    }
+
+    fn heartbeat_node(
+        &self,
+        id: &str,
+        epoch: u64,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+    ) -> Result<NodeRecord, StoreError> {
+        self.heartbeat_node_row(id, epoch, now, lease_until)
+    }
+
+    fn list_nodes(&self) -> Result<Vec<NodeRecord>, StoreError> {
+        self.node_rows()
+    }
+
+    fn set_node_draining(&self, id: &str, draining: bool) -> Result<NodeRecord, StoreError> {
+        self.set_node_draining_row(id, draining)
     }
 }

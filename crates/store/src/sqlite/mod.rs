@@ -1,8 +1,9 @@
 //! Embedded SQLite implementation (WAL, embedded migrations).
 
 use crate::{
-    ApiKeyRecord, CreateOutcome, IdempotencyBegin, IdempotencyRecord, SandboxCursor, SandboxRecord,
-    SecretRecord, SnapshotCreateOutcome, SnapshotRecord, SnapshotStatus, Store, StoreError,
+    ApiKeyRecord, CreateOutcome, IdempotencyBegin, IdempotencyRecord, NodeRecord, NodeRegistration,
+    SandboxCursor, SandboxRecord, SecretRecord, SnapshotCreateOutcome, SnapshotRecord,
+    SnapshotStatus, Store, StoreError,
 };
 use chrono::{DateTime, Utc};
 use rusqlite::{params, Connection, OptionalExtension, Row};
@@ -10,6 +11,8 @@ use sbx_api_types::SandboxStatus;
 use std::path::Path;
 use std::sync::Mutex;
 use uuid::Uuid;
+
+mod nodes;
 
 /// Schema versions, applied in order at open. Version N is `MIGRATIONS[N-1]`;
 /// the `schema_version` table (and `PRAGMA user_version`, which sbxd releases
@@ -22,6 +25,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/sqlite/0004_tenants.sql"),
     include_str!("../../migrations/sqlite/0005_generation.sql"),
     include_str!("../../migrations/sqlite/0006_idempotency_lease.sql"),
+    include_str!("../../migrations/sqlite/0007_nodes.sql"),
 ];
 
 /// SQLite-backed [`Store`].
@@ -482,6 +486,33 @@ impl Store for SqliteStore {
 
     fn idempotency_abandon_others(&self, owner: Uuid) -> Result<usize, StoreError> {
         self.idempotency_end_leases_except(owner)
+    }
+
+    fn register_node(
+        &self,
+        node: &NodeRegistration,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+    ) -> Result<NodeRecord, StoreError> {
+        self.register_node_row(node, now, lease_until)
+    }
+
+    fn heartbeat_node(
+        &self,
+        id: &str,
+        epoch: u64,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+    ) -> Result<NodeRecord, StoreError> {
+        self.heartbeat_node_row(id, epoch, now, lease_until)
+    }
+
+    fn list_nodes(&self) -> Result<Vec<NodeRecord>, StoreError> {
+        self.node_rows()
+    }
+
+    fn set_node_draining(&self, id: &str, draining: bool) -> Result<NodeRecord, StoreError> {
+        self.set_node_draining_row(id, draining)
     }
 }
 

@@ -11,7 +11,9 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 pub use crate::copying::copy_store_moves_every_row_and_finishes_an_interrupted_copy;
+mod nodes;
 mod secrets;
+pub use nodes::*;
 pub use secrets::*;
 
 /// Opens another store on the same data.

@@ -92,6 +92,8 @@ on_every_backend!(
     stale_updates_conflict_and_change_nothing,
     concurrent_updates_of_one_row_let_exactly_one_win,
     copy_store_moves_every_row_and_finishes_an_interrupted_copy,
+    nodes_register_heartbeat_list_and_drain,
+    an_expired_lease_re_registered_bumps_the_epoch_and_fences_the_old_one,
 );
 
 mod schema {

@@ -7,6 +7,7 @@ mod agent;
 mod concurrency;
 mod create;
 mod lifecycle;
+mod nodes;
 mod reconcile;
 mod snapshots;
 mod stall;
