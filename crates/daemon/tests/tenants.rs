@@ -181,6 +181,12 @@ fn case(method: &str, template: &str, a: &Fixture) -> (String, Option<Vec<u8>>, 
             NoLeak(a.sandbox.clone()),
         ),
         ("GET", "/v1/pool") => (path, None, Lacks(a.sandbox.clone())),
+        // Nodes belong to the operator: any key lists them (never a tenant's
+        // resources), only a key of the `default` workspace drains them.
+        ("GET", "/v1/nodes") => (path, None, Lacks(a.sandbox.clone())),
+        ("POST", "/v1/nodes/{id}/drain") | ("POST", "/v1/nodes/{id}/undrain") => {
+            (path, None, Status(403))
+        }
         ("POST", "/v2/sandboxes") | ("POST", "/v1/sandboxes") => {
             (path, json(steal), NotFound("sandbox_snapshot_not_found"))
         }
