@@ -63,6 +63,18 @@ pub enum SandboxStatus {
 }
 
 impl SandboxStatus {
+    /// Every status for which [`SandboxStatus::is_active`] holds: the
+    /// sandboxes that hold their name and the node's capacity.
+    pub const ACTIVE: [SandboxStatus; 7] = [
+        SandboxStatus::Pending,
+        SandboxStatus::Starting,
+        SandboxStatus::Running,
+        SandboxStatus::Pausing,
+        SandboxStatus::Paused,
+        SandboxStatus::Resuming,
+        SandboxStatus::Terminating,
+    ];
+
     /// Active sandboxes hold their name.
     pub fn is_active(self) -> bool {
         !matches!(self, SandboxStatus::Terminated | SandboxStatus::Failed)
@@ -342,4 +354,19 @@ pub struct FileInfo {
     pub mode: String,
     /// Modification time.
     pub modified_at: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SandboxStatus;
+
+    #[test]
+    fn active_lists_exactly_the_active_statuses() {
+        for s in SandboxStatus::ACTIVE {
+            assert!(s.is_active(), "{s:?}");
+        }
+        for s in [SandboxStatus::Terminated, SandboxStatus::Failed] {
+            assert!(!s.is_active() && !SandboxStatus::ACTIVE.contains(&s));
+        }
+    }
 }

@@ -25,15 +25,7 @@ use crate::store::{StoreRow, StoreTarget};
 pub const NAME: &str = "store-create-path";
 
 /// What admission sums before a create (the service's `HOLDING`).
-const HOLDING: [SandboxStatus; 7] = [
-    SandboxStatus::Pending,
-    SandboxStatus::Starting,
-    SandboxStatus::Running,
-    SandboxStatus::Pausing,
-    SandboxStatus::Paused,
-    SandboxStatus::Resuming,
-    SandboxStatus::Terminating,
-];
+const HOLDING: [SandboxStatus; 7] = SandboxStatus::ACTIVE;
 
 /// Measures the row: `iterations` timed creates per store after `warm`
 /// untimed ones, the stores taking turns. `sqlite_dir` holds a fresh SQLite

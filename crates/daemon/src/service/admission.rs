@@ -23,15 +23,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 /// Statuses whose sandboxes hold memory and CPU on the node.
-const HOLDING: [SandboxStatus; 7] = [
-    SandboxStatus::Pending,
-    SandboxStatus::Starting,
-    SandboxStatus::Running,
-    SandboxStatus::Pausing,
-    SandboxStatus::Paused,
-    SandboxStatus::Resuming,
-    SandboxStatus::Terminating,
-];
+const HOLDING: [SandboxStatus; 7] = SandboxStatus::ACTIVE;
 
 /// What the node may hand out.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -48,15 +48,7 @@ impl Service {
             .collect();
         let active = self
             .store
-            .sandboxes_in_status(&[
-                SandboxStatus::Pending,
-                SandboxStatus::Starting,
-                SandboxStatus::Running,
-                SandboxStatus::Pausing,
-                SandboxStatus::Paused,
-                SandboxStatus::Resuming,
-                SandboxStatus::Terminating,
-            ])
+            .sandboxes_in_status(&SandboxStatus::ACTIVE)
             .await?;
         let mut keep = HashSet::new();
         let mut work: Vec<BoxFuture<'static, ()>> = Vec::new();
