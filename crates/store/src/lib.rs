@@ -17,7 +17,9 @@ mod tenants;
 pub use async_store::AsyncStore;
 pub use migrate::{copy_store, Copied, CopyReport};
 pub use nodes::{NodeRecord, NodeRegistration, NodeState};
-pub use postgres::{redact_url, Pool as PostgresPool, PostgresStore, TestDatabase};
+pub use postgres::{
+    redact_url, Pool as PostgresPool, PostgresStore, Session as PostgresSession, TestDatabase,
+};
 pub use records::*;
 pub use sqlite::SqliteStore;
 

@@ -13,7 +13,7 @@ mod secrets;
 mod store;
 mod testing;
 
-pub use pool::Pool;
+pub use pool::{Pool, Session};
 pub use testing::TestDatabase;
 
 use crate::StoreError;
@@ -56,7 +56,7 @@ impl PostgresStore {
         let store = PostgresStore {
             pool: Pool::new(config, CONNECTIONS),
         };
-        store.pool.run(migrate)?;
+        store.pool.run(|c| migrate(c))?;
         Ok(store)
     }
 

@@ -1,7 +1,11 @@
 //! A fixed set of connections, each owned by a worker thread outside any async runtime.
 
 use crate::StoreError;
-use postgres::{Client, Config, NoTls};
+use postgres::error::SqlState;
+use postgres::types::ToSql;
+use postgres::{Client, Config, NoTls, Row, Statement};
+use std::collections::HashMap;
+use std::ops::{Deref, DerefMut};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -18,10 +22,115 @@ const IDLE_CHECK: Duration = Duration::from_secs(5);
 /// How long that check may take before the connection counts as lost.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// Statements kept prepared per connection. The store's SQL is a fixed set of
+/// strings (a few dozen); past this many the cache starts over rather than grow.
+const MAX_STATEMENTS: usize = 256;
+
+/// A connection and the statements prepared on it.
+///
+/// `Client::execute` with SQL text prepares it first: two round trips to the
+/// server per statement. The session prepares each text once and reuses it,
+/// so a statement costs one. Everything else of [`Client`] is reached
+/// through `Deref` (transactions prepare as before).
+pub struct Session {
+    client: Client,
+    statements: HashMap<String, Statement>,
+}
+
+impl Deref for Session {
+    type Target = Client;
+    fn deref(&self) -> &Client {
+        &self.client
+    }
+}
+
+impl DerefMut for Session {
+    fn deref_mut(&mut self) -> &mut Client {
+        &mut self.client
+    }
+}
+
+impl Session {
+    fn new(client: Client) -> Session {
+        Session {
+            client,
+            statements: HashMap::new(),
+        }
+    }
+
+    /// Like [`Client::execute`], on a statement prepared once per connection.
+    pub fn execute(
+        &mut self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<u64, postgres::Error> {
+        self.cached(sql, |c, s| c.execute(s, params))
+    }
+
+    /// Like [`Client::query`], on a statement prepared once per connection.
+    pub fn query(
+        &mut self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, postgres::Error> {
+        self.cached(sql, |c, s| c.query(s, params))
+    }
+
+    /// Like [`Client::query_opt`], on a statement prepared once per connection.
+    pub fn query_opt(
+        &mut self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Option<Row>, postgres::Error> {
+        self.cached(sql, |c, s| c.query_opt(s, params))
+    }
+
+    /// Like [`Client::query_one`], on a statement prepared once per connection.
+    pub fn query_one(
+        &mut self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Row, postgres::Error> {
+        self.cached(sql, |c, s| c.query_one(s, params))
+    }
+
+    fn cached<T>(
+        &mut self,
+        sql: &str,
+        run: impl Fn(&mut Client, &Statement) -> Result<T, postgres::Error>,
+    ) -> Result<T, postgres::Error> {
+        let statement = self.statement(sql)?;
+        match run(&mut self.client, &statement) {
+            // Another sbxd migrated the schema under a prepared statement whose
+            // result columns changed ("cached plan must not change result
+            // type"): prepare afresh, once.
+            Err(e) if e.code() == Some(&SqlState::FEATURE_NOT_SUPPORTED) => {
+                self.statements.clear();
+                let statement = self.statement(sql)?;
+                run(&mut self.client, &statement)
+            }
+            other => other,
+        }
+    }
+
+    /// `sql` prepared on this connection, for use inside a transaction of it.
+    pub fn statement(&mut self, sql: &str) -> Result<Statement, postgres::Error> {
+        if let Some(s) = self.statements.get(sql) {
+            return Ok(s.clone());
+        }
+        if self.statements.len() >= MAX_STATEMENTS {
+            self.statements.clear();
+        }
+        let s = self.client.prepare(sql)?;
+        self.statements.insert(sql.to_string(), s.clone());
+        Ok(s)
+    }
+}
+
 /// One worker's connection, opened on first use and again after it is lost.
 pub(super) struct Connection {
     config: Config,
-    client: Option<Client>,
+    client: Option<Session>,
     /// The pool's loss count when `client` was opened.
     opened_at_loss: u64,
     last_used: Instant,
@@ -30,7 +139,7 @@ pub(super) struct Connection {
 }
 
 impl Connection {
-    fn client(&mut self) -> Result<&mut Client, StoreError> {
+    fn client(&mut self) -> Result<&mut Session, StoreError> {
         let losses = self.losses.load(Ordering::SeqCst);
         let reusable = match self.client.take() {
             // Another worker lost its connection since this one was opened: the
@@ -49,7 +158,7 @@ impl Connection {
             None => {
                 let c = self.config.connect(NoTls).map_err(connect_error)?;
                 self.opened_at_loss = losses;
-                c
+                Session::new(c)
             }
         };
         self.last_used = Instant::now();
@@ -136,7 +245,7 @@ impl Pool {
     pub fn run<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(&mut Client) -> Result<T, StoreError> + Send + 'static,
+        F: FnOnce(&mut Session) -> Result<T, StoreError> + Send + 'static,
     {
         let (tx, rx) = mpsc::sync_channel(1);
         let job: Job = Box::new(move |conn: &mut Connection| {

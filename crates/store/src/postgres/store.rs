@@ -57,16 +57,26 @@ impl Store for PostgresStore {
     fn create_sandbox(&self, record: &SandboxRecord) -> Result<CreateOutcome, StoreError> {
         let r = record.clone();
         self.pool.run(move |c| {
-            let insert = format!(
+            let insert = c.statement(&format!(
                 "INSERT INTO sandboxes ({SANDBOX_COLUMNS}, active) \
                  VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19) \
                  ON CONFLICT (workspace, name) WHERE active DO NOTHING"
-            );
-            let holder = format!(
+            ))?;
+            let holder = c.statement(&format!(
                 "SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE workspace = $1 AND name = $2 AND active"
-            );
+            ))?;
+            let mut tx = c.transaction()?;
+            // The new STARTING row need not reach the disk before create goes
+            // on: nobody has been answered about it yet. Create answers only
+            // after the compare-and-set to RUNNING, whose synchronous commit
+            // flushes the write-ahead log up to and including this insert. A
+            // database crash in between loses a row no client saw; the boot's
+            // compare-and-set then finds no row and tears the container down
+            // (and reconciliation removes orphans at start). This saves a disk
+            // flush on every create.
+            tx.batch_execute("SET LOCAL synchronous_commit = off")?;
             for _ in 0..RACE_RETRIES {
-                let n = c.execute(
+                let n = tx.execute(
                     &insert,
                     &[
                         &r.id,
@@ -91,10 +101,11 @@ impl Store for PostgresStore {
                     ],
                 )?;
                 if n == 1 {
+                    tx.commit()?;
                     return Ok(CreateOutcome::Created);
                 }
                 // The holder may have ended between the insert and this read: then try again.
-                if let Some(row) = c.query_opt(&holder, &[&r.workspace, &r.name])? {
+                if let Some(row) = tx.query_opt(&holder, &[&r.workspace, &r.name])? {
                     return Ok(CreateOutcome::NameHeld(Box::new(rows::sandbox(&row)?)));
                 }
             }

@@ -254,6 +254,42 @@ mod schema {
     }
 
     #[test]
+    #[ignore = "needs PostgreSQL; run ./scripts/test"]
+    fn postgres_prepared_statements_survive_a_schema_change_by_another_process() {
+        let db = postgres_database();
+        let store = std::sync::Arc::new(PostgresStore::open(db.url()).expect("open"));
+        behaviours::insert_one(&*store);
+        // Every worker prepares the listing (the store keeps statements prepared
+        // per connection).
+        let list_everywhere = |store: &std::sync::Arc<PostgresStore>| {
+            let racers: Vec<_> = (0..8)
+                .map(|_| {
+                    let s = std::sync::Arc::clone(store);
+                    std::thread::spawn(move || s.list_sandboxes("default", 10, None))
+                })
+                .collect();
+            for r in racers {
+                let rows = r.join().expect("reader").expect("listing after the change");
+                assert_eq!(rows.len(), 1);
+                assert_eq!(rows[0].name, "one");
+            }
+        };
+        list_everywhere(&store);
+        // What a newer sbxd's migration could do: change a listed column's type,
+        // which makes PostgreSQL refuse the statements prepared before it
+        // ("cached plan must not change result type").
+        let url = db.url().to_string();
+        std::thread::spawn(move || {
+            let mut c = ::postgres::Client::connect(&url, ::postgres::NoTls).expect("connect");
+            c.batch_execute("ALTER TABLE sandboxes ALTER COLUMN error TYPE varchar(4000)")
+                .expect("alter");
+        })
+        .join()
+        .expect("thread");
+        list_everywhere(&store);
+    }
+
+    #[test]
     fn postgres_that_cannot_be_reached_is_unavailable() {
         let dir = tempfile::tempdir().expect("tempdir");
         let url = format!(
