@@ -50,6 +50,14 @@ pub struct Node {
     pub labels: BTreeMap<String, String>,
     /// Capacity for sandboxes.
     pub capacity: NodeCapacity,
+    /// What its active sandboxes hold, in the same units as `capacity`.
+    pub load: NodeCapacity,
+    /// How many active sandboxes it runs.
+    pub sandboxes: u64,
+    /// When another node failed its sandboxes over because its lease ran out
+    /// (RFC 3339); absent since it last registered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_over_at: Option<String>,
     /// active, draining or lost.
     pub state: NodeState,
     /// Lease epoch: grows each time the node registers after its lease ran out.

@@ -81,7 +81,7 @@ async fn open(sqlite_dir: &Path, postgres_url: &str) -> anyhow::Result<[AsyncSto
 async fn one_create(store: &AsyncStore, i: usize) -> anyhow::Result<Duration> {
     let mut record = record(i);
     let started = Instant::now();
-    store.sandboxes_in_status(&HOLDING).await?;
+    store.sandboxes_in_status(Some("bench"), &HOLDING).await?;
     store.create_sandbox(&record).await?;
     let now = Utc::now();
     record.status = SandboxStatus::Running;
@@ -117,5 +117,6 @@ fn record(i: usize) -> SandboxRecord {
         running_since: None,
         network: NetworkPolicy::default(),
         generation: 0,
+        node_id: "bench".into(),
     }
 }

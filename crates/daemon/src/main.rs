@@ -520,11 +520,9 @@ async fn main() -> anyhow::Result<()> {
         min_free_disk_mb = capacity.min_free_disk / (1024 * 1024),
         "node capacity for sandboxes"
     );
-    service
-        .reconcile()
-        .await
-        .context("reconciling with the host")?;
-    service.refill_pool();
+    // Registered before reconciling: a fail-over of this node decided on the epoch
+    // it had before this start either lands first (reconciliation then finds the
+    // sandboxes FAILED and removes their leftovers) or not at all.
     let registered = service
         .register_node()
         .await
@@ -536,28 +534,15 @@ async fn main() -> anyhow::Result<()> {
         advertise_url = %registered.advertise_url,
         "node registered"
     );
-    let heart = service.clone();
-    tokio::spawn(async move {
-        // Its own task, every third of the lease: two heartbeats may fail before it runs out.
-        let mut tick = tokio::time::interval(heart.config().node.lease / 3);
-        // After a stall, one heartbeat rather than a burst of them.
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        tick.tick().await;
-        loop {
-            tick.tick().await;
-            match heart.heartbeat_node().await {
-                sbx_daemon::service::Heartbeat::Renewed => {}
-                sbx_daemon::service::Heartbeat::Failed(e) => {
-                    tracing::warn!(error = %e, "node heartbeat failed; retrying");
-                }
-                sbx_daemon::service::Heartbeat::Fenced(e) => {
-                    // Another run holds this node id's lease now: renewing would steal it.
-                    tracing::error!(error = %e, "node fenced: its lease ran out and was taken; heartbeats stop");
-                    break;
-                }
-            }
-        }
-    });
+    tokio::spawn(service.clone().node_duties());
+    // After the heartbeat started: reconciling may take a while (it removes
+    // leftovers, up to 10 s before the port opens) and the lease must not run
+    // out meanwhile.
+    service
+        .reconcile()
+        .await
+        .context("reconciling with the host")?;
+    service.refill_pool();
     let renewer = service.clone();
     tokio::spawn(async move {
         // Its own task: a slow sweep must not let this process's claims pass for abandoned.

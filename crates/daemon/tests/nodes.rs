@@ -1,7 +1,9 @@
-//! Cluster mode, first part: two sbxd with `--cluster` on one PostgreSQL list each
-//! other as nodes, a drain through one is seen through the other, a node killed with
-//! -9 becomes `lost` once its lease runs out and comes back under a new lease epoch;
-//! `--cluster` without `--database-url` is refused at start.
+//! Cluster mode: two sbxd with `--cluster` on one PostgreSQL list each other as
+//! nodes with their load, a drain through one is seen through the other; a node
+//! killed with -9 becomes `lost` once its lease runs out, the other fails its
+//! sandboxes over (FAILED "node lost") and keeps working, and the killed node,
+//! restarted, comes back under a new lease epoch, resurrects nothing and removes
+//! its leftovers; `--cluster` without `--database-url` is refused at start.
 //!
 //! Needs what the other integration tests need, plus the PostgreSQL server whose URL
 //! `./scripts/test` exports as `SBX_TEST_DATABASE_URL`.
@@ -122,24 +124,66 @@ async fn two_nodes_list_drain_lose_and_fence_each_other() {
     common::assert_error(&refused, 403, "access_denied");
     assert_eq!(node_seen(&a, "node-b").await["state"], "active");
 
-    // kill -9 of A: B sees it lost once its 2 s lease runs out; B itself stays active.
+    // A sandbox on each node; each node counts its own.
+    let on_a = a.create_running("on-a").await;
+    let on_b = b.create_running("on-b").await;
+    for (id, n) in [("node-a", &on_a), ("node-b", &on_b)] {
+        let seen = node_seen(&b, id).await;
+        assert_eq!(seen["sandboxes"], 1, "{n}: {seen}");
+        assert_eq!(seen["load"]["memoryMb"], 1024, "{seen}");
+    }
+
+    // kill -9 of A (its sandbox's container lives on): once its 2 s lease runs out,
+    // B fails it over; A's sandbox is FAILED "node lost" within the lease plus 5 s.
     a.kill9();
     let killed = Instant::now();
-    let lost = wait_node(&b, "node-a", Duration::from_secs(10), |n| {
-        n["state"] == "lost"
-    })
-    .await;
-    println!("node-a lost {:?} after kill -9", killed.elapsed());
-    assert_eq!(lost["epoch"], 1);
+    let failed = b
+        .wait_status(&on_a, "FAILED", Duration::from_secs(2 + 5))
+        .await;
+    println!(
+        "node-a's sandbox FAILED {:?} after kill -9",
+        killed.elapsed()
+    );
+    assert_eq!(failed["error"], "node lost", "{failed}");
+    let lost = node_seen(&b, "node-a").await;
+    assert_eq!(lost["state"], "lost", "{lost}");
+    assert_eq!(lost["epoch"], 2, "the fail-over fenced it: {lost}");
+    assert!(lost["failedOverAt"].is_string(), "{lost}");
+    assert_eq!(lost["sandboxes"], 0, "{lost}");
     assert_eq!(node_seen(&b, "node-b").await["state"], "active");
+    // B's own sandbox is untouched, and creates through B keep succeeding.
+    let (_, b_now) = b.call("GET", &format!("/v2/sandboxes/{on_b}"), None).await;
+    assert_eq!(b_now["data"]["status"], "RUNNING", "{b_now}");
+    assert_eq!(b.exec(&on_b, &["echo", "still"]).await.1.trim(), "still");
+    let after = b.create_running("after-loss").await;
+    let (status, _) = b
+        .call("DELETE", &format!("/v2/sandboxes/{after}"), None)
+        .await;
+    assert!(status == 202 || status == 204, "{status}");
+    assert!(
+        a.runsc_containers().iter().any(|c| c.contains(&on_a)),
+        "the killed node's container outlived sbxd (the leftover to clean)"
+    );
 
-    // A restarted after its lease ran out comes back active under a new epoch.
+    // A restarted after it was failed over comes back active under a new epoch,
+    // does not resurrect its sandbox, and removes its container.
     a.spawn().await;
     let back = wait_node(&b, "node-a", Duration::from_secs(10), |n| {
         n["state"] == "active"
     })
     .await;
-    assert_eq!(back["epoch"], 2, "{back}");
+    assert_eq!(back["epoch"], 3, "{back}");
+    assert!(back.get("failedOverAt").is_none(), "{back}");
+    let (_, row) = a.call("GET", &format!("/v2/sandboxes/{on_a}"), None).await;
+    assert_eq!(row["data"]["status"], "FAILED", "not resurrected: {row}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while a.runsc_containers().iter().any(|c| c.contains(&on_a)) {
+        assert!(
+            Instant::now() < deadline,
+            "the leftover container is still there"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     // And it keeps its lease by heartbeat (well past one lease).
     let until = Instant::now() + Duration::from_secs(3);
     while Instant::now() < until {

@@ -106,10 +106,13 @@ impl AsyncStore {
     /// See [`Store::sandboxes_in_status`].
     pub async fn sandboxes_in_status(
         &self,
+        node_id: Option<&str>,
         statuses: &[SandboxStatus],
     ) -> Result<Vec<SandboxRecord>, StoreError> {
         let statuses = statuses.to_vec();
-        self.run(move |s| s.sandboxes_in_status(&statuses)).await
+        let node_id = node_id.map(str::to_string);
+        self.run(move |s| s.sandboxes_in_status(node_id.as_deref(), &statuses))
+            .await
     }
 
     /// See [`Store::create_snapshot`].
@@ -325,5 +328,27 @@ impl AsyncStore {
     ) -> Result<NodeRecord, StoreError> {
         let id = id.to_string();
         self.run(move |s| s.set_node_draining(&id, draining)).await
+    }
+
+    /// See [`Store::fail_over_node`].
+    pub async fn fail_over_node(
+        &self,
+        id: &str,
+        epoch: u64,
+        now: DateTime<Utc>,
+    ) -> Result<Option<crate::FailOver>, StoreError> {
+        let id = id.to_string();
+        self.run(move |s| s.fail_over_node(&id, epoch, now)).await
+    }
+
+    /// See [`Store::adopt_unowned_sandboxes`].
+    pub async fn adopt_unowned_sandboxes(&self, node_id: &str) -> Result<usize, StoreError> {
+        let node_id = node_id.to_string();
+        self.run(move |s| s.adopt_unowned_sandboxes(&node_id)).await
+    }
+
+    /// See [`Store::node_usage`].
+    pub async fn node_usage(&self) -> Result<Vec<crate::NodeUsage>, StoreError> {
+        self.run(|s| s.node_usage()).await
     }
 }

@@ -16,7 +16,7 @@ mod tenants;
 
 pub use async_store::AsyncStore;
 pub use migrate::{copy_store, Copied, CopyReport};
-pub use nodes::{NodeRecord, NodeRegistration, NodeState};
+pub use nodes::{FailOver, NodeRecord, NodeRegistration, NodeState, NodeUsage, NODE_LOST};
 pub use postgres::{
     redact_url, Pool as PostgresPool, PostgresStore, Session as PostgresSession, TestDatabase,
 };
@@ -156,9 +156,11 @@ pub trait Store: Send + Sync {
         limit: u32,
         after: Option<&SandboxCursor>,
     ) -> Result<Vec<SandboxRecord>, StoreError>;
-    /// Every sandbox whose status is in `statuses`, across workspaces (reconciliation).
+    /// Every sandbox of node `node_id` (of every node: `None`) whose status is in
+    /// `statuses`, across workspaces (reconciliation, admission: a node's own duties).
     fn sandboxes_in_status(
         &self,
+        node_id: Option<&str>,
         statuses: &[sbx_api_types::SandboxStatus],
     ) -> Result<Vec<SandboxRecord>, StoreError>;
 
@@ -285,4 +287,19 @@ pub trait Store: Send + Sync {
     fn list_nodes(&self) -> Result<Vec<NodeRecord>, StoreError>;
     /// Sets a node draining (or active again); `NotFound` without a row.
     fn set_node_draining(&self, id: &str, draining: bool) -> Result<NodeRecord, StoreError>;
+    /// Fails a lost node over, once: if node `id` is still at `epoch`, its lease ran
+    /// out by `now` and nobody failed it over since it registered, bumps its epoch
+    /// (fencing it) and ends its active sandboxes ([`NODE_LOST`]) and their
+    /// unfinished snapshots, in one transaction. `None` when any condition fails
+    /// (another node did it first, or the node came back).
+    fn fail_over_node(
+        &self,
+        id: &str,
+        epoch: u64,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Option<FailOver>, StoreError>;
+    /// Gives sandboxes recorded before nodes were (their node is '') to `node_id`.
+    fn adopt_unowned_sandboxes(&self, node_id: &str) -> Result<usize, StoreError>;
+    /// What each node's active sandboxes hold, by node id.
+    fn node_usage(&self) -> Result<Vec<NodeUsage>, StoreError>;
 }

@@ -84,7 +84,7 @@ pub fn copy_store(from: &dyn Store, to: &dyn Store) -> Result<CopyReport, StoreE
     }
     // Oldest first: of two rows with one name, the terminated one goes in before the
     // active one that took the name over.
-    let mut sandboxes = from.sandboxes_in_status(&SANDBOX_STATUSES)?;
+    let mut sandboxes = from.sandboxes_in_status(None, &SANDBOX_STATUSES)?;
     sandboxes.sort_by_key(|r| (r.created_at, r.id));
     for sandbox in sandboxes {
         if to.get_sandbox(sandbox.id)?.is_some() {

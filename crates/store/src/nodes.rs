@@ -7,8 +7,12 @@
 //! [`crate::StoreError::Fenced`] and must stop acting.
 //!
 //! A heartbeat after the lease ran out is still accepted while nobody registered the
-//! id since: nothing has acted on the node's absence yet. Whatever does act on it (the
-//! node-loss failover of a later part) must bump the epoch first, which fences the node.
+//! id since: nothing has acted on the node's absence yet. Whatever acts on it (the
+//! fail-over, [`crate::Store::fail_over_node`]) bumps the epoch in the same transaction
+//! as it fails the node's sandboxes, which fences the node.
+
+/// Why the sandboxes of a node whose lease ran out are FAILED.
+pub const NODE_LOST: &str = "node lost";
 
 use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;
@@ -83,6 +87,32 @@ pub struct NodeRecord {
     pub last_heartbeat: DateTime<Utc>,
     /// When the node last registered.
     pub registered_at: DateTime<Utc>,
+    /// When another node failed its sandboxes over (its lease had run out); None
+    /// since it last registered.
+    pub failed_over_at: Option<DateTime<Utc>>,
+}
+
+/// What a fail-over of a lost node did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FailOver {
+    /// The node's epoch after it (the node is fenced below it).
+    pub epoch: u64,
+    /// Its sandboxes that were active and are now FAILED (or TERMINATED, if they
+    /// were already being destroyed).
+    pub sandboxes: Vec<uuid::Uuid>,
+}
+
+/// What the active sandboxes of one node hold.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeUsage {
+    /// The node's id.
+    pub node_id: String,
+    /// Active sandboxes.
+    pub sandboxes: u64,
+    /// Their vCPUs, in thousandths.
+    pub vcpu_milli: u64,
+    /// Their memory, MiB.
+    pub memory_mb: u64,
 }
 
 impl NodeRecord {
@@ -94,4 +124,4 @@ impl NodeRecord {
 
 /// The columns of the `nodes` table, in the order both backends read them.
 pub(crate) const NODE_COLUMNS: &str = "id, advertise_url, version, labels, vcpu_milli, memory_mb, \
-     state, epoch, lease_until_ms, last_heartbeat_ms, registered_at_ms";
+     state, epoch, lease_until_ms, last_heartbeat_ms, registered_at_ms, failed_over_ms";

@@ -44,6 +44,8 @@ pub struct SandboxRecord {
     pub network: sbx_api_types::NetworkPolicy,
     /// Compare-and-set version: 0 when inserted, bumped by every update.
     pub generation: u64,
+    /// The node that runs it (its `--node-id`); it alone acts on the sandbox's host state.
+    pub node_id: String,
 }
 
 impl SandboxRecord {

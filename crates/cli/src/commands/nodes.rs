@@ -23,6 +23,7 @@ const HEADERS: &[&str] = &[
     "ID",
     "STATE",
     "EPOCH",
+    "SANDBOXES",
     "VCPU",
     "MEMORY_MB",
     "LABELS",
@@ -37,8 +38,10 @@ fn row(n: &Node) -> Vec<String> {
         n.id.clone(),
         n.state.as_str().to_string(),
         n.epoch.to_string(),
-        format!("{}", n.capacity.vcpu),
-        n.capacity.memory_mb.to_string(),
+        n.sandboxes.to_string(),
+        // Used of capacity, as `top` shows it.
+        format!("{}/{}", n.load.vcpu, n.capacity.vcpu),
+        format!("{}/{}", n.load.memory_mb, n.capacity.memory_mb),
         if labels.is_empty() {
             "-".to_string()
         } else {

@@ -126,7 +126,11 @@ impl Service {
     async fn usage(&self) -> Result<(u64, u64)> {
         let mut vcpu_milli = 0u64;
         let mut memory_mb = 0u64;
-        for r in self.store.sandboxes_in_status(&HOLDING).await? {
+        for r in self
+            .store
+            .sandboxes_in_status(Some(&self.config.node.id), &HOLDING)
+            .await?
+        {
             vcpu_milli += u64::from(r.vcpu) * 1000;
             memory_mb += u64::from(r.memory_mb);
         }

@@ -155,6 +155,7 @@ impl Service {
             running_since: None,
             network: NetworkPolicy::default(),
             generation: 0,
+            node_id: self.config.node.id.clone(),
         }
     }
 

@@ -515,7 +515,7 @@ impl Service {
         let limit = self.config.limits.active_runtime;
         let Ok(running) = self
             .store
-            .sandboxes_in_status(&[SandboxStatus::Running])
+            .sandboxes_in_status(Some(&self.config.node.id), &[SandboxStatus::Running])
             .await
         else {
             return;

@@ -12,14 +12,22 @@
 //! (the keys given to sbxd by flag or environment, keys an operator created for that
 //! workspace with `sbxd keys create`, and dev mode).
 //!
-//! Load (what a node's sandboxes use) is not shown yet: sandbox rows do not record
-//! their node until placement exists, so only capacity is reported.
+//! Every sandbox row names the node that runs it; a node's own duties
+//! (admission, reconciliation, runtime limits) look at its own rows only.
+//!
+//! In cluster mode every node also watches the others: a node whose lease ran out
+//! is failed over by whichever node sees it first, in one store transaction that
+//! bumps its epoch (fencing it) and ends its active sandboxes as FAILED "node
+//! lost" ([`sbx_store::Store::fail_over_node`]); the store decides, so it happens
+//! once. A node that learns it was fenced destroys what is left of those
+//! sandboxes on its host and registers anew.
 
 use super::{Result, Service, ServiceError};
 use chrono::{DateTime, Utc};
 use sbx_api_types::{format_time, Node, NodeCapacity, NodeState};
-use sbx_store::{NodeRecord, NodeRegistration, StoreError};
+use sbx_store::{NodeRecord, NodeRegistration, NodeUsage, StoreError};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 /// Outcome of one heartbeat.
 #[derive(Debug)]
@@ -32,8 +40,8 @@ pub enum Heartbeat {
     Failed(String),
 }
 
-/// The wire view of a node at `now`.
-fn node_view(r: &NodeRecord, now: DateTime<Utc>) -> Node {
+/// The wire view of a node at `now`, with what its sandboxes hold.
+fn node_view(r: &NodeRecord, usage: Option<&NodeUsage>, now: DateTime<Utc>) -> Node {
     let state = if r.is_lost(now) {
         NodeState::Lost
     } else {
@@ -51,6 +59,12 @@ fn node_view(r: &NodeRecord, now: DateTime<Utc>) -> Node {
             vcpu: r.vcpu_milli as f64 / 1000.0,
             memory_mb: r.memory_mb,
         },
+        load: NodeCapacity {
+            vcpu: usage.map_or(0, |u| u.vcpu_milli) as f64 / 1000.0,
+            memory_mb: usage.map_or(0, |u| u.memory_mb),
+        },
+        sandboxes: usage.map_or(0, |u| u.sandboxes),
+        failed_over_at: r.failed_over_at.map(format_time),
         state,
         epoch: r.epoch,
         lease_expires_at: format_time(r.lease_until),
@@ -92,7 +106,132 @@ impl Service {
             .register_node(&registration, now, self.lease_until(now))
             .await?;
         self.node_epoch.store(record.epoch, Ordering::SeqCst);
-        Ok(node_view(&record, now))
+        let adopted = self.store.adopt_unowned_sandboxes(&node.id).await?;
+        if adopted > 0 {
+            tracing::info!(sandboxes = adopted, node = %node.id, "adopted sandboxes recorded before nodes were");
+        }
+        Ok(node_view(&record, None, now))
+    }
+
+    /// This node's lease and cluster duties, forever (a task of its own, every
+    /// third of the lease, so that two heartbeats may fail before it runs out):
+    /// heartbeat; when fenced, recover; in cluster mode, fail lost nodes over.
+    pub async fn node_duties(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(self.config.node.lease / 3);
+        // After a stall, one heartbeat rather than a burst of them.
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            match self.heartbeat_node().await {
+                Heartbeat::Renewed => {}
+                Heartbeat::Failed(e) => {
+                    tracing::warn!(error = %e, "node heartbeat failed; retrying")
+                }
+                Heartbeat::Fenced(e) => {
+                    tracing::error!(error = %e, "node fenced: its lease ran out and was taken");
+                    match self.recover_from_fence().await {
+                        Ok(Some(node)) => {
+                            tracing::warn!(
+                                epoch = node.epoch,
+                                "failed over while cut off; rejoined"
+                            );
+                        }
+                        Ok(None) => {
+                            // Another run holds this node id's lease: renewing would steal it.
+                            tracing::error!(
+                                "another sbxd registered this node id; heartbeats stop"
+                            );
+                            return;
+                        }
+                        Err(e) => {
+                            tracing::error!(error = %e, "rejoining after being fenced; retrying")
+                        }
+                    }
+                }
+            }
+            if self.config.node.cluster {
+                self.fail_over_lost_nodes().await;
+            }
+        }
+    }
+
+    /// Fails over every other node whose lease ran out and that nobody failed over
+    /// yet (cluster mode). Returns how many sandboxes this call ended.
+    pub async fn fail_over_lost_nodes(&self) -> usize {
+        let now = Utc::now();
+        let nodes = match self.store.list_nodes().await {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!(error = %e, "listing nodes to find lost ones");
+                return 0;
+            }
+        };
+        let mut ended = 0;
+        for n in nodes
+            .iter()
+            .filter(|n| n.id != self.config.node.id && n.is_lost(now) && n.failed_over_at.is_none())
+        {
+            match self.store.fail_over_node(&n.id, n.epoch, now).await {
+                Ok(Some(done)) => {
+                    tracing::warn!(
+                        node = %n.id,
+                        epoch = done.epoch,
+                        sandboxes = done.sandboxes.len(),
+                        lease_expired_at = %format_time(n.lease_until),
+                        "node lost: its lease ran out; its sandboxes are FAILED"
+                    );
+                    ended += done.sandboxes.len();
+                }
+                // Another node did it first, or the node came back.
+                Ok(None) => {}
+                Err(e) => tracing::warn!(node = %n.id, error = %e, "failing a lost node over"),
+            }
+        }
+        ended
+    }
+
+    /// After this node was fenced. If it was failed over (while it could not
+    /// renew its lease), destroys the host state of every sandbox the store no
+    /// longer has active on this node and registers anew: `Some`. If instead
+    /// another run of sbxd registered this node id, acts on nothing: `None`
+    /// (renewing would take that run's lease). Warm-pool members have no row
+    /// and are kept.
+    pub async fn recover_from_fence(self: &Arc<Self>) -> Result<Option<Node>> {
+        let me = &self.config.node.id;
+        let row = self
+            .store
+            .list_nodes()
+            .await?
+            .into_iter()
+            .find(|n| &n.id == me);
+        if row.is_none_or(|n| n.failed_over_at.is_none()) {
+            return Ok(None);
+        }
+        let on_host =
+            self.runtime.list().await.map_err(|e| {
+                ServiceError::Internal(format!("listing sandboxes on the host: {e}"))
+            })?;
+        let mut destroyed = 0;
+        for id in on_host {
+            let Some(row) = self.store.get_sandbox(id).await? else {
+                continue;
+            };
+            if row.status.is_active() && row.node_id == self.config.node.id {
+                continue;
+            }
+            self.forget_agent(id);
+            if let Err(e) = self.runtime.destroy(id).await {
+                tracing::error!(sandbox = %id, error = %e, "destroying a failed-over sandbox's leftovers");
+            } else {
+                destroyed += 1;
+            }
+        }
+        tracing::warn!(
+            destroyed,
+            "fenced: removed the leftovers of sandboxes failed over while this node was cut off"
+        );
+        self.register_node().await.map(Some)
     }
 
     /// Extends this node's lease if it still holds the current epoch.
@@ -119,7 +258,9 @@ impl Service {
     pub async fn list_nodes(&self) -> Result<Vec<Node>> {
         let now = Utc::now();
         let nodes = self.store.list_nodes().await?;
-        Ok(nodes.iter().map(|r| node_view(r, now)).collect())
+        let usage = self.store.node_usage().await?;
+        let of = |id: &str| usage.iter().find(|u| u.node_id == id);
+        Ok(nodes.iter().map(|r| node_view(r, of(&r.id), now)).collect())
     }
 
     /// Stops (or resumes) new placements on a node; the operator's only.
@@ -131,7 +272,11 @@ impl Service {
             )));
         }
         match self.store.set_node_draining(id, draining).await {
-            Ok(record) => Ok(node_view(&record, Utc::now())),
+            Ok(record) => {
+                let usage = self.store.node_usage().await?;
+                let of = usage.iter().find(|u| u.node_id == record.id);
+                Ok(node_view(&record, of, Utc::now()))
+            }
             Err(StoreError::NotFound) => Err(ServiceError::NodeNotFound(id.to_string())),
             Err(e) => Err(e.into()),
         }

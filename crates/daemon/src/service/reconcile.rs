@@ -48,7 +48,7 @@ impl Service {
             .collect();
         let active = self
             .store
-            .sandboxes_in_status(&SandboxStatus::ACTIVE)
+            .sandboxes_in_status(Some(&self.config.node.id), &SandboxStatus::ACTIVE)
             .await?;
         let mut keep = HashSet::new();
         let mut work: Vec<BoxFuture<'static, ()>> = Vec::new();

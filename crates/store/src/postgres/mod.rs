@@ -26,6 +26,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/postgres/0002_generation.sql"),
     include_str!("../../migrations/postgres/0003_idempotency_lease.sql"),
     include_str!("../../migrations/postgres/0004_nodes.sql"),
+    include_str!("../../migrations/postgres/0005_sandbox_node.sql"),
 ];
 
 /// Connections kept open to the database (one worker thread each).

@@ -10,7 +10,7 @@ use sbx_api_types::SandboxStatus;
 
 pub(super) const SANDBOX_COLUMNS: &str =
     "id, workspace, name, status, vcpu, memory_mb, environment, secrets, snapshot_id, \
-     image_ref, created_at_ms, started_at_ms, ended_at_ms, error, active_ms, running_since_ms, network, generation";
+     image_ref, created_at_ms, started_at_ms, ended_at_ms, error, active_ms, running_since_ms, network, generation, node_id";
 
 pub(super) const SNAPSHOT_COLUMNS: &str =
     "id, workspace, name, source_sandbox, status, vcpu, memory_mb, environment, secrets, image_ref, \
@@ -89,6 +89,7 @@ pub(super) fn sandbox(row: &Row) -> Result<SandboxRecord, StoreError> {
         running_since: opt_time(row.try_get(15)?, "running_since")?,
         network: network(row.try_get(16)?)?,
         generation: generation(row.try_get(17)?)?,
+        node_id: row.try_get(18)?,
     })
 }
 

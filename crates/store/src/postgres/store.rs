@@ -59,7 +59,7 @@ impl Store for PostgresStore {
         self.pool.run(move |c| {
             let insert = c.statement(&format!(
                 "INSERT INTO sandboxes ({SANDBOX_COLUMNS}, active) \
-                 VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19) \
+                 VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20) \
                  ON CONFLICT (workspace, name) WHERE active DO NOTHING"
             ))?;
             let holder = c.statement(&format!(
@@ -97,6 +97,7 @@ impl Store for PostgresStore {
                         &r.running_since.map(ms),
                         &json(&r.network),
                         &(r.generation as i64),
+                        &r.node_id,
                         &r.status.is_active(),
                     ],
                 )?;
@@ -194,16 +195,18 @@ impl Store for PostgresStore {
 
     fn sandboxes_in_status(
         &self,
+        node_id: Option<&str>,
         statuses: &[SandboxStatus],
     ) -> Result<Vec<SandboxRecord>, StoreError> {
         let statuses: Vec<&'static str> = statuses.iter().map(|s| s.as_str()).collect();
+        let node_id = node_id.map(str::to_string);
         self.pool.run(move |c| {
             c.query(
                 &format!(
-                    "SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE status = ANY($1) \
+                    "SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE ($1::text IS NULL OR node_id = $1) AND status = ANY($2) \
                      ORDER BY created_at_ms, id"
                 ),
-                &[&statuses],
+                &[&node_id, &statuses],
             )?
             .iter()
             .map(rows::sandbox)
@@ -604,5 +607,22 @@ impl Store for PostgresStore {
 
     fn set_node_draining(&self, id: &str, draining: bool) -> Result<NodeRecord, StoreError> {
         self.set_node_draining_row(id, draining)
+    }
+
+    fn fail_over_node(
+        &self,
+        id: &str,
+        epoch: u64,
+        now: DateTime<Utc>,
+    ) -> Result<Option<crate::FailOver>, StoreError> {
+        self.fail_over_node_row(id, epoch, now)
+    }
+
+    fn adopt_unowned_sandboxes(&self, node_id: &str) -> Result<usize, StoreError> {
+        self.adopt_unowned_sandboxes_row(node_id)
+    }
+
+    fn node_usage(&self) -> Result<Vec<crate::NodeUsage>, StoreError> {
+        self.node_usage_rows()
     }
 }

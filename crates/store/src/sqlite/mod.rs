@@ -26,6 +26,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/sqlite/0005_generation.sql"),
     include_str!("../../migrations/sqlite/0006_idempotency_lease.sql"),
     include_str!("../../migrations/sqlite/0007_nodes.sql"),
+    include_str!("../../migrations/sqlite/0008_sandbox_node.sql"),
 ];
 
 /// SQLite-backed [`Store`].
@@ -129,7 +130,7 @@ impl From<rusqlite::Error> for StoreError {
 
 const SANDBOX_COLUMNS: &str =
     "id, workspace, name, status, vcpu, memory_mb, environment, secrets, snapshot_id, \
-     image_ref, created_at_ms, started_at_ms, ended_at_ms, error, active_ms, running_since_ms, network, generation";
+     image_ref, created_at_ms, started_at_ms, ended_at_ms, error, active_ms, running_since_ms, network, generation, node_id";
 
 /// A transaction that reads and then writes. IMMEDIATE takes the write lock
 /// at its start, waiting out the busy timeout: a deferred one that read first
@@ -208,6 +209,7 @@ fn sandbox_from_row(row: &Row<'_>) -> rusqlite::Result<SandboxRecord> {
         running_since: from_ms(row.get(15)?),
         network: network_from_column(row.get(16)?)?,
         generation: row.get::<_, i64>(17)?.max(0) as u64,
+        node_id: row.get(18)?,
     })
 }
 
@@ -240,7 +242,7 @@ impl Store for SqliteStore {
             return Ok(CreateOutcome::NameHeld(Box::new(existing)));
         }
         tx.execute(
-            &format!("INSERT INTO sandboxes ({SANDBOX_COLUMNS}, active) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19)"),
+            &format!("INSERT INTO sandboxes ({SANDBOX_COLUMNS}, active) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20)"),
             params![
                 r.id.to_string(),
                 r.workspace,
@@ -260,6 +262,7 @@ impl Store for SqliteStore {
                 r.running_since.map(ms),
                 json(&r.network),
                 r.generation as i64,
+                r.node_id,
                 r.status.is_active(),
             ],
         )?;
@@ -345,15 +348,16 @@ impl Store for SqliteStore {
 
     fn sandboxes_in_status(
         &self,
+        node_id: Option<&str>,
         statuses: &[SandboxStatus],
     ) -> Result<Vec<SandboxRecord>, StoreError> {
         let conn = self.lock();
         let mut stmt = conn.prepare(&format!(
-            "SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE status = ?1"
+            "SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE (?1 IS NULL OR node_id = ?1) AND status = ?2"
         ))?;
         let mut out = Vec::new();
         for s in statuses {
-            let rows = stmt.query_map(params![s.as_str()], sandbox_from_row)?;
+            let rows = stmt.query_map(params![node_id, s.as_str()], sandbox_from_row)?;
             for row in rows {
                 out.push(row?);
             }
@@ -513,6 +517,23 @@ impl Store for SqliteStore {
 
     fn set_node_draining(&self, id: &str, draining: bool) -> Result<NodeRecord, StoreError> {
         self.set_node_draining_row(id, draining)
+    }
+
+    fn fail_over_node(
+        &self,
+        id: &str,
+        epoch: u64,
+        now: DateTime<Utc>,
+    ) -> Result<Option<crate::FailOver>, StoreError> {
+        self.fail_over_node_row(id, epoch, now)
+    }
+
+    fn adopt_unowned_sandboxes(&self, node_id: &str) -> Result<usize, StoreError> {
+        self.adopt_unowned_sandboxes_row(node_id)
+    }
+
+    fn node_usage(&self) -> Result<Vec<crate::NodeUsage>, StoreError> {
+        self.node_usage_rows()
     }
 }
 

@@ -1,8 +1,24 @@
 //! Node rows in SQLite (the [`crate::Store`] methods delegate here).
 
-use super::{corrupt, from_ms, json, ms, SqliteStore};
-use crate::nodes::NODE_COLUMNS;
-use crate::{NodeRecord, NodeRegistration, NodeState, StoreError};
+use super::{corrupt, from_ms, json, ms, write_transaction, SqliteStore};
+use crate::nodes::{NODE_COLUMNS, NODE_LOST};
+use crate::{FailOver, NodeRecord, NodeRegistration, NodeState, NodeUsage, StoreError};
+
+/// Ends every active sandbox of node ?1 at ?2: FAILED with reason ?3, or
+/// TERMINATED when a destroy was already under way; returns their ids.
+const FAIL_SANDBOXES_SQLITE: &str = "UPDATE sandboxes SET \
+     status = CASE WHEN status = 'TERMINATING' THEN 'TERMINATED' ELSE 'FAILED' END, \
+     error = CASE WHEN status = 'TERMINATING' THEN error ELSE ?3 END, \
+     ended_at_ms = ?2, active = 0, \
+     active_ms = active_ms + CASE WHEN running_since_ms IS NULL THEN 0 \
+         ELSE MAX(0, ?2 - running_since_ms) END, \
+     running_since_ms = NULL, generation = generation + 1 \
+     WHERE node_id = ?1 AND active = 1 RETURNING id";
+
+/// Fails the snapshots still being taken of sandbox ?1 (their node is gone).
+const FAIL_SNAPSHOTS_SQLITE: &str = "UPDATE snapshots SET status = 'FAILED', error = ?3, \
+     updated_at_ms = ?2, generation = generation + 1 \
+     WHERE status = 'CREATING' AND source_sandbox = ?1";
 use chrono::{DateTime, Utc};
 use rusqlite::{params, OptionalExtension, Row};
 
@@ -28,6 +44,7 @@ fn node_from_row(row: &Row<'_>) -> rusqlite::Result<NodeRecord> {
         lease_until: time(8, "lease_until")?,
         last_heartbeat: time(9, "last_heartbeat")?,
         registered_at: time(10, "registered_at")?,
+        failed_over_at: from_ms(row.get(11)?),
     })
 }
 
@@ -47,14 +64,14 @@ impl SqliteStore {
         // One statement: the epoch is decided against the row as it is when written.
         Ok(conn.query_row(
             &format!(
-                "INSERT INTO nodes ({NODE_COLUMNS}) VALUES (?1,?2,?3,?4,?5,?6,'active',1,?7,?8,?8) \
+                "INSERT INTO nodes ({NODE_COLUMNS}) VALUES (?1,?2,?3,?4,?5,?6,'active',1,?7,?8,?8,NULL) \
                  ON CONFLICT (id) DO UPDATE SET advertise_url = excluded.advertise_url, \
                  version = excluded.version, labels = excluded.labels, \
                  vcpu_milli = excluded.vcpu_milli, memory_mb = excluded.memory_mb, \
                  epoch = CASE WHEN nodes.lease_until_ms <= ?8 THEN nodes.epoch + 1 ELSE nodes.epoch END, \
                  lease_until_ms = excluded.lease_until_ms, \
                  last_heartbeat_ms = excluded.last_heartbeat_ms, \
-                 registered_at_ms = excluded.registered_at_ms \
+                 registered_at_ms = excluded.registered_at_ms, failed_over_ms = NULL \
                  RETURNING {NODE_COLUMNS}"
             ),
             params![
@@ -107,6 +124,79 @@ impl SqliteStore {
             }),
             None => Err(StoreError::NotFound),
         }
+    }
+
+    pub(crate) fn fail_over_node_row(
+        &self,
+        id: &str,
+        epoch: u64,
+        now: DateTime<Utc>,
+    ) -> Result<Option<FailOver>, StoreError> {
+        let mut conn = self.lock();
+        let tx = write_transaction(&mut conn)?;
+        let now = ms(now);
+        let bumped: Option<i64> = tx
+            .query_row(
+                "UPDATE nodes SET epoch = epoch + 1, failed_over_ms = ?3 \
+                 WHERE id = ?1 AND epoch = ?2 AND lease_until_ms <= ?3 AND failed_over_ms IS NULL \
+                 RETURNING epoch",
+                params![id, stored(epoch), now],
+                |row| row.get(0),
+            )
+            .optional()?;
+        let Some(bumped) = bumped else {
+            return Ok(None);
+        };
+        let ids = {
+            let mut stmt = tx.prepare(FAIL_SANDBOXES_SQLITE)?;
+            let rows =
+                stmt.query_map(params![id, now, NODE_LOST], |row| row.get::<_, String>(0))?;
+            rows.map(|r| {
+                r.map_err(StoreError::from).and_then(|s| {
+                    uuid::Uuid::parse_str(&s).map_err(|e| StoreError::Corrupt(Box::new(e)))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?
+        };
+        for sandbox in &ids {
+            tx.execute(
+                FAIL_SNAPSHOTS_SQLITE,
+                params![sandbox.to_string(), now, NODE_LOST],
+            )?;
+        }
+        tx.commit()?;
+        Ok(Some(FailOver {
+            epoch: u64::try_from(bumped).unwrap_or(0),
+            sandboxes: ids,
+        }))
+    }
+
+    pub(crate) fn adopt_unowned_sandboxes_row(&self, node_id: &str) -> Result<usize, StoreError> {
+        let conn = self.lock();
+        Ok(conn.execute(
+            "UPDATE sandboxes SET node_id = ?1, generation = generation + 1 WHERE node_id = ''",
+            params![node_id],
+        )?)
+    }
+
+    pub(crate) fn node_usage_rows(&self) -> Result<Vec<NodeUsage>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare(
+            "SELECT node_id, COUNT(*), SUM(vcpu), SUM(memory_mb) FROM sandboxes \
+             WHERE active = 1 GROUP BY node_id ORDER BY node_id",
+        )?;
+        let rows = stmt.query_map([], |row| {
+            let n = |i: usize| -> rusqlite::Result<u64> {
+                Ok(u64::try_from(row.get::<_, i64>(i)?).unwrap_or(0))
+            };
+            Ok(NodeUsage {
+                node_id: row.get(0)?,
+                sandboxes: n(1)?,
+                vcpu_milli: n(2)?.saturating_mul(1000),
+                memory_mb: n(3)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
     }
 
     pub(crate) fn node_rows(&self) -> Result<Vec<NodeRecord>, StoreError> {

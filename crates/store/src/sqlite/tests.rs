@@ -24,6 +24,7 @@ fn record(name: &str, created_ms: i64) -> SandboxRecord {
         running_since: None,
         network: sbx_api_types::NetworkPolicy::default(),
         generation: 0,
+        node_id: "local".into(),
     }
 }
 

@@ -43,6 +43,7 @@ pub(crate) fn record(name: &str, created_ms: i64) -> SandboxRecord {
         running_since: None,
         network: sbx_api_types::NetworkPolicy::default(),
         generation: 0,
+        node_id: "node-a".into(),
     }
 }
 
@@ -353,7 +354,10 @@ pub fn rows_are_found_by_status(store: &dyn Store, _: Other) {
         store.create_sandbox(r).unwrap();
     }
     let mut found: Vec<Uuid> = store
-        .sandboxes_in_status(&[SandboxStatus::Running, SandboxStatus::Paused])
+        .sandboxes_in_status(
+            Some("node-a"),
+            &[SandboxStatus::Running, SandboxStatus::Paused],
+        )
         .unwrap()
         .iter()
         .map(|r| r.id)
@@ -362,7 +366,30 @@ pub fn rows_are_found_by_status(store: &dyn Store, _: Other) {
     let mut want = vec![running.id, paused.id];
     want.sort();
     assert_eq!(found, want);
-    assert!(store.sandboxes_in_status(&[]).unwrap().is_empty());
+    assert!(store
+        .sandboxes_in_status(Some("node-a"), &[])
+        .unwrap()
+        .is_empty());
+    // Another node's sandboxes are not this node's; `None` is every node's.
+    let mut elsewhere = record("e", 4);
+    elsewhere.status = SandboxStatus::Running;
+    elsewhere.node_id = "node-b".into();
+    store.create_sandbox(&elsewhere).unwrap();
+    let of = |node: Option<&str>| -> Vec<Uuid> {
+        let mut ids: Vec<Uuid> = store
+            .sandboxes_in_status(node, &[SandboxStatus::Running])
+            .unwrap()
+            .iter()
+            .map(|r| r.id)
+            .collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(of(Some("node-a")), vec![running.id]);
+    assert_eq!(of(Some("node-b")), vec![elsewhere.id]);
+    let mut both = vec![running.id, elsewhere.id];
+    both.sort();
+    assert_eq!(of(None), both);
 
     let now = at(5);
     let creating = snapshot("ws", None, now);

@@ -80,8 +80,8 @@ pub fn copy_store_moves_every_row_and_finishes_an_interrupted_copy(target: &dyn 
         SandboxStatus::Paused,
         SandboxStatus::Terminated,
     ];
-    let mut from = src.sandboxes_in_status(&statuses).expect("read");
-    let mut to = target.sandboxes_in_status(&statuses).expect("read");
+    let mut from = src.sandboxes_in_status(None, &statuses).expect("read");
+    let mut to = target.sandboxes_in_status(None, &statuses).expect("read");
     from.sort_by_key(|r| r.id);
     to.sort_by_key(|r| r.id);
     assert_eq!(from.len(), to.len());

@@ -94,6 +94,9 @@ on_every_backend!(
     copy_store_moves_every_row_and_finishes_an_interrupted_copy,
     nodes_register_heartbeat_list_and_drain,
     an_expired_lease_re_registered_bumps_the_epoch_and_fences_the_old_one,
+    a_lost_node_is_failed_over_once_and_fenced,
+    a_node_back_before_its_fail_over_keeps_its_sandboxes,
+    sandboxes_from_before_nodes_are_adopted_and_usage_is_per_node,
 );
 
 mod schema {

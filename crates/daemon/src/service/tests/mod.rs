@@ -6,6 +6,7 @@
 mod agent;
 mod concurrency;
 mod create;
+mod failover;
 mod lifecycle;
 mod nodes;
 mod reconcile;

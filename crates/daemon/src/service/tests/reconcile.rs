@@ -83,6 +83,9 @@ fn table() -> Vec<Row> {
 }
 
 /// A stored sandbox in `status`, as an earlier sbxd left it.
+/// The harness's node id (`NodeConfig::default()`).
+const NODE: &str = "local";
+
 fn stored(store: &dyn Store, name: &str, status: SandboxStatus) -> Uuid {
     let now = chrono::Utc::now();
     let running = matches!(status, SandboxStatus::Running | SandboxStatus::Pausing);
@@ -105,6 +108,7 @@ fn stored(store: &dyn Store, name: &str, status: SandboxStatus) -> Uuid {
         running_since: running.then_some(now),
         network: Default::default(),
         generation: 0,
+        node_id: NODE.into(),
     };
     store.create_sandbox(&record).expect("insert");
     store

@@ -1,0 +1,7 @@
+-- The node that runs each sandbox. Rows from before nodes were recorded have ''
+-- and are adopted by the first node that registers (a single node: itself).
+ALTER TABLE sandboxes ADD COLUMN node_id TEXT NOT NULL DEFAULT '';
+CREATE INDEX sandboxes_node_active ON sandboxes (node_id) WHERE active = 1;
+-- When another node failed this node's sandboxes over after its lease ran out;
+-- NULL until then, and again once the node registers anew.
+ALTER TABLE nodes ADD COLUMN failed_over_ms INTEGER;
