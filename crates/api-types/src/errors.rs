@@ -35,6 +35,9 @@ pub enum ErrorCode {
     InvalidApiKey,
     /// 401: the console session cookie is unknown or expired.
     ConsoleSessionInvalid,
+    /// 401: a request marked as forwarded by another node of the cluster without
+    /// the cluster's token.
+    ClusterTokenInvalid,
     /// 403: a cookie-authenticated unsafe request without the session's CSRF token.
     CsrfTokenInvalid,
     /// 403: not allowed.
@@ -130,6 +133,7 @@ impl ErrorCode {
             AuthorizationHeaderMissing => "authorization_header_missing",
             InvalidApiKey => "invalid_api_key",
             ConsoleSessionInvalid => "console_session_invalid",
+            ClusterTokenInvalid => "cluster_token_invalid",
             CsrfTokenInvalid => "csrf_token_invalid",
             AccessDenied => "access_denied",
             SnapshotLimitExceeded => "sandbox_snapshot_limit_exceeded",
@@ -179,7 +183,10 @@ impl ErrorCode {
         match self {
             InvalidRequest | MissingField | InvalidFieldFormat | NotRegularFile => 400,
             ConnectInvalidPackage | ConnectOauthRejected => 400,
-            AuthorizationHeaderMissing | InvalidApiKey | ConsoleSessionInvalid => 401,
+            AuthorizationHeaderMissing
+            | InvalidApiKey
+            | ConsoleSessionInvalid
+            | ClusterTokenInvalid => 401,
             AccessDenied | SnapshotLimitExceeded | CsrfTokenInvalid => 403,
             SandboxNotFound
             | ProcessNotFound

@@ -57,6 +57,8 @@ pub struct NodeConfig {
     pub labels: std::collections::BTreeMap<String, String>,
     /// How long a registration or heartbeat holds the node's lease; heartbeats every third of it.
     pub lease: Duration,
+    /// The secret nodes of a cluster show each other (`--cluster-token-file`).
+    pub cluster_token: Option<ClusterToken>,
 }
 
 impl Default for NodeConfig {
@@ -67,7 +69,50 @@ impl Default for NodeConfig {
             advertise_url: "http://127.0.0.1:8731".into(),
             labels: Default::default(),
             lease: Duration::from_secs(15),
+            cluster_token: None,
         }
+    }
+}
+
+/// Fewest characters of a cluster token (a 128-bit random value in hex is 32).
+pub const MIN_CLUSTER_TOKEN: usize = 32;
+
+/// The shared secret of a cluster's nodes: a node forwarding a request to
+/// another shows it. Never printed.
+#[derive(Clone, PartialEq)]
+pub struct ClusterToken(String);
+
+impl ClusterToken {
+    /// A token from the contents of its file (surrounding white space dropped).
+    pub fn parse(raw: &str) -> Result<ClusterToken, ConfigError> {
+        let t = raw.trim();
+        if t.len() < MIN_CLUSTER_TOKEN || !t.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(ConfigError::BadClusterToken);
+        }
+        Ok(ClusterToken(t.to_string()))
+    }
+
+    /// The token, for the header of a forwarded request.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether `shown` is this token, compared in constant time.
+    pub fn matches(&self, shown: &[u8]) -> bool {
+        let mine = self.0.as_bytes();
+        if shown.len() != mine.len() {
+            return false;
+        }
+        mine.iter()
+            .zip(shown)
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+    }
+}
+
+impl std::fmt::Debug for ClusterToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClusterToken(..)")
     }
 }
 
@@ -78,6 +123,11 @@ impl NodeConfig {
         // Nodes of a cluster meet in the database: each on its own SQLite would see only itself.
         if self.cluster && !shared {
             return Err(ConfigError::ClusterNeedsDatabase);
+        }
+        // Nodes forward requests to each other: without a shared secret, anyone who
+        // reaches a node could pass for another node.
+        if self.cluster && self.cluster_token.is_none() {
+            return Err(ConfigError::ClusterNeedsToken);
         }
         check_node_id(&self.id)?;
         let url = &self.advertise_url;
@@ -300,6 +350,12 @@ pub enum ConfigError {
     /// A lease too short to heartbeat within, or so long that a lost node goes unnoticed.
     #[error("--node-lease-secs must be between 1 and 3600")]
     NodeLease,
+    /// `--cluster` without a shared secret for node-to-node calls.
+    #[error("--cluster needs --cluster-token-file (SBX_CLUSTER_TOKEN_FILE): the nodes of a cluster prove themselves to each other with a shared token")]
+    ClusterNeedsToken,
+    /// A cluster token too short or with white space or control characters inside.
+    #[error("the cluster token must be at least 32 printable characters without spaces (for example: openssl rand -hex 32)")]
+    BadClusterToken,
 }
 
 impl Config {
@@ -461,6 +517,11 @@ mod tests {
             node.validate(Some("  ")),
             Err(ConfigError::ClusterNeedsDatabase)
         ));
+        assert!(matches!(
+            node.validate(Some("postgres://db/sbx")),
+            Err(ConfigError::ClusterNeedsToken)
+        ));
+        node.cluster_token = Some(ClusterToken::parse(&"t".repeat(32)).unwrap());
         assert!(node.validate(Some("postgres://db/sbx")).is_ok());
         node.lease = Duration::from_secs(3601);
         assert!(matches!(

@@ -29,9 +29,9 @@ struct Args {
     /// Dev mode: no key needed; loopback only.
     #[arg(long, env = "SBX_DEV")]
     dev: bool,
-    /// Cluster mode: this node shares --database-url (required) with other nodes.
-    /// First part: nodes register, heartbeat and are listed and drained; placement
-    /// and forwarding come later. Without it the node still registers, as a cluster of one.
+    /// Cluster mode: this node shares --database-url and --cluster-token-file (both
+    /// required) with other nodes; requests about a sandbox of another node are
+    /// forwarded to it. Without it the node still registers, as a cluster of one.
     #[arg(long, env = "SBX_CLUSTER")]
     cluster: bool,
     /// This node's stable id (default: the host name).
@@ -43,6 +43,10 @@ struct Args {
     /// A node label, key=value (repeatable; comma-separated in SBX_NODE_LABELS).
     #[arg(long = "node-label", env = "SBX_NODE_LABELS", value_delimiter = ',')]
     node_labels: Vec<String>,
+    /// A file holding the cluster's shared token (at least 32 characters), which
+    /// nodes show each other on forwarded requests.
+    #[arg(long, env = "SBX_CLUSTER_TOKEN_FILE")]
+    cluster_token_file: Option<PathBuf>,
     /// How long the node's lease lasts without a heartbeat, seconds, 1-3600 (heartbeats every third).
     #[arg(long, env = "SBX_NODE_LEASE_SECS", default_value_t = 15)]
     node_lease_secs: u64,
@@ -710,7 +714,16 @@ fn node_config(args: &Args) -> anyhow::Result<sbx_daemon::config::NodeConfig> {
         Some(url) => url.trim_end_matches('/').to_string(),
         None => format!("http://{}", args.listen),
     };
+    let cluster_token = match &args.cluster_token_file {
+        Some(path) => {
+            let raw = std::fs::read_to_string(path)
+                .with_context(|| format!("reading the cluster token file {}", path.display()))?;
+            Some(sbx_daemon::config::ClusterToken::parse(&raw)?)
+        }
+        None => None,
+    };
     let node = sbx_daemon::config::NodeConfig {
+        cluster_token,
         cluster: args.cluster,
         id,
         advertise_url,

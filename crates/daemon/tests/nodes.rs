@@ -22,13 +22,32 @@ fn database() -> TestDatabase {
     TestDatabase::create(&url).unwrap_or_else(|e| panic!("creating a test database: {e}"))
 }
 
-/// A cluster node on `url` with a 2 s lease.
+/// The cluster token every node of these tests shares.
+const TOKEN: &str = "0123456789abcdef0123456789abcdef-test-cluster";
+
+/// A file holding `token`, for `--cluster-token-file`.
+fn token_file(token: &str) -> tempfile::NamedTempFile {
+    let f = tempfile::NamedTempFile::new().expect("token file");
+    std::fs::write(f.path(), format!("{token}\n")).expect("write token");
+    f
+}
+
+/// A cluster node on `url` with a 2 s lease and the shared token.
 async fn node(url: &str, id: &str, zone: &str) -> Daemon {
+    node_with_token(url, id, zone, TOKEN).await
+}
+
+/// A cluster node on `url` with a 2 s lease and `token`.
+async fn node_with_token(url: &str, id: &str, zone: &str, token: &str) -> Daemon {
     let label = format!("zone={zone}");
-    Daemon::start(&[
+    let file = token_file(token);
+    let path = file.path().to_str().expect("utf-8 path").to_string();
+    let d = Daemon::start(&[
         "--cluster",
         "--database-url",
         url,
+        "--cluster-token-file",
+        &path,
         "--node-id",
         id,
         "--node-lease-secs",
@@ -36,7 +55,10 @@ async fn node(url: &str, id: &str, zone: &str) -> Daemon {
         "--node-label",
         &label,
     ])
-    .await
+    .await;
+    // Read at start only; a restart (kill -9, spawn) needs it again.
+    std::mem::forget(file);
+    d
 }
 
 /// `GET /v1/nodes` through `d`.
@@ -201,4 +223,159 @@ fn cluster_without_a_database_is_refused() {
         stderr.contains("--cluster needs --database-url"),
         "stderr: {stderr}"
     );
+}
+
+#[tokio::test]
+#[ignore = "needs root, runsc, the image and PostgreSQL; run ./scripts/test"]
+async fn any_node_serves_a_sandbox_of_another_and_only_nodes_with_the_token_forward() {
+    let db = database();
+    let a = node(db.url(), "node-a", "a").await;
+    let b = node(db.url(), "node-b", "b").await;
+    let id = a.create_running("lives-on-a").await;
+
+    // Exec, files (upload and download), a process with its NDJSON output stream
+    // and a long wait, all through B, about A's sandbox.
+    let (code, out, _) = b.exec(&id, &["sh", "-c", "echo from-$(hostname)"]).await;
+    assert_eq!(code, 0);
+    assert!(out.starts_with("from-"), "{out}");
+    let data: Vec<u8> = (0..3 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect();
+    let files = format!("/v2/sandboxes/{id}/files?path=/tmp/through-b.bin");
+    let up = b
+        .http
+        .put(b.url(&files))
+        .header("content-type", "application/octet-stream")
+        .body(data.clone())
+        .send()
+        .await
+        .expect("upload");
+    assert_eq!(up.status(), 200);
+    // Read back through A directly (the file is in A's sandbox) and through B.
+    for d in [&a, &b] {
+        let got = d.http.get(d.url(&files)).send().await.expect("download");
+        assert_eq!(got.status(), 200);
+        assert_eq!(got.bytes().await.expect("body").as_ref(), data.as_slice());
+    }
+    let (status, body) = b
+        .call(
+            "POST",
+            &format!("/v2/sandboxes/{id}/processes"),
+            Some(serde_json::json!({ "command": ["sh", "-c", "for i in 1 2 3; do echo line-$i; sleep 0.2; done"] })),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let pid = body["data"]["id"].as_str().expect("process id").to_string();
+    let stream = b
+        .http
+        .get(b.url(&format!(
+            "/v2/sandboxes/{id}/processes/{pid}/output/stream?tailBytes=0"
+        )))
+        .send()
+        .await
+        .expect("stream");
+    assert_eq!(stream.status(), 200);
+    assert_eq!(stream.headers()["content-type"], "application/x-ndjson");
+    let request_id = stream.headers()["x-request-id"]
+        .to_str()
+        .expect("id")
+        .to_string();
+    let text = String::from_utf8(stream.bytes().await.expect("frames").to_vec()).expect("utf-8");
+    let mut logged = Vec::new();
+    for line in text.lines() {
+        let frame: Value = serde_json::from_str(line).expect("a JSON frame");
+        if frame["type"] == "log" {
+            logged.extend(common::b64(&frame["data"]).into_bytes());
+        }
+    }
+    assert_eq!(String::from_utf8_lossy(&logged), "line-1\nline-2\nline-3\n");
+    assert!(!request_id.is_empty());
+    let (status, waited) = b
+        .call(
+            "POST",
+            &format!("/v2/sandboxes/{id}/processes/{pid}/wait?timeout=60000ms"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{waited}");
+    assert_eq!(waited["data"]["exitCode"], 0, "{waited}");
+
+    // Another tenant asking B about A's sandbox gets B's own 404, as on one node.
+    let tenant_key = a.create_key("acme", None);
+    let bearer = format!(
+        "Bearer {}",
+        sbx_api_types::signing_key::hashed_signing_key(&tenant_key)
+    );
+    let other = b
+        .call_with(
+            "GET",
+            &format!("/v2/sandboxes/{id}"),
+            None,
+            &[("authorization", bearer.as_str())],
+        )
+        .await;
+    common::assert_error(&other, 404, "sandbox_not_found");
+
+    // A request that claims to come from a node without the token is refused.
+    for token in [None, Some("0123456789abcdef0123456789abcdef-wrong-token!!")] {
+        let mut headers = vec![("x-sbx-forwarded-by", "node-b")];
+        if let Some(t) = token {
+            headers.push(("x-sbx-cluster-token", t));
+        }
+        let refused = a
+            .call_with("GET", &format!("/v2/sandboxes/{id}"), None, &headers)
+            .await;
+        common::assert_error(&refused, 401, "cluster_token_invalid");
+    }
+    // And so is a node started with another token: what it forwards, A refuses.
+    let c = node_with_token(
+        db.url(),
+        "node-c",
+        "c",
+        "fedcba9876543210fedcba9876543210-another-cluster",
+    )
+    .await;
+    let refused = c.call("GET", &format!("/v2/sandboxes/{id}"), None).await;
+    common::assert_error(&refused, 401, "cluster_token_invalid");
+
+    // Destroy through B ends it on A.
+    let (status, _) = b.call("DELETE", &format!("/v2/sandboxes/{id}"), None).await;
+    assert!(status == 202 || status == 204, "{status}");
+    a.wait_status(&id, "TERMINATED", Duration::from_secs(60))
+        .await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while a.runsc_containers().iter().any(|x| x.contains(&id)) {
+        assert!(
+            Instant::now() < deadline,
+            "A still runs the destroyed sandbox"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[test]
+#[ignore = "needs the image and the agent; run ./scripts/test"]
+fn cluster_without_a_token_is_refused() {
+    let db_url = "postgres://nobody@127.0.0.1:1/none";
+    let (code, stderr) = common::start_refused(
+        &["--cluster", "--database-url", db_url],
+        Duration::from_secs(30),
+    );
+    assert_ne!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("--cluster needs --cluster-token-file"),
+        "stderr: {stderr}"
+    );
+    let short = token_file("too-short");
+    let path = short.path().to_str().expect("utf-8 path");
+    let (code, stderr) = common::start_refused(
+        &[
+            "--cluster",
+            "--database-url",
+            db_url,
+            "--cluster-token-file",
+            path,
+        ],
+        Duration::from_secs(30),
+    );
+    assert_ne!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("at least 32"), "stderr: {stderr}");
 }

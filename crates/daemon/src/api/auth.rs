@@ -39,6 +39,16 @@ pub async fn authenticate(
     {
         Ok(tenant) => {
             req.extensions_mut().insert(Workspace(tenant));
+            // A console session lives on the node that signed it in: a request
+            // forwarded to another node carries the key's header it stands for.
+            if !req.headers().contains_key("authorization") {
+                if let Some(v) = authorization
+                    .as_deref()
+                    .and_then(|a| axum::http::HeaderValue::from_str(a).ok())
+                {
+                    req.headers_mut().insert("authorization", v);
+                }
+            }
             next.run(req).await
         }
         Err(e) => ApiError::from(e).into_response(),

@@ -10,6 +10,7 @@ mod console;
 mod envelope;
 mod error;
 mod files;
+pub mod forward;
 mod idempotency;
 mod nodes;
 mod pool;
@@ -39,6 +40,7 @@ use uuid::Uuid;
 pub struct AppState {
     service: Arc<Service>,
     connect: Option<Arc<sbx_connect::service::ConnectService>>,
+    forwarder: Arc<forward::Forwarder>,
 }
 
 impl AppState {
@@ -65,9 +67,15 @@ pub fn router(
     service: Arc<Service>,
     connect: Option<Arc<sbx_connect::service::ConnectService>>,
 ) -> Router {
+    let node = &service.config().node;
+    let forwarder = Arc::new(forward::Forwarder::new(
+        &node.id,
+        node.cluster_token.clone(),
+    ));
     let state = AppState {
         service: service.clone(),
         connect,
+        forwarder: forwarder.clone(),
     };
     let json_limit = service.config().limits.json_body_bytes;
     let sessions = Arc::new(crate::console::Sessions::new(
@@ -227,6 +235,10 @@ pub fn router(
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
+            forward::layer,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
             auth::authenticate,
         ))
         // Before authentication: a refused page learns nothing else.
@@ -235,7 +247,10 @@ pub fn router(
             browser_guard::layer,
         ))
         .layer(axum::Extension(sessions))
-        .layer(axum::middleware::from_fn(request_context))
+        .layer(axum::middleware::from_fn_with_state(
+            forwarder,
+            request_context,
+        ))
         .with_state(state)
 }
 
@@ -253,8 +268,25 @@ async fn not_found() -> ApiError {
 
 /// Gives each request an id and a tracing span, and stamps the id and `no-store`
 /// (unless the route chose its own cache policy) on the response.
-async fn request_context(req: Request, next: Next) -> Response {
-    let request_id = Uuid::new_v4().to_string();
+async fn request_context(
+    State(forwarder): State<Arc<forward::Forwarder>>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    if let Err(refused) = forward::check_forwarded(&forwarder, &req) {
+        return refused.into_response();
+    }
+    // A request forwarded by another node (its token was just checked) keeps the
+    // id it was given there: one request, one id, across nodes.
+    let forwarded_id = forward::Forwarder::is_forwarded(req.headers())
+        .then(|| req.headers().get("x-request-id"))
+        .flatten()
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| v.len() <= 64 && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
+        .map(str::to_string);
+    let request_id = forwarded_id.unwrap_or_else(|| Uuid::new_v4().to_string());
+    req.extensions_mut()
+        .insert(forward::RequestId(request_id.clone()));
     let span = tracing::info_span!("request", id = %request_id, method = %req.method(), path = %req.uri().path());
     let mut resp = next.run(req).instrument(span.clone()).await;
     span.in_scope(|| tracing::debug!(status = resp.status().as_u16(), "response"));

@@ -254,6 +254,34 @@ impl Service {
         }
     }
 
+    /// The URL of the node that runs sandbox `id` of `tenant`, when that is another
+    /// live node of the cluster (the request about it is forwarded there). `None`:
+    /// this node answers (its own sandbox, an ended one, another tenant's, or no
+    /// cluster).
+    pub async fn remote_owner(&self, tenant: &str, id: uuid::Uuid) -> Result<Option<String>> {
+        if !self.config.node.cluster {
+            return Ok(None);
+        }
+        let Some(row) = self.store.get_sandbox(id).await? else {
+            return Ok(None);
+        };
+        if row.workspace != tenant || !row.status.is_active() || row.node_id == self.config.node.id
+        {
+            return Ok(None);
+        }
+        let now = Utc::now();
+        let nodes = self.store.list_nodes().await?;
+        match nodes.into_iter().find(|n| n.id == row.node_id) {
+            Some(n) if !n.is_lost(now) => Ok(Some(n.advertise_url)),
+            // Its node is gone: the fail-over ends the sandbox shortly; until then
+            // nobody can act on it.
+            _ => Err(ServiceError::Unavailable(format!(
+                "sandbox {id} runs on node {} which is not answering; retry",
+                row.node_id
+            ))),
+        }
+    }
+
     /// Every node, by id.
     pub async fn list_nodes(&self) -> Result<Vec<Node>> {
         let now = Utc::now();

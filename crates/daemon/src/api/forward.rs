@@ -1,0 +1,288 @@
+//! Cluster forwarding: any node serves the whole API.
+//!
+//! A request about a sandbox that runs on another live node of the cluster is
+//! sent to that node as it came (method, path, query, headers, the body
+//! streamed) and its answer is streamed back, so uploads, downloads, NDJSON
+//! output streams and long waits work the same through any node. The client
+//! cannot tell: the answer is the owner's, under the same request id.
+//!
+//! The forwarding node authenticates the caller first (an unknown key never
+//! leaves it) and passes the caller's `Authorization` on; the owner
+//! authenticates it again against the same database, so the tenant is the
+//! same and a node never takes another's word for who the caller is. What the
+//! owner does take on trust is that the request came from a node: only with
+//! the cluster token ([`CLUSTER_TOKEN`]), which [`check_forwarded`] demands of
+//! every request that says it was forwarded ([`FORWARDED_BY`]). A forwarded
+//! request is never forwarded again (one hop): if the sandbox moved meanwhile,
+//! the owner answers as a node without it would.
+
+use super::{ApiError, AppState, Workspace};
+use crate::config::ClusterToken;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use futures::TryStreamExt;
+use sbx_api_types::ErrorCode;
+use std::time::Duration;
+use uuid::Uuid;
+
+/// Names the node that forwarded a request.
+pub const FORWARDED_BY: &str = "x-sbx-forwarded-by";
+/// Carries the cluster token on a forwarded request.
+pub const CLUSTER_TOKEN: &str = "x-sbx-cluster-token";
+
+/// How long a forwarding node waits to connect to the owner.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The request id a request runs under, set by the request-context layer.
+#[derive(Debug, Clone)]
+pub struct RequestId(pub String);
+
+/// Sends requests on to other nodes.
+pub struct Forwarder {
+    client: reqwest::Client,
+    node_id: HeaderValue,
+    token: Option<ClusterToken>,
+}
+
+impl Forwarder {
+    /// A forwarder for this node (`token`: the cluster's, if it is in one).
+    pub fn new(node_id: &str, token: Option<ClusterToken>) -> Forwarder {
+        let client = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            // Nodes talk to each other directly, never through the host's proxy.
+            .no_proxy()
+            .tcp_keepalive(Duration::from_secs(15))
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap_or_default();
+        Forwarder {
+            client,
+            node_id: HeaderValue::from_str(node_id).unwrap_or(HeaderValue::from_static("node")),
+            token,
+        }
+    }
+
+    /// Whether `headers` say the request was forwarded by another node.
+    pub fn is_forwarded(headers: &HeaderMap) -> bool {
+        headers.contains_key(FORWARDED_BY)
+    }
+
+    /// Whether a request marked as forwarded shows this cluster's token.
+    pub fn token_shown(&self, headers: &HeaderMap) -> bool {
+        match (&self.token, headers.get(CLUSTER_TOKEN)) {
+            (Some(token), Some(shown)) => token.matches(shown.as_bytes()),
+            _ => false,
+        }
+    }
+
+    /// Sends `req` to the node at `base` and streams its answer back.
+    async fn send(&self, base: &str, req: Request, request_id: &str) -> Response {
+        let Some(token) = &self.token else {
+            return ApiError::new(
+                ErrorCode::InternalError,
+                "this node has no cluster token to forward with",
+            )
+            .into_response();
+        };
+        let (parts, body) = req.into_parts();
+        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        let url = format!("{base}{path}");
+        let mut headers = HeaderMap::new();
+        for (name, value) in &parts.headers {
+            if !hop_by_hop(name) && !is_cluster_header(name) {
+                headers.append(name.clone(), value.clone());
+            }
+        }
+        headers.insert(FORWARDED_BY, self.node_id.clone());
+        if let Ok(v) = HeaderValue::from_str(token.expose()) {
+            headers.insert(CLUSTER_TOKEN, v);
+        }
+        if let Ok(v) = HeaderValue::from_str(request_id) {
+            headers.insert("x-request-id", v);
+        }
+        let mut outgoing = self
+            .client
+            .request(parts.method.clone(), &url)
+            .headers(headers);
+        // HTTP/1.1: a request has a body when it says how long it is or that it is chunked.
+        if parts.headers.contains_key("content-length")
+            || parts.headers.contains_key("transfer-encoding")
+        {
+            outgoing = outgoing.body(reqwest::Body::wrap_stream(body.into_data_stream()));
+        }
+        let answer = match outgoing.send().await {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(owner = %base, error = %e, "forwarding to the sandbox's node");
+                return ApiError::new(
+                    ErrorCode::ComputeUnavailable,
+                    "the node that runs this sandbox did not answer; retry",
+                )
+                .into_response();
+            }
+        };
+        let mut resp = Response::builder().status(answer.status());
+        if let Some(h) = resp.headers_mut() {
+            for (name, value) in answer.headers() {
+                if !hop_by_hop(name) {
+                    h.append(name.clone(), value.clone());
+                }
+            }
+        }
+        // The owner dying mid-stream ends this body with an error: the client's
+        // connection is cut, it does not hang.
+        let stream = answer.bytes_stream().map_err(std::io::Error::other);
+        resp.body(Body::from_stream(stream)).unwrap_or_else(|_| {
+            ApiError::new(ErrorCode::InternalError, "forwarding").into_response()
+        })
+    }
+}
+
+/// Headers that belong to one connection, not to the request (RFC 9110 §7.6.1).
+fn hop_by_hop(name: &HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "te"
+            | "trailer"
+            | "transfer-encoding"
+            | "upgrade"
+            | "host"
+            | "content-length"
+    )
+}
+
+fn is_cluster_header(name: &HeaderName) -> bool {
+    name.as_str() == FORWARDED_BY || name.as_str() == CLUSTER_TOKEN
+}
+
+/// The sandbox a request is about, if its path names one.
+fn sandbox_in_path(path: &str) -> Option<Uuid> {
+    let rest = path
+        .strip_prefix("/v2/sandboxes/")
+        .or_else(|| path.strip_prefix("/v1/sandboxes/"))?;
+    let raw = rest.split('/').next()?;
+    super::parse_id(raw, "id").ok()
+}
+
+/// Whether `path` is `/v2/sandboxes/{id}` itself (no sub-resource).
+fn is_resource_path(path: &str) -> bool {
+    path.strip_prefix("/v2/sandboxes/")
+        .is_some_and(|rest| !rest.trim_end_matches('/').contains('/'))
+}
+
+/// Middleware, first in line: a request marked as forwarded must show the
+/// cluster token; otherwise it is refused, and logged, before anything else.
+pub fn check_forwarded(forwarder: &Forwarder, req: &Request) -> Result<(), ApiError> {
+    if !Forwarder::is_forwarded(req.headers()) || forwarder.token_shown(req.headers()) {
+        return Ok(());
+    }
+    let from = req
+        .headers()
+        .get(FORWARDED_BY)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("?")
+        .to_string();
+    tracing::warn!(
+        claimed_node = %from,
+        path = %req.uri().path(),
+        "refused a request claiming to be forwarded by a node, without the cluster token"
+    );
+    Err(ApiError::new(
+        ErrorCode::ClusterTokenInvalid,
+        "this request says it was forwarded by a node of the cluster but does not carry the cluster token",
+    ))
+}
+
+/// Middleware, after authentication: sends a request about another node's
+/// sandbox to that node.
+pub async fn layer(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    if Forwarder::is_forwarded(req.headers()) {
+        return next.run(req).await;
+    }
+    let Some(id) = sandbox_in_path(req.uri().path()) else {
+        return next.run(req).await;
+    };
+    // The sandbox resource itself is the store's row: any node answers it, also
+    // while the owner is gone and its fail-over is pending.
+    if req.method() == axum::http::Method::GET && is_resource_path(req.uri().path()) {
+        return next.run(req).await;
+    }
+    let Some(Workspace(tenant)) = req.extensions().get::<Workspace>().cloned() else {
+        return next.run(req).await;
+    };
+    match state.remote_owner(&tenant, id).await {
+        Ok(None) => next.run(req).await,
+        Ok(Some(base)) => {
+            let request_id = req
+                .extensions()
+                .get::<RequestId>()
+                .map(|r| r.0.clone())
+                .unwrap_or_default();
+            tracing::debug!(sandbox = %id, owner = %base, "forwarding");
+            state.forwarder.send(&base, req, &request_id).await
+        }
+        Err(e) => ApiError::from(e).into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_sandbox_paths_with_a_canonical_id_are_forwarded() {
+        let id = "0b9e6f3a-9d1c-4f6e-8a4e-2f1d3c5b7a90";
+        let want = Uuid::parse_str(id).ok();
+        assert_eq!(sandbox_in_path(&format!("/v2/sandboxes/{id}")), want);
+        assert_eq!(sandbox_in_path(&format!("/v2/sandboxes/{id}/files")), want);
+        assert_eq!(
+            sandbox_in_path(&format!("/v1/sandboxes/{id}/fs/list")),
+            want
+        );
+        assert_eq!(sandbox_in_path("/v2/sandboxes"), None);
+        assert_eq!(sandbox_in_path("/v2/snapshots/x"), None);
+        assert_eq!(
+            sandbox_in_path(&format!("/v2/sandboxes/{}", id.to_uppercase())),
+            None
+        );
+        assert_eq!(sandbox_in_path("/v2/sandboxes/../nodes"), None);
+        assert!(is_resource_path(&format!("/v2/sandboxes/{id}")));
+        assert!(!is_resource_path(&format!("/v2/sandboxes/{id}/exec")));
+        assert!(!is_resource_path(&format!("/v1/sandboxes/{id}")));
+    }
+
+    #[test]
+    fn the_token_is_checked_and_never_printed() {
+        let token = ClusterToken::parse(&"a".repeat(40)).expect("token");
+        assert_eq!(format!("{token:?}"), "ClusterToken(..)");
+        let f = Forwarder::new("n1", Some(token));
+        let mut h = HeaderMap::new();
+        assert!(!Forwarder::is_forwarded(&h));
+        h.insert(FORWARDED_BY, HeaderValue::from_static("n2"));
+        assert!(!f.token_shown(&h), "no token");
+        h.insert(CLUSTER_TOKEN, HeaderValue::from_static("aaaa"));
+        assert!(!f.token_shown(&h), "a prefix of it");
+        h.insert(
+            CLUSTER_TOKEN,
+            HeaderValue::from_str(&"b".repeat(40)).expect("v"),
+        );
+        assert!(!f.token_shown(&h), "another of the same length");
+        h.insert(
+            CLUSTER_TOKEN,
+            HeaderValue::from_str(&"a".repeat(40)).expect("v"),
+        );
+        assert!(f.token_shown(&h));
+        assert!(
+            !Forwarder::new("n1", None).token_shown(&h),
+            "no token configured"
+        );
+        assert!(ClusterToken::parse("short").is_err());
+        assert!(ClusterToken::parse(&format!("{} {}", "a".repeat(20), "b".repeat(20))).is_err());
+    }
+}
