@@ -102,4 +102,23 @@ for bad in "$here"/bad/*; do
   fi
   echo "ok: rejected $bad: $(grep -v '^$' "$work/err" | head -n1 | cut -c1-160)"
 done
+# The image's entrypoint (deploy/docker/sbxd-entrypoint.sh) with a fake sbxd
+# that has one of the coming flags: it passes that one, quoted, and reports
+# the one this sbxd lacks.
+sh -n deploy/docker/sbxd-entrypoint.sh
+cat >"$work/sbxd" <<'FAKE'
+#!/bin/sh
+if [ "$1" = --help ]; then printf '      --cluster-token-file <PATH>\n      --cluster\n'; exit 0; fi
+for a in "$@"; do printf '[%s]' "$a"; done
+FAKE
+chmod +x "$work/sbxd"
+got=$(SBXD_BIN=$work/sbxd SBX_CLUSTER_TOKEN_FILE="/etc/a b'c" SBX_SNAPSHOT_STORE=s3://b/p SBX_S3_REGION= \
+  sh deploy/docker/sbxd-entrypoint.sh --listen x 2>"$work/err")
+want="[--cluster-token-file][/etc/a b'c][--listen][x]"
+if [ "$got" != "$want" ] || ! grep -q 'no --snapshot-store flag' "$work/err"; then
+  echo "FAILED: sbxd-entrypoint.sh ran sbxd with $got (want $want); stderr: $(cat "$work/err")" >&2
+  exit 1
+fi
+echo "ok: deploy/docker/sbxd-entrypoint.sh passes the flags sbxd has"
+
 echo "Kubernetes manifests: $n renderings valid, $(ls "$here"/bad | wc -l) bad ones rejected"
