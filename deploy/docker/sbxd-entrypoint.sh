@@ -10,6 +10,24 @@
 # with today's sbxd too).
 set -eu
 
+# cgroup v2: a container starts at the root of its own cgroup namespace, its
+# processes in that (non-root) cgroup. runsc puts each sandbox in
+# /sys/fs/cgroup/sbx/<id> and must enable the memory, cpu and pids
+# controllers above it, which the kernel refuses for a cgroup that holds
+# processes ("no internal processes"). So, as Docker's dind does, move this
+# container's processes into a child cgroup and delegate the controllers.
+# Only as PID 1, that is at the container's start (never when run by hand or
+# by the test suite). cgroup v1 needs none of this.
+if [ "$$" = 1 ] && [ -f /sys/fs/cgroup/cgroup.controllers ] && [ "$(cat /proc/self/cgroup)" = "0::/" ]; then
+  if mkdir -p /sys/fs/cgroup/sbxd 2>/dev/null; then
+    for pid in $(cat /sys/fs/cgroup/cgroup.procs); do
+      echo "$pid" >/sys/fs/cgroup/sbxd/cgroup.procs 2>/dev/null || true
+    done
+  fi
+  sed -e 's/ / +/g' -e 's/^/+/' </sys/fs/cgroup/cgroup.controllers 2>/dev/null >/sys/fs/cgroup/cgroup.subtree_control \
+    || echo "sbxd-entrypoint: could not delegate the cgroup controllers (is the pod privileged?); sandboxes may fail to start" >&2
+fi
+
 sbxd=${SBXD_BIN:-/usr/local/bin/sbxd}
 help=$("$sbxd" --help 2>/dev/null || true)
 
