@@ -32,8 +32,9 @@ if [ "$(cat "$venv/.sbx-stamp" 2>/dev/null)" != "$stamp" ]; then
   fi
   echo "creating the validation venv in $venv"
   # Built aside and renamed: an interrupted install never passes for a complete one.
+  # (Leftovers of an interrupted install go first.)
   tmp=$venv.tmp.$$
-  rm -rf "$tmp"
+  rm -rf "$venv".tmp.*
   mkdir -p "$(dirname "$venv")"
   "$python" -m venv "$tmp"
   "$tmp/bin/pip" install --quiet --disable-pip-version-check --no-input -r "$here/requirements.txt"
