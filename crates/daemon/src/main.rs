@@ -606,12 +606,30 @@ async fn main() -> anyhow::Result<()> {
         listener,
         sbx_daemon::api::router(service, Some(connect)),
         &config.http,
-        async {
-            let _ = tokio::signal::ctrl_c().await;
-        },
+        shutdown_signal(),
     )
     .await;
     Ok(())
+}
+
+/// Completes at SIGINT or SIGTERM (what systemd and Kubernetes send): the
+/// server then stops accepting and lets open connections finish. Sandboxes
+/// keep running; the next sbxd reattaches them.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).ok();
+    let terminated = async {
+        match term.as_mut() {
+            Some(t) => {
+                t.recv().await;
+            }
+            None => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
+        _ = terminated => tracing::info!("SIGTERM: shutting down"),
+    }
 }
 
 /// Opens the Connect runtime: its tables in the PostgreSQL of `database_url` (else its own

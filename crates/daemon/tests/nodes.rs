@@ -32,17 +32,22 @@ fn token_file(token: &str) -> tempfile::NamedTempFile {
     f
 }
 
-/// A cluster node on `url` with a 2 s lease and the shared token.
+/// A cluster node on `url` with a 3 s lease and the shared token.
 async fn node(url: &str, id: &str, zone: &str) -> Daemon {
     node_with_token(url, id, zone, TOKEN).await
 }
 
-/// A cluster node on `url` with a 2 s lease and `token`.
+/// A cluster node on `url` with a 3 s lease and `token`.
 async fn node_with_token(url: &str, id: &str, zone: &str, token: &str) -> Daemon {
+    node_with(url, id, zone, token, &[]).await
+}
+
+/// A cluster node on `url` with a 3 s lease, `token` and `extra` flags.
+async fn node_with(url: &str, id: &str, zone: &str, token: &str, extra: &[&str]) -> Daemon {
     let label = format!("zone={zone}");
     let file = token_file(token);
     let path = file.path().to_str().expect("utf-8 path").to_string();
-    let d = Daemon::start(&[
+    let mut args = vec![
         "--cluster",
         "--database-url",
         url,
@@ -51,11 +56,12 @@ async fn node_with_token(url: &str, id: &str, zone: &str, token: &str) -> Daemon
         "--node-id",
         id,
         "--node-lease-secs",
-        "2",
+        "3",
         "--node-label",
         &label,
-    ])
-    .await;
+    ];
+    args.extend_from_slice(extra);
+    let d = Daemon::start(&args).await;
     // Read at start only; a restart (kill -9, spawn) needs it again.
     std::mem::forget(file);
     d
@@ -155,12 +161,12 @@ async fn two_nodes_list_drain_lose_and_fence_each_other() {
         assert_eq!(seen["load"]["memoryMb"], 1024, "{seen}");
     }
 
-    // kill -9 of A (its sandbox's container lives on): once its 2 s lease runs out,
+    // kill -9 of A (its sandbox's container lives on): once its 3 s lease runs out,
     // B fails it over; A's sandbox is FAILED "node lost" within the lease plus 5 s.
     a.kill9();
     let killed = Instant::now();
     let failed = b
-        .wait_status(&on_a, "FAILED", Duration::from_secs(2 + 5))
+        .wait_status(&on_a, "FAILED", Duration::from_secs(3 + 5))
         .await;
     println!(
         "node-a's sandbox FAILED {:?} after kill -9",
@@ -207,7 +213,7 @@ async fn two_nodes_list_drain_lose_and_fence_each_other() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     // And it keeps its lease by heartbeat (well past one lease).
-    let until = Instant::now() + Duration::from_secs(3);
+    let until = Instant::now() + Duration::from_secs(4);
     while Instant::now() < until {
         assert_eq!(node_seen(&b, "node-a").await["state"], "active");
         tokio::time::sleep(Duration::from_millis(250)).await;
@@ -333,8 +339,13 @@ async fn any_node_serves_a_sandbox_of_another_and_only_nodes_with_the_token_forw
         "fedcba9876543210fedcba9876543210-another-cluster",
     )
     .await;
-    let refused = c.call("GET", &format!("/v2/sandboxes/{id}"), None).await;
+    // (A sub-resource: the sandbox resource itself any node answers from the store.)
+    let refused = c
+        .call("GET", &format!("/v2/sandboxes/{id}/processes"), None)
+        .await;
     common::assert_error(&refused, 401, "cluster_token_invalid");
+    let (status, _) = c.call("GET", &format!("/v2/sandboxes/{id}"), None).await;
+    assert_eq!(status, 200);
 
     // Destroy through B ends it on A.
     let (status, _) = b.call("DELETE", &format!("/v2/sandboxes/{id}"), None).await;
@@ -378,4 +389,88 @@ fn cluster_without_a_token_is_refused() {
     );
     assert_ne!(code, Some(0), "{stderr}");
     assert!(stderr.contains("at least 32"), "stderr: {stderr}");
+}
+
+/// Runs a script of tests/sdk (the real `inngest` SDK) against `base`.
+fn sdk(script: &str, base: &str) -> (bool, String) {
+    let dir = std::env::var("SBX_TEST_SDK_DIR").expect("SBX_TEST_SDK_DIR: run ./scripts/test");
+    let out = std::process::Command::new("node")
+        .arg(script)
+        .current_dir(dir)
+        .env("SBX_URL", base)
+        .output()
+        .expect("node");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    println!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), stdout)
+}
+
+#[tokio::test]
+#[ignore = "needs root, runsc, the image, node and PostgreSQL; run ./scripts/test"]
+async fn creates_through_one_node_of_three_are_placed_on_all_and_the_sdk_works_through_it() {
+    let db = database();
+    // 4 GiB for sandboxes per node: four of 1 GiB each.
+    let small = ["--capacity-memory-mb", "4096"];
+    let a = node_with(db.url(), "node-a", "a", TOKEN, &small).await;
+    // The nodes of a cluster share one secret key: secrets sealed through one
+    // node are opened by whichever node boots the sandbox.
+    let key = a.data_dir().join("secret.key");
+    let key = key.to_str().expect("utf-8 path");
+    let shared = ["--capacity-memory-mb", "4096", "--secret-key-file", key];
+    let b = node_with(db.url(), "node-b", "b", TOKEN, &shared).await;
+    let c = node_with(db.url(), "node-c", "c", TOKEN, &shared).await;
+
+    // Twelve creates through A fill the three nodes, four each: placement
+    // takes the freer node of a sampled pair and skips full ones.
+    let mut ids = Vec::new();
+    for i in 0..12 {
+        ids.push(a.create_running(&format!("placed-{i}")).await);
+    }
+    let per_node = a.sql(
+        "SELECT string_agg(node_id || '=' || n, ',' ORDER BY node_id) FROM \
+         (SELECT node_id, count(*) AS n FROM sandboxes WHERE status = 'RUNNING' GROUP BY node_id) t",
+    );
+    assert_eq!(per_node.trim(), "node-a=4,node-b=4,node-c=4");
+    for d in [&a, &b, &c] {
+        let seen = node_seen(d, "node-c").await;
+        assert_eq!(seen["sandboxes"], 4, "{seen}");
+    }
+    // A thirteenth fits no node.
+    let full = a
+        .call(
+            "POST",
+            "/v2/sandboxes",
+            Some(serde_json::json!({"name": "no-room", "vcpu": 1, "memoryMb": 1024})),
+        )
+        .await;
+    common::assert_error(&full, 503, "compute_unavailable");
+    // Every one is driven through A, wherever it runs.
+    for id in &ids {
+        let (code, out, _) = a.exec(id, &["echo", "ok"]).await;
+        assert_eq!((code, out.trim()), (0, "ok"), "{id}");
+    }
+    for id in &ids {
+        let (status, _) = a.call("DELETE", &format!("/v2/sandboxes/{id}"), None).await;
+        assert!(status == 202 || status == 204, "{status}");
+    }
+    for id in &ids {
+        a.wait_status(id, "TERMINATED", Duration::from_secs(60))
+            .await;
+    }
+
+    // The real inngest SDK, every group, through A while its sandboxes are
+    // placed over the cluster.
+    let (ok, out) = sdk("sdk-smoke.mjs", &a.base);
+    assert!(
+        ok && out.contains("all steps passed"),
+        "sdk-smoke through node-a:\n{out}"
+    );
+    let (ok, out) = sdk("conformance.mjs", &a.base);
+    assert!(
+        ok && out.contains(" passed, 0 failed"),
+        "conformance through node-a:\n{out}"
+    );
+    let nodes_used = a.sql("SELECT count(DISTINCT node_id) FROM sandboxes");
+    println!("sandboxes of this test ran on {} nodes", nodes_used.trim());
+    drop((b, c));
 }

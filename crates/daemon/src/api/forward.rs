@@ -15,9 +15,15 @@
 //! every request that says it was forwarded ([`FORWARDED_BY`]). A forwarded
 //! request is never forwarded again (one hop): if the sandbox moved meanwhile,
 //! the owner answers as a node without it would.
+//!
+//! Creates are placed (`service::placement`): a fresh create whose shape the
+//! body names goes to the node placement chooses, and to the next choice if
+//! that node refuses it (`503`). Clones stay on the node that receives them
+//! (their snapshot's files are on the node that took it).
 
 use super::{ApiError, AppState, Workspace};
 use crate::config::ClusterToken;
+use crate::service::Placement;
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
@@ -32,6 +38,9 @@ use uuid::Uuid;
 pub const FORWARDED_BY: &str = "x-sbx-forwarded-by";
 /// Carries the cluster token on a forwarded request.
 pub const CLUSTER_TOKEN: &str = "x-sbx-cluster-token";
+
+/// How many nodes a create is offered to before their refusal is the answer.
+const PLACEMENT_TRIES: usize = 3;
 
 /// How long a forwarding node waits to connect to the owner.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -199,11 +208,126 @@ pub fn check_forwarded(forwarder: &Forwarder, req: &Request) -> Result<(), ApiEr
     ))
 }
 
+/// What a create body asks for, as far as placement cares.
+#[derive(Debug, PartialEq)]
+enum CreateKind {
+    /// A fresh sandbox of (vCPUs, MiB).
+    Fresh(u32, u32),
+    /// A clone of this snapshot.
+    Clone(Uuid),
+}
+
+/// What a create body asks for. A body that does not parse stays on this
+/// node, whose handler answers it.
+fn create_kind(body: &[u8]) -> Option<CreateKind> {
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    if let Some(snap) = v.get("snapshotId").filter(|s| !s.is_null()) {
+        return super::parse_id(snap.as_str()?, "snapshotId")
+            .ok()
+            .map(CreateKind::Clone);
+    }
+    let vcpu = u32::try_from(v.get("vcpu")?.as_u64()?).ok()?;
+    let memory_mb = u32::try_from(v.get("memoryMb")?.as_u64()?).ok()?;
+    Some(CreateKind::Fresh(vcpu, memory_mb))
+}
+
+/// Runs a create on the node placement chooses.
+async fn place_create(state: AppState, req: Request, next: Next) -> Response {
+    let limit = state.config().limits.json_body_bytes;
+    let (parts, body) = req.into_parts();
+    let bytes = match axum::body::to_bytes(body, limit).await {
+        Ok(b) => b,
+        Err(_) => {
+            return ApiError::new(ErrorCode::PayloadTooLarge, "request body is too large")
+                .into_response()
+        }
+    };
+    let request_id = parts
+        .extensions
+        .get::<RequestId>()
+        .map(|r| r.0.clone())
+        .unwrap_or_default();
+    let (vcpu, memory_mb) = match create_kind(&bytes) {
+        None => {
+            return next
+                .run(Request::from_parts(parts, Body::from(bytes)))
+                .await
+        }
+        Some(CreateKind::Fresh(vcpu, memory_mb)) => (vcpu, memory_mb),
+        // A clone restores on the node that holds its snapshot's files.
+        Some(CreateKind::Clone(snapshot)) => {
+            let req = Request::from_parts(parts, Body::from(bytes));
+            return on_snapshot_node(state, snapshot, req, next).await;
+        }
+    };
+    let mut tried = Vec::new();
+    loop {
+        match state.place(vcpu, memory_mb, &tried).await {
+            Ok(Placement::Here) => {
+                return next
+                    .run(Request::from_parts(parts, Body::from(bytes)))
+                    .await
+            }
+            Ok(Placement::Node { id, url }) => {
+                let mut copy = Request::new(Body::from(bytes.clone()));
+                *copy.method_mut() = parts.method.clone();
+                *copy.uri_mut() = parts.uri.clone();
+                *copy.headers_mut() = parts.headers.clone();
+                tracing::debug!(node = %id, "create placed on another node");
+                let resp = state.forwarder.send(&url, copy, &request_id).await;
+                tried.push(id);
+                // That node refused (full, or not answering): the next choice.
+                if resp.status().as_u16() == 503 && tried.len() < PLACEMENT_TRIES {
+                    continue;
+                }
+                return resp;
+            }
+            Err(e) => return ApiError::from(e).into_response(),
+        }
+    }
+}
+
+/// Runs `req` on the node that holds snapshot `id`'s files.
+async fn on_snapshot_node(state: AppState, id: Uuid, req: Request, next: Next) -> Response {
+    let tenant = req.extensions().get::<Workspace>().map(|w| w.0.clone());
+    let placed = match tenant {
+        Some(t) => state.snapshot_node(&t, id).await,
+        None => Ok(Placement::Here),
+    };
+    match placed {
+        Ok(Placement::Here) => next.run(req).await,
+        Ok(Placement::Node { url, .. }) => {
+            let request_id = req
+                .extensions()
+                .get::<RequestId>()
+                .map(|r| r.0.clone())
+                .unwrap_or_default();
+            state.forwarder.send(&url, req, &request_id).await
+        }
+        Err(e) => ApiError::from(e).into_response(),
+    }
+}
+
 /// Middleware, after authentication: sends a request about another node's
-/// sandbox to that node.
+/// sandbox to that node, and a create to the node placement chooses.
 pub async fn layer(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    if Forwarder::is_forwarded(req.headers()) {
+    if Forwarder::is_forwarded(req.headers()) || !state.config().node.cluster {
         return next.run(req).await;
+    }
+    let path = req.uri().path();
+    if req.method() == axum::http::Method::POST
+        && (path == "/v2/sandboxes" || path == "/v1/sandboxes")
+    {
+        return place_create(state, req, next).await;
+    }
+    // Deleting a snapshot removes its files: on the node that holds them.
+    if req.method() == axum::http::Method::DELETE {
+        if let Some(id) = path
+            .strip_prefix("/v2/snapshots/")
+            .and_then(|raw| super::parse_id(raw, "snapshotId").ok())
+        {
+            return on_snapshot_node(state, id, req, next).await;
+        }
     }
     let Some(id) = sandbox_in_path(req.uri().path()) else {
         return next.run(req).await;
@@ -255,6 +379,32 @@ mod tests {
         assert!(is_resource_path(&format!("/v2/sandboxes/{id}")));
         assert!(!is_resource_path(&format!("/v2/sandboxes/{id}/exec")));
         assert!(!is_resource_path(&format!("/v1/sandboxes/{id}")));
+    }
+
+    #[test]
+    fn creates_are_told_apart_and_bad_bodies_stay_here() {
+        assert_eq!(
+            create_kind(br#"{"vcpu": 2, "memoryMb": 2048}"#),
+            Some(CreateKind::Fresh(2, 2048))
+        );
+        let snap = "0b9e6f3a-9d1c-4f6e-8a4e-2f1d3c5b7a90";
+        assert_eq!(
+            create_kind(format!(r#"{{"name": "c", "snapshotId": "{snap}"}}"#).as_bytes()),
+            Some(CreateKind::Clone(Uuid::parse_str(snap).expect("uuid")))
+        );
+        assert_eq!(
+            create_kind(br#"{"vcpu": 1, "memoryMb": 1024, "snapshotId": null}"#),
+            Some(CreateKind::Fresh(1, 1024))
+        );
+        for bad in [
+            &b"{"[..],
+            b"[]",
+            br#"{"vcpu": -1, "memoryMb": 1}"#,
+            br#"{"vcpu": 1}"#,
+            br#"{"snapshotId": "not-a-uuid"}"#,
+        ] {
+            assert_eq!(create_kind(bad), None);
+        }
     }
 
     #[test]

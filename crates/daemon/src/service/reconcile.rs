@@ -172,6 +172,10 @@ impl Service {
             .snapshots_in_status(&[SnapshotStatus::Creating, SnapshotStatus::Deleting])
             .await?
         {
+            // Another node's snapshot is not this restart's to settle.
+            if !self.holds_snapshot_files(&snap).await {
+                continue;
+            }
             if snap.status == SnapshotStatus::Creating {
                 snap.status = SnapshotStatus::Failed;
                 snap.error = Some("interrupted by a restart of sbxd".into());

@@ -467,6 +467,10 @@ impl Service {
         };
         let now = Utc::now();
         for mut snap in candidates {
+            // Another node's snapshot is its own to expire (its files are there).
+            if !self.holds_snapshot_files(&snap).await {
+                continue;
+            }
             if snap.status == SnapshotStatus::Deleting || snap.expires_at <= now {
                 tracing::info!(snapshot = %snap.id, "deleting expired snapshot");
                 snap.status = SnapshotStatus::Deleting;

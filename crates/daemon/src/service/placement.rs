@@ -1,0 +1,206 @@
+//! Placement of creates in cluster mode: which node runs a new sandbox.
+//!
+//! Best of K: among the live nodes that take placements (not draining, lease
+//! not run out) and have room for the shape by the store's count of what their
+//! active sandboxes hold, sample [`SAMPLES`] at random and take the one with the
+//! most free memory (then CPU). Sampling rather than always taking the emptiest
+//! keeps concurrent creates from all piling onto the same node between two
+//! reads of the load. The chosen node's own admission control still decides
+//! (it also counts creates not yet in the store); a refusal there makes the
+//! caller try the next choice. Nothing is placed outside cluster mode.
+//!
+//! A snapshot's files are on the node that ran its source sandbox: clones of
+//! it, its deletion and its expiry happen there ([`Service::snapshot_node`]).
+
+use super::{Result, Service, ServiceError};
+use chrono::Utc;
+use sbx_store::NodeState;
+
+/// How many eligible nodes are sampled per decision.
+const SAMPLES: usize = 2;
+
+/// Where a create runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placement {
+    /// On this node.
+    Here,
+    /// On another node, reached at `url`.
+    Node {
+        /// Its id.
+        id: String,
+        /// Its advertise URL.
+        url: String,
+    },
+}
+
+/// A node that could take the shape, with what it has left.
+struct Candidate {
+    id: String,
+    url: String,
+    free_memory_mb: u64,
+    free_vcpu_milli: u64,
+}
+
+impl Service {
+    /// Chooses the node for a create of `vcpu` × `memory_mb`, skipping the nodes
+    /// in `tried` (they refused it). `compute_unavailable` when no node has room.
+    pub async fn place(&self, vcpu: u32, memory_mb: u32, tried: &[String]) -> Result<Placement> {
+        if !self.config.node.cluster {
+            return Ok(Placement::Here);
+        }
+        let now = Utc::now();
+        let nodes = self.store.list_nodes().await?;
+        let usage = self.store.node_usage().await?;
+        let want_cpu = u64::from(vcpu) * 1000;
+        let want_mem = u64::from(memory_mb);
+        let mut candidates: Vec<Candidate> = nodes
+            .iter()
+            .filter(|n| n.state == NodeState::Active && !n.is_lost(now))
+            .filter(|n| !tried.contains(&n.id))
+            .filter_map(|n| {
+                let used = usage.iter().find(|u| u.node_id == n.id);
+                let free_memory_mb = n.memory_mb.saturating_sub(used.map_or(0, |u| u.memory_mb));
+                let free_vcpu_milli = n
+                    .vcpu_milli
+                    .saturating_sub(used.map_or(0, |u| u.vcpu_milli));
+                (free_memory_mb >= want_mem && free_vcpu_milli >= want_cpu).then(|| Candidate {
+                    id: n.id.clone(),
+                    url: n.advertise_url.clone(),
+                    free_memory_mb,
+                    free_vcpu_milli,
+                })
+            })
+            .collect();
+        if candidates.is_empty() {
+            return Err(ServiceError::Unavailable(format!(
+                "no node of the cluster has room for {vcpu} vCPU and {memory_mb} MiB"
+            )));
+        }
+        let chosen = best_of(&mut candidates, SAMPLES, random());
+        if chosen.id == self.config.node.id {
+            Ok(Placement::Here)
+        } else {
+            Ok(Placement::Node {
+                id: chosen.id.clone(),
+                url: chosen.url.clone(),
+            })
+        }
+    }
+}
+
+impl Service {
+    /// The node that holds a snapshot's files (the node of its source sandbox),
+    /// or `None` when that is this node, there is no cluster, or the source row
+    /// is gone (then nobody else holds them either).
+    async fn snapshot_holder(&self, snap: &sbx_store::SnapshotRecord) -> Result<Option<String>> {
+        if !self.config.node.cluster {
+            return Ok(None);
+        }
+        Ok(self
+            .store
+            .get_sandbox(snap.source_sandbox)
+            .await?
+            .map(|source| source.node_id)
+            .filter(|node| node != &self.config.node.id))
+    }
+
+    /// Whether this node holds `snap`'s files (and so expires and cleans it).
+    pub(super) async fn holds_snapshot_files(&self, snap: &sbx_store::SnapshotRecord) -> bool {
+        matches!(self.snapshot_holder(snap).await, Ok(None))
+    }
+
+    /// Where a request about snapshot `id` of `tenant` that needs its files (a
+    /// clone of it, its deletion) runs: on the node that holds them.
+    pub async fn snapshot_node(&self, tenant: &str, id: uuid::Uuid) -> Result<Placement> {
+        let Some(snap) = self.store.get_snapshot(id).await? else {
+            return Ok(Placement::Here);
+        };
+        if snap.workspace != tenant {
+            return Ok(Placement::Here);
+        }
+        let Some(holder) = self.snapshot_holder(&snap).await? else {
+            return Ok(Placement::Here);
+        };
+        let now = Utc::now();
+        match self
+            .store
+            .list_nodes()
+            .await?
+            .into_iter()
+            .find(|n| n.id == holder)
+        {
+            Some(n) if !n.is_lost(now) => Ok(Placement::Node {
+                id: n.id,
+                url: n.advertise_url,
+            }),
+            _ => Err(ServiceError::Unavailable(format!(
+                "snapshot {id} is stored on node {holder}, which is not answering; retry"
+            ))),
+        }
+    }
+}
+
+/// A random number, from the operating system's generator (via a v4 UUID).
+fn random() -> u128 {
+    uuid::Uuid::new_v4().as_u128()
+}
+
+/// Of up to `k` candidates drawn from `all` with `seed`, the one with the most
+/// free memory, then CPU. `all` must not be empty.
+fn best_of(all: &mut [Candidate], k: usize, mut seed: u128) -> &Candidate {
+    let n = all.len();
+    let k = k.min(n).max(1);
+    // A partial Fisher-Yates shuffle: the first k are a uniform sample.
+    for i in 0..k {
+        let j = i + (seed % (n - i) as u128) as usize;
+        seed /= n.max(2) as u128;
+        all.swap(i, j);
+    }
+    let sample = &all[..k];
+    let mut best = &sample[0];
+    for c in &sample[1..] {
+        if (c.free_memory_mb, c.free_vcpu_milli) > (best.free_memory_mb, best.free_vcpu_milli) {
+            best = c;
+        }
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn candidate(id: &str, mem: u64) -> Candidate {
+        Candidate {
+            id: id.into(),
+            url: format!("http://{id}"),
+            free_memory_mb: mem,
+            free_vcpu_milli: 1000,
+        }
+    }
+
+    #[test]
+    fn best_of_two_takes_the_freer_of_a_random_pair_and_spreads() {
+        let mut counts = std::collections::BTreeMap::<String, usize>::new();
+        for seed in 0..3000u128 {
+            let mut all = vec![
+                candidate("a", 100),
+                candidate("b", 200),
+                candidate("c", 300),
+            ];
+            let chosen = best_of(&mut all, 2, seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            *counts.entry(chosen.id.clone()).or_default() += 1;
+        }
+        // The emptiest node wins every pair it is in (2 of 3 pairs), the fullest
+        // never; the middle one wins the pair without the emptiest.
+        assert_eq!(counts.get("a"), None, "{counts:?}");
+        let (b, c) = (counts["b"], counts["c"]);
+        assert!(c > b && b > 500, "{counts:?}");
+    }
+
+    #[test]
+    fn one_candidate_is_taken() {
+        let mut all = vec![candidate("only", 1)];
+        assert_eq!(best_of(&mut all, 2, 12345).id, "only");
+    }
+}
