@@ -228,6 +228,34 @@ impl Api {
     }
 
     /// `exec` that must exit 0.
+    /// The URL this client talks to.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// (advertise URL, active sandboxes) of every node, as `GET /v1/nodes` lists them.
+    pub async fn node_sandboxes(&self) -> Result<Vec<(String, u64)>> {
+        let resp = self
+            .http
+            .get(format!("{}/v1/nodes", self.base))
+            .send()
+            .await?
+            .error_for_status()?;
+        let body: Value = resp.json().await?;
+        Ok(body["data"]
+            .as_array()
+            .map(|nodes| {
+                nodes
+                    .iter()
+                    .map(|n| {
+                        let url = n["advertiseUrl"].as_str().unwrap_or("").to_string();
+                        (url, n["sandboxes"].as_u64().unwrap_or(0))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
     pub async fn exec_ok(&self, id: &str, command: &[&str]) -> Result<()> {
         match self.exec(id, command).await? {
             0 => Ok(()),

@@ -33,6 +33,7 @@ pub const SCENARIOS: &[&str] = &[
     "store-create-path",
     "store-exec",
     "store-destroy",
+    "cluster-exec",
 ];
 
 /// Scenarios that run on the long-lived ("warm") sandbox pair.
@@ -157,7 +158,10 @@ pub struct Args {
     /// store-create-path: timed iterations per store.
     #[arg(long, default_value_t = 1000)]
     pub store_path_iterations: usize,
-    /// store-exec: timed execs per store.
+    /// cluster-exec: two nodes of one cluster (`scripts/bench` starts them), comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub cluster_urls: Vec<String>,
+    /// store-exec and cluster-exec: timed execs per side.
     #[arg(long, default_value_t = 200)]
     pub store_execs: usize,
     /// Upper bound on one exec / create / destroy in exec-load and density, seconds.

@@ -95,6 +95,9 @@ struct Bench {
     store_n: usize,
     store_execs: usize,
     store_rows: Vec<store::StoreRow>,
+    /// Two nodes of one cluster (`--cluster-urls`), for `cluster-exec`.
+    cluster_pair: Option<[Api; 2]>,
+    cluster_rows: Vec<store::StoreRow>,
     /// The PostgreSQL database of the in-process store row.
     store_path_url: Option<String>,
     store_path_n: usize,
@@ -156,6 +159,20 @@ async fn main() -> Result<()> {
         }
         (None, None) => None,
         _ => bail!("--store-sqlite-url and --store-postgres-url go together"),
+    };
+    let cluster_pair = match args.cluster_urls.as_slice() {
+        [] => None,
+        [a, b] => {
+            let a = Api::new(a, store::POLL, 0)?;
+            let b = Api::new(b, store::POLL, 0)?;
+            for n in [&a, &b] {
+                n.health().await.with_context(|| {
+                    format!("the cluster node at {} is not answering", n.base())
+                })?;
+            }
+            Some([a, b])
+        }
+        _ => bail!("--cluster-urls takes exactly two URLs (two nodes of one cluster)"),
     };
     let pid_of = |url: &str| {
         reqwest::Url::parse(url)
@@ -236,6 +253,8 @@ async fn main() -> Result<()> {
         store_n: args.store_iterations.max(1),
         store_execs: args.store_execs.max(1),
         store_rows: Vec::new(),
+        cluster_pair,
+        cluster_rows: Vec::new(),
         store_path_url: args.store_path_database_url.clone(),
         store_path_n: args.store_path_iterations.max(1),
     };
@@ -300,6 +319,11 @@ async fn main() -> Result<()> {
     }
     if let Some(pair) = &bench.store_pair {
         for a in [&pair.sqlite, &pair.postgres] {
+            leftovers.extend(a.cleanup(&format!("bench-{tag}-")).await);
+        }
+    }
+    if let Some(pair) = &bench.cluster_pair {
+        for a in pair {
             leftovers.extend(a.cleanup(&format!("bench-{tag}-")).await);
         }
     }

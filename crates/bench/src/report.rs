@@ -48,6 +48,21 @@ pub fn report(b: &Bench, machine: &str, url: &str, started: &str, interrupted: b
         }
         out.push('\n');
     }
+    if !b.cluster_rows.is_empty() {
+        out.push_str(&format!(
+            "Cluster: two sbxd nodes of one cluster on the same PostgreSQL and host; {} timed \
+             `true` execs on one sandbox through the node that runs it and through the other \
+             node (which forwards), in alternating blocks.\n\n",
+            b.store_execs
+        ));
+        out.push_str(crate::store::CLUSTER_TABLE_HEADER);
+        out.push('\n');
+        for row in &b.cluster_rows {
+            out.push_str(&row.markdown());
+            out.push('\n');
+        }
+        out.push('\n');
+    }
     let mut notes: Vec<String> = Vec::new();
     let sbx_vs_raw: Vec<String> = vec![
         "create: sbx = POST /v2/sandboxes {vcpu 1, memoryMb 1024} until RUNNING (201, or 202 then \
@@ -103,6 +118,12 @@ pub fn report(b: &Bench, machine: &str, url: &str, started: &str, interrupted: b
             [
                 (r.name, "SQLite", &r.sqlite),
                 (r.name, "PostgreSQL", &r.postgres),
+            ]
+        }))
+        .chain(b.cluster_rows.iter().flat_map(|r| {
+            [
+                (r.name, "its node", &r.sqlite),
+                (r.name, "another node", &r.postgres),
             ]
         }));
     for (name, side, s) in sides {

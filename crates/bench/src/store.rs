@@ -20,7 +20,11 @@ pub const SCENARIOS: &[&str] = &[
     crate::store_path::NAME,
     "store-exec",
     "store-destroy",
+    CLUSTER_EXEC,
 ];
+
+/// Exec through the sandbox's own node vs through another node of a cluster.
+pub const CLUSTER_EXEC: &str = "cluster-exec";
 
 /// Client-side polling interval for these rows: a destroy answers 202 and is
 /// polled until TERMINATED, and the default 10 ms would hide a 2 ms difference.
@@ -38,6 +42,8 @@ pub enum StoreTarget {
     AddsAtMost(f64),
     /// No measurable difference: the 95 % interval of the difference reaches 0.
     NotMeasurable,
+    /// Through another node p50 − through the owner p50 ≤ this many ms.
+    HopAddsAtMost(f64),
 }
 
 /// One row: the same operation on both stores.
@@ -111,6 +117,7 @@ impl StoreRow {
         match self.target {
             StoreTarget::None => "—".into(),
             StoreTarget::AddsAtMost(ms) => format!("PostgreSQL adds ≤ {ms} ms"),
+            StoreTarget::HopAddsAtMost(ms) => format!("forwarding adds ≤ {ms} ms"),
             StoreTarget::NotMeasurable => "nothing measurable".into(),
         }
     }
@@ -123,9 +130,11 @@ impl StoreRow {
             StoreTarget::None => "—",
             // Only an interval wholly on one side of the bound decides; a wider
             // one (a loaded machine) says so instead of guessing.
-            StoreTarget::AddsAtMost(max) if hi <= max => "yes",
-            StoreTarget::AddsAtMost(max) if lo > max => "**no**",
-            StoreTarget::AddsAtMost(_) => "not resolved (interval spans the target)",
+            StoreTarget::AddsAtMost(max) | StoreTarget::HopAddsAtMost(max) if hi <= max => "yes",
+            StoreTarget::AddsAtMost(max) | StoreTarget::HopAddsAtMost(max) if lo > max => "**no**",
+            StoreTarget::AddsAtMost(_) | StoreTarget::HopAddsAtMost(_) => {
+                "not resolved (interval spans the target)"
+            }
             StoreTarget::NotMeasurable if lo <= 0.0 => "yes",
             StoreTarget::NotMeasurable => "**no**",
         }
@@ -150,6 +159,9 @@ impl StoreRow {
         )
     }
 }
+
+/// The header of the cluster table (two lines): `sqlite` is the owner side.
+pub const CLUSTER_TABLE_HEADER: &str = "| scenario | via its node p50 | via its node p95 | via another node p50 | via another node p95 | another − its node p50 (95 % interval) | target | met? |\n|---|---|---|---|---|---|---|---|";
 
 /// The header of the store table (two lines).
 pub const STORE_TABLE_HEADER: &str = "| scenario | SQLite p50 | SQLite p95 | PostgreSQL p50 | PostgreSQL p95 | PostgreSQL − SQLite p50 (95 % interval) | target | met? |\n|---|---|---|---|---|---|---|---|";
@@ -196,7 +208,7 @@ impl Bench {
             Some(pair) => self.store_rows_on(pair).await,
             None => SCENARIOS
                 .iter()
-                .filter(|name| **name != crate::store_path::NAME)
+                .filter(|name| **name != crate::store_path::NAME && **name != CLUSTER_EXEC)
                 .map(|name| {
                     StoreRow::not_available(
                         name,
@@ -208,8 +220,64 @@ impl Bench {
         if self.wants(crate::store_path::NAME) {
             rows.insert(1, self.store_path_row().await);
         }
-        let rows: Vec<StoreRow> = rows.into_iter().filter(|r| self.wants(r.name)).collect();
+        let rows: Vec<StoreRow> = rows
+            .into_iter()
+            .filter(|r| self.wants(r.name) && r.name != CLUSTER_EXEC)
+            .collect();
         self.store_rows.extend(rows);
+        if self.wants(CLUSTER_EXEC) {
+            let row = self.cluster_exec().await;
+            self.cluster_rows.push(row);
+        }
+    }
+
+    /// `cluster-exec`: `true` execs on one sandbox, through the node that runs
+    /// it and through the other node of `--cluster-urls`, in alternating blocks.
+    async fn cluster_exec(&self) -> StoreRow {
+        let mut row = StoreRow::new(CLUSTER_EXEC, StoreTarget::HopAddsAtMost(1.0));
+        let [a, b] = match &self.cluster_pair {
+            Some(pair) => pair,
+            None => {
+                return StoreRow::not_available(
+                    CLUSTER_EXEC,
+                    "needs --cluster-urls; scripts/bench starts two nodes",
+                )
+            }
+        };
+        let id = match a
+            .create(self.create_body(self.sbx_name("cluster", 0)))
+            .await
+        {
+            Ok(id) => id,
+            Err(e) => {
+                row.sqlite = Side::failed(&e);
+                row.postgres = Side::failed(&e);
+                return row;
+            }
+        };
+        // Placement chose the node; the one listing a sandbox runs it.
+        let on_b = match b.node_sandboxes().await {
+            Ok(nodes) => nodes.iter().any(|(url, n)| *n > 0 && url == b.base()),
+            Err(e) => {
+                eprintln!("  ! reading the node list: {e:#}");
+                false
+            }
+        };
+        let (owner, other) = if on_b { (b, a) } else { (a, b) };
+        let ids = [Ok(id.clone()), Ok(id.clone())];
+        exec_blocks(
+            "cluster-exec",
+            [owner, other],
+            &ids,
+            self.store_execs,
+            self.warm,
+            &mut row,
+        )
+        .await;
+        if let Err(e) = owner.destroy(&id).await {
+            eprintln!("  ! destroying the cluster-exec sandbox: {e:#}");
+        }
+        row
     }
 
     /// The in-process `store-create-path` row, on `--store-path-database-url`.
@@ -276,52 +344,31 @@ impl Bench {
 
     /// `true` execs on one warm sandbox per store, in alternating blocks.
     async fn store_exec(&self, pair: &StorePair, row: &mut StoreRow) {
-        let mut ids = Vec::new();
-        for api in [&pair.sqlite, &pair.postgres] {
-            match api
+        let mut ids: [Result<String, Failure>; 2] = [
+            Err(Failure::Skipped("not created".into())),
+            Err(Failure::Skipped("not created".into())),
+        ];
+        for (slot, api) in ids.iter_mut().zip([&pair.sqlite, &pair.postgres]) {
+            *slot = match api
                 .create(self.create_body(self.sbx_name("store-warm", 0)))
                 .await
             {
-                Ok(id) => ids.push(Ok(id)),
+                Ok(id) => Ok(id),
                 Err(e) => {
                     eprintln!("  ! warm sandbox for store-exec: {e:#}");
-                    ids.push(Err(stats_failure(&e)));
+                    Err(stats_failure(&e))
                 }
-            }
+            };
         }
-        let total = self.store_execs;
-        let mut done = 0;
-        let mut block_no = 0;
-        while done < total {
-            eprintln!("[store-exec] {done}/{total}");
-            let block = EXEC_BLOCK.min(total - done);
-            let lead = if done == 0 { self.warm.max(1) } else { 1 };
-            let order = if block_no % 2 == 0 { [0, 1] } else { [1, 0] };
-            for side in order {
-                let (api, s) = if side == 0 {
-                    (&pair.sqlite, &mut row.sqlite)
-                } else {
-                    (&pair.postgres, &mut row.postgres)
-                };
-                match &ids[side] {
-                    Ok(id) => {
-                        for i in 0..lead + block {
-                            if s.active() {
-                                let r = timed(api.exec_ok(id, &["true"])).await;
-                                s.take(i, lead, r);
-                            }
-                        }
-                    }
-                    Err(f) => {
-                        if s.active() {
-                            s.failure = Some(f.clone());
-                        }
-                    }
-                }
-            }
-            done += block;
-            block_no += 1;
-        }
+        exec_blocks(
+            "store-exec",
+            [&pair.sqlite, &pair.postgres],
+            &ids,
+            self.store_execs,
+            self.warm,
+            row,
+        )
+        .await;
         for (api, id) in [&pair.sqlite, &pair.postgres].into_iter().zip(&ids) {
             if let Ok(id) = id {
                 if let Err(e) = api.destroy(id).await {
@@ -329,6 +376,51 @@ impl Bench {
                 }
             }
         }
+    }
+}
+
+/// `total` timed `true` execs per side, in alternating blocks: side 0 (the
+/// row's `sqlite`) on `apis[0]` with `ids[0]`, side 1 likewise. Each block is
+/// led by untimed execs (`warm` the first time, then one).
+async fn exec_blocks(
+    what: &str,
+    apis: [&Api; 2],
+    ids: &[Result<String, Failure>; 2],
+    total: usize,
+    warm: usize,
+    row: &mut StoreRow,
+) {
+    let mut done = 0;
+    let mut block_no = 0;
+    while done < total {
+        eprintln!("[{what}] {done}/{total}");
+        let block = EXEC_BLOCK.min(total - done);
+        let lead = if done == 0 { warm.max(1) } else { 1 };
+        let order = if block_no % 2 == 0 { [0, 1] } else { [1, 0] };
+        for side in order {
+            let s = if side == 0 {
+                &mut row.sqlite
+            } else {
+                &mut row.postgres
+            };
+            match &ids[side] {
+                Ok(id) => {
+                    for i in 0..lead + block {
+                        if s.active() {
+                            let r = timed(apis[side].exec_ok(id, &["true"])).await;
+                            s.take(i, lead, r);
+                        }
+                    }
+                }
+                Err(f) => {
+                    if s.active() {
+                        s.failure = Some(f.clone());
+                    }
+                }
+            }
+        }
+        done += block;
+        block_no += 1;
     }
 }
 

@@ -67,6 +67,21 @@ async fn node_with(url: &str, id: &str, zone: &str, token: &str, extra: &[&str])
     d
 }
 
+/// Creates `name` through `d` while node `other_id` (reached as `other`) is
+/// drained, so that placement puts it on `d`'s node; undrains it again.
+async fn created_on(d: &Daemon, other: &Daemon, other_id: &str, name: &str) -> String {
+    let (status, body) = other
+        .call("POST", &format!("/v1/nodes/{other_id}/drain"), None)
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let id = d.create_running(name).await;
+    let (status, body) = other
+        .call("POST", &format!("/v1/nodes/{other_id}/undrain"), None)
+        .await;
+    assert_eq!(status, 200, "{body}");
+    id
+}
+
 /// `GET /v1/nodes` through `d`.
 async fn nodes(d: &Daemon) -> Vec<Value> {
     let (status, body) = d.call("GET", "/v1/nodes", None).await;
@@ -152,9 +167,17 @@ async fn two_nodes_list_drain_lose_and_fence_each_other() {
     common::assert_error(&refused, 403, "access_denied");
     assert_eq!(node_seen(&a, "node-b").await["state"], "active");
 
-    // A sandbox on each node; each node counts its own.
-    let on_a = a.create_running("on-a").await;
-    let on_b = b.create_running("on-b").await;
+    // A sandbox on each node (placement steered by draining the other one);
+    // each node counts its own.
+    let on_a = created_on(&a, &b, "node-b", "on-a").await;
+    let on_b = created_on(&b, &a, "node-a", "on-b").await;
+    assert_eq!(
+        a.sql(&format!(
+            "SELECT node_id FROM sandboxes WHERE id = '{on_a}'"
+        ))
+        .trim(),
+        "node-a"
+    );
     for (id, n) in [("node-a", &on_a), ("node-b", &on_b)] {
         let seen = node_seen(&b, id).await;
         assert_eq!(seen["sandboxes"], 1, "{n}: {seen}");
@@ -237,7 +260,7 @@ async fn any_node_serves_a_sandbox_of_another_and_only_nodes_with_the_token_forw
     let db = database();
     let a = node(db.url(), "node-a", "a").await;
     let b = node(db.url(), "node-b", "b").await;
-    let id = a.create_running("lives-on-a").await;
+    let id = created_on(&a, &b, "node-b", "lives-on-a").await;
 
     // Exec, files (upload and download), a process with its NDJSON output stream
     // and a long wait, all through B, about A's sandbox.
@@ -457,6 +480,23 @@ async fn creates_through_one_node_of_three_are_placed_on_all_and_the_sdk_works_t
         a.wait_status(id, "TERMINATED", Duration::from_secs(60))
             .await;
     }
+
+    // A drained node takes no new placements.
+    let (status, body) = a.call("POST", "/v1/nodes/node-c/drain", None).await;
+    assert_eq!(status, 200, "{body}");
+    let mut drained_test = Vec::new();
+    for i in 0..4 {
+        drained_test.push(a.create_running(&format!("not-on-c-{i}")).await);
+    }
+    let on_c =
+        a.sql("SELECT count(*) FROM sandboxes WHERE node_id = 'node-c' AND status = 'RUNNING'");
+    assert_eq!(on_c.trim(), "0", "a drained node got a placement");
+    for id in &drained_test {
+        let (status, _) = a.call("DELETE", &format!("/v2/sandboxes/{id}"), None).await;
+        assert!(status == 202 || status == 204, "{status}");
+    }
+    let (status, body) = a.call("POST", "/v1/nodes/node-c/undrain", None).await;
+    assert_eq!(status, 200, "{body}");
 
     // The real inngest SDK, every group, through A while its sandboxes are
     // placed over the cluster.
