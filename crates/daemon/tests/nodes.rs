@@ -417,15 +417,7 @@ fn cluster_without_a_token_is_refused() {
 /// Runs a script of tests/sdk (the real `inngest` SDK) against `base`.
 fn sdk(script: &str, base: &str) -> (bool, String) {
     let dir = std::env::var("SBX_TEST_SDK_DIR").expect("SBX_TEST_SDK_DIR: run ./scripts/test");
-    let out = std::process::Command::new("node")
-        .arg(script)
-        .current_dir(dir)
-        .env("SBX_URL", base)
-        .output()
-        .expect("node");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    println!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
-    (out.status.success(), stdout)
+    common::run_node_script(std::path::Path::new(&dir), script, &[("SBX_URL", base)])
 }
 
 #[tokio::test]

@@ -4,7 +4,6 @@ mod common;
 
 use common::Daemon;
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 fn sdk_dir() -> PathBuf {
@@ -19,17 +18,9 @@ fn sdk_dir() -> PathBuf {
     dir
 }
 
-/// Runs a script with node; returns (success, stdout).
+/// Runs a script of tests/sdk with node; returns (success, stdout).
 fn node(script: &str, envs: &[(&str, &str)]) -> (bool, String) {
-    let out = Command::new("node")
-        .arg(script)
-        .current_dir(sdk_dir())
-        .envs(envs.iter().copied())
-        .output()
-        .expect("node");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    println!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
-    (out.status.success(), stdout)
+    common::run_node_script(&sdk_dir(), script, envs)
 }
 
 #[tokio::test]

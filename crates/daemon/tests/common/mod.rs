@@ -37,6 +37,20 @@ fn env_path(name: &str) -> PathBuf {
     }))
 }
 
+/// Runs `node script` in `dir` with `envs`, prints what it wrote, and
+/// returns (success, stdout): how the tests drive the real SDKs' scripts.
+pub fn run_node_script(dir: &Path, script: &str, envs: &[(&str, &str)]) -> (bool, String) {
+    let out = Command::new("node")
+        .arg(script)
+        .current_dir(dir)
+        .envs(envs.iter().copied())
+        .output()
+        .expect("node");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    println!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), stdout)
+}
+
 /// The installed Connect SDK (`SBX_TEST_CONNECT_SDK_DIR`, set by `./scripts/test`),
 /// else the repository's `sdk/`.
 pub fn connect_sdk_dir() -> PathBuf {
