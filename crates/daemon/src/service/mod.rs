@@ -90,6 +90,8 @@ pub struct Service {
     unrecorded: idempotency::Unrecorded,
     /// Lease epoch this node holds in the `nodes` table (0 before it registers).
     node_epoch: std::sync::atomic::AtomicU64,
+    /// Where snapshot files live besides the data dir (`--snapshot-store`).
+    snapshot_store: Arc<dyn sbx_node::snapshot_store::SnapshotStore>,
 }
 
 /// Longest wait for a sandbox's attach gate.
@@ -119,7 +121,12 @@ impl Service {
             crate::network::Network::new(config.default_network, &config.network_test_public)
                 .unwrap_or_else(|e| panic!("invalid network configuration: {e}")),
         );
+        let snapshot_store = config
+            .snapshot_store
+            .open()
+            .unwrap_or_else(|e| panic!("invalid snapshot store configuration: {e}"));
         Arc::new(Service {
+            snapshot_store,
             pool: pool::Pool::new(config.warm_pool.clone()),
             admission: admission::Admission::new(admission::Capacity::detect(&config.capacity)),
             boot_id: Uuid::new_v4(),
