@@ -41,7 +41,7 @@ pub use logs::LogChunk;
 pub use nodes::Heartbeat;
 pub use pool::PoolShapeStatus;
 pub use secrets::{KeyError, SecretBox, SecretInfo};
-pub use snapshots::SnapshotPage;
+pub use snapshots::{SnapshotPage, SNAPSHOT_UPLOAD_FAILED};
 pub use views::{Sandbox, Snapshot};
 
 use crate::config::Config;

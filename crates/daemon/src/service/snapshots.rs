@@ -19,6 +19,9 @@ const CHECKPOINT_ATTEMPTS: u32 = 3;
 /// agent gets: on a loaded node a restore can take well over 10 s).
 const VERIFY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// Start of the error of a snapshot whose upload to the snapshot store failed.
+pub const SNAPSHOT_UPLOAD_FAILED: &str = "uploading the snapshot to object storage failed";
+
 /// One page of snapshots.
 #[derive(Debug)]
 pub struct SnapshotPage {
@@ -181,7 +184,7 @@ impl Service {
                 Ok(())
             }
             Err(e) => Err(ServiceError::Unavailable(format!(
-                "uploading the snapshot to object storage failed: {e}"
+                "{SNAPSHOT_UPLOAD_FAILED}: {e}"
             ))),
         }
     }
