@@ -341,7 +341,7 @@ impl Config {
             }
         }
         // Builds the client once (no traffic): a bad endpoint is refused at start.
-        self.snapshot_store.open()?;
+        self.snapshot_store.check()?;
         Ok(())
     }
 

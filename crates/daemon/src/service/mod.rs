@@ -123,7 +123,7 @@ impl Service {
         );
         let snapshot_store = config
             .snapshot_store
-            .open()
+            .open(secrets.keys())
             .unwrap_or_else(|e| panic!("invalid snapshot store configuration: {e}"));
         Arc::new(Service {
             snapshot_store,

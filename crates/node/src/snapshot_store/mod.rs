@@ -9,7 +9,9 @@
 //! * [`S3Store`] (`--snapshot-store s3://bucket/prefix`): [`SnapshotStore::upload`]
 //!   copies every file to `<prefix>/snapshots/<id>/files/<path>` and then writes
 //!   `<prefix>/snapshots/<id>/manifest.json` with each file's size and SHA-256
-//!   (written last: its presence means the upload is complete). Any node that
+//!   (written last: its presence means the upload is complete). Every object
+//!   is encrypted under a per-snapshot data key that the manifest carries
+//!   sealed by the node's key ring (`seal.rs`). Any node that
 //!   lacks the local copy [`SnapshotStore::fetch`]es it: every object is
 //!   downloaded into a temporary directory beside the cache, checked against
 //!   the manifest, and renamed into place in one step, so a local cache
@@ -18,6 +20,7 @@
 
 mod local;
 mod s3;
+mod seal;
 
 pub use local::LocalStore;
 pub use s3::{S3Config, S3Store};
@@ -174,12 +177,25 @@ impl StoreConfig {
         }))
     }
 
-    /// Builds the store (no network traffic yet).
-    pub fn open(&self) -> Result<Arc<dyn SnapshotStore>, SnapshotStoreError> {
+    /// Builds the store (no network traffic yet). `keys` seal each
+    /// snapshot's data key before anything leaves the node: the nodes that
+    /// share a store must share the secret key.
+    pub fn open(
+        &self,
+        keys: &sbx_secrets::KeyRing,
+    ) -> Result<Arc<dyn SnapshotStore>, SnapshotStoreError> {
         Ok(match self {
             StoreConfig::Local => Arc::new(LocalStore),
-            StoreConfig::S3(config) => Arc::new(S3Store::new(config.clone())?),
+            StoreConfig::S3(config) => Arc::new(S3Store::new(config.clone(), keys.clone())?),
         })
+    }
+
+    /// Checks that the store can be built (no network traffic).
+    pub fn check(&self) -> Result<(), SnapshotStoreError> {
+        match self {
+            StoreConfig::Local => Ok(()),
+            StoreConfig::S3(config) => S3Store::build_client(config).map(|_| ()),
+        }
     }
 }
 

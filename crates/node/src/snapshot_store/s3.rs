@@ -3,8 +3,11 @@
 //! Layout under the bucket: `<prefix>/snapshots/<id>/files/<relative path>`
 //! for every file of the snapshot's directory, and
 //! `<prefix>/snapshots/<id>/manifest.json` (written last) listing each file's
-//! path, size and SHA-256.
+//! path, size and SHA-256, and the snapshot's data key sealed by the node's
+//! key ring. Every object holds its file encrypted in chunks (`seal.rs`):
+//! the store never sees plaintext.
 
+use super::seal::{DataKey, SealError, TAG};
 use super::{staging_dir, SnapshotStore, SnapshotStoreError, Uploaded, MANIFEST};
 use futures::StreamExt;
 use object_store::aws::{AmazonS3, AmazonS3Builder};
@@ -19,12 +22,13 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use uuid::Uuid;
 
-/// Files up to this size are one PUT; larger ones a multipart upload of parts this size.
-const PART: usize = 8 << 20;
+/// Plaintext bytes per sealed chunk. Files up to one chunk are one PUT;
+/// larger ones a multipart upload.
+pub(crate) const PART: usize = 8 << 20;
 /// Parts of one file in flight at once.
 const PARTS_IN_FLIGHT: usize = 4;
 /// Format of the manifest.
-const MANIFEST_FORMAT: u32 = 1;
+const MANIFEST_FORMAT: u32 = 2;
 /// Largest manifest read back (it lists a handful of files).
 const MANIFEST_MAX: usize = 1 << 20;
 
@@ -70,15 +74,25 @@ impl std::fmt::Debug for S3Config {
 struct ManifestFile {
     /// Path relative to the snapshot's directory, `/`-separated.
     path: String,
+    /// Plaintext bytes.
     size: u64,
-    /// Lowercase hex.
+    /// SHA-256 of the plaintext, lowercase hex.
     sha256: String,
+}
+
+/// Bytes of the object that holds `size` plaintext bytes: one tag per chunk
+/// (an empty file is one empty chunk).
+fn stored_size(size: u64) -> u64 {
+    let chunks = size.div_ceil(PART as u64).max(1);
+    size + chunks * TAG as u64
 }
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Manifest {
     format: u32,
     snapshot: Uuid,
+    /// The data key sealed by the key ring (hex).
+    key: String,
     files: Vec<ManifestFile>,
 }
 
@@ -86,6 +100,8 @@ struct Manifest {
 pub struct S3Store {
     client: Arc<AmazonS3>,
     config: S3Config,
+    /// Seals and opens each snapshot's data key.
+    keys: sbx_secrets::KeyRing,
     /// One fetch per snapshot at a time (this process).
     fetches: Mutex<HashMap<Uuid, Arc<tokio::sync::Mutex<()>>>>,
 }
@@ -101,7 +117,21 @@ impl std::fmt::Debug for S3Store {
 impl S3Store {
     /// A client for `config` (path-style requests; plain HTTP allowed for an
     /// explicit endpoint, e.g. a server on loopback).
-    pub fn new(config: S3Config) -> Result<S3Store, SnapshotStoreError> {
+    pub fn new(
+        config: S3Config,
+        keys: sbx_secrets::KeyRing,
+    ) -> Result<S3Store, SnapshotStoreError> {
+        let client = Self::build_client(&config)?;
+        Ok(S3Store {
+            client: Arc::new(client),
+            config,
+            keys,
+            fetches: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The S3 client of `config` (no traffic; errors are configuration errors).
+    pub(crate) fn build_client(config: &S3Config) -> Result<AmazonS3, SnapshotStoreError> {
         let mut builder = AmazonS3Builder::new()
             .with_bucket_name(&config.bucket)
             .with_region(&config.region)
@@ -131,14 +161,9 @@ impl S3Store {
         if let Some(token) = &config.session_token {
             builder = builder.with_token(token);
         }
-        let client = builder
+        builder
             .build()
-            .map_err(|e| SnapshotStoreError::Config(e.to_string()))?;
-        Ok(S3Store {
-            client: Arc::new(client),
-            config,
-            fetches: Mutex::new(HashMap::new()),
-        })
+            .map_err(|e| SnapshotStoreError::Config(e.to_string()))
     }
 
     /// The client itself (tests use it to damage objects on purpose).
@@ -176,11 +201,17 @@ impl S3Store {
     async fn upload_file(
         &self,
         id: Uuid,
+        index: u32,
         relative: &str,
         file: &Path,
+        key: &DataKey,
     ) -> Result<ManifestFile, SnapshotStoreError> {
         let location = self.key(id, &format!("files/{relative}"));
         let what = || format!("uploading {relative}");
+        let sealing = |e: SealError| SnapshotStoreError::Io {
+            context: format!("encrypting {relative}"),
+            source: std::io::Error::other(e),
+        };
         let mut f = tokio::fs::File::open(file)
             .await
             .map_err(SnapshotStoreError::io(format!(
@@ -189,50 +220,64 @@ impl S3Store {
             )))?;
         let mut hasher = Sha256::new();
         let mut size = 0u64;
-        let mut first = read_chunk(&mut f, file).await?;
-        if first.len() < PART {
-            hasher.update(&first);
-            size += first.len() as u64;
-            self.client
-                .put(&location, PutPayload::from(first))
-                .await
-                .map_err(SnapshotStoreError::remote(what()))?;
-        } else {
-            let upload = self
-                .client
-                .put_multipart(&location)
-                .await
-                .map_err(SnapshotStoreError::remote(what()))?;
-            let mut writer = WriteMultipart::new_with_chunk_size(upload, PART);
-            let result: Result<(), SnapshotStoreError> = async {
-                loop {
-                    if first.is_empty() {
-                        break;
+        let mut writer: Option<WriteMultipart> = None;
+        let mut current = read_chunk(&mut f, file).await?;
+        let mut chunk = 0u64;
+        let result: Result<(), SnapshotStoreError> = async {
+            loop {
+                // Read ahead: the last chunk is sealed as such.
+                let next = if current.len() == PART {
+                    read_chunk(&mut f, file).await?
+                } else {
+                    Vec::new()
+                };
+                let last = next.is_empty();
+                hasher.update(&current);
+                size += current.len() as u64;
+                let sealed = key.seal(index, chunk, last, &current).map_err(sealing)?;
+                if last && writer.is_none() {
+                    // The whole file is one chunk: one PUT.
+                    self.client
+                        .put(&location, PutPayload::from(sealed))
+                        .await
+                        .map_err(SnapshotStoreError::remote(what()))?;
+                    return Ok(());
+                }
+                let w = match &mut writer {
+                    Some(w) => w,
+                    None => {
+                        let upload = self
+                            .client
+                            .put_multipart(&location)
+                            .await
+                            .map_err(SnapshotStoreError::remote(what()))?;
+                        writer.insert(WriteMultipart::new_with_chunk_size(upload, PART))
                     }
-                    hasher.update(&first);
-                    size += first.len() as u64;
-                    writer
-                        .wait_for_capacity(PARTS_IN_FLIGHT)
-                        .await
-                        .map_err(SnapshotStoreError::remote(what()))?;
-                    writer.write(&first);
-                    first = read_chunk(&mut f, file).await?;
+                };
+                w.wait_for_capacity(PARTS_IN_FLIGHT)
+                    .await
+                    .map_err(SnapshotStoreError::remote(what()))?;
+                w.write(&sealed);
+                if last {
+                    return Ok(());
                 }
-                Ok(())
+                current = next;
+                chunk += 1;
             }
-            .await;
-            match result {
-                Ok(()) => {
-                    writer
-                        .finish()
-                        .await
-                        .map_err(SnapshotStoreError::remote(what()))?;
-                }
-                Err(e) => {
-                    let _ = writer.abort().await;
-                    return Err(e);
-                }
+        }
+        .await;
+        match (result, writer) {
+            (Ok(()), Some(w)) => {
+                w.finish()
+                    .await
+                    .map_err(SnapshotStoreError::remote(what()))?;
             }
+            (Ok(()), None) => {}
+            (Err(e), Some(w)) => {
+                let _ = w.abort().await;
+                return Err(e);
+            }
+            (Err(e), None) => return Err(e),
         }
         Ok(ManifestFile {
             path: relative.to_string(),
@@ -289,14 +334,18 @@ impl S3Store {
         Ok(manifest)
     }
 
-    /// Downloads one file into `target`, checking size and SHA-256.
+    /// Downloads one file into `target`, decrypting each chunk and checking
+    /// size and SHA-256.
     async fn download_file(
         &self,
         id: Uuid,
+        index: u32,
         file: &ManifestFile,
         target: &Path,
+        key: &DataKey,
     ) -> Result<(), SnapshotStoreError> {
         let location = self.key(id, &format!("files/{}", file.path));
+        let corrupt = |what: String| SnapshotStoreError::Corrupt { id, what };
         let got = match self.client.get(&location).await {
             Ok(got) => got,
             Err(object_store::Error::NotFound { .. }) => {
@@ -313,6 +362,13 @@ impl S3Store {
                 ))(e))
             }
         };
+        let expected = stored_size(file.size);
+        if got.meta.size as u64 != expected {
+            return Err(corrupt(format!(
+                "{} is {} bytes in the store, {expected} expected",
+                file.path, got.meta.size
+            )));
+        }
         if let Some(parent) = target.parent() {
             tokio::fs::create_dir_all(parent)
                 .await
@@ -329,44 +385,66 @@ impl S3Store {
             )))?;
         let mut hasher = Sha256::new();
         let mut size = 0u64;
+        let mut received = 0u64;
+        let mut chunk = 0u64;
+        let sealed_len = PART + TAG;
+        let mut buf: Vec<u8> = Vec::with_capacity(sealed_len);
         let mut stream = got.into_stream();
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(SnapshotStoreError::remote(format!(
-                "downloading {}",
-                file.path
-            )))?;
-            size += chunk.len() as u64;
-            if size > file.size {
+        loop {
+            let next = stream.next().await;
+            let at_end = next.is_none();
+            if let Some(bytes) = next {
+                let bytes = bytes.map_err(SnapshotStoreError::remote(format!(
+                    "downloading {}",
+                    file.path
+                )))?;
+                received += bytes.len() as u64;
+                if received > expected {
+                    return Err(corrupt(format!(
+                        "{} is longer than its manifest says",
+                        file.path
+                    )));
+                }
+                buf.extend_from_slice(&bytes);
+            }
+            // A full chunk with more bytes after it is not the last one; the
+            // last is opened at the end of the stream.
+            while buf.len() > sealed_len || (at_end && !buf.is_empty()) {
+                let take = buf.len().min(sealed_len);
+                let last = at_end && take == buf.len();
+                let plain = key
+                    .open(index, chunk, last, &buf[..take])
+                    .map_err(|e| corrupt(format!("{}: {e}", file.path)))?;
+                buf.drain(..take);
+                hasher.update(&plain);
+                size += plain.len() as u64;
+                out.write_all(&plain)
+                    .await
+                    .map_err(SnapshotStoreError::io(format!(
+                        "writing {}",
+                        target.display()
+                    )))?;
+                chunk += 1;
+                if last {
+                    break;
+                }
+            }
+            if at_end {
                 break;
             }
-            hasher.update(&chunk);
-            out.write_all(&chunk)
-                .await
-                .map_err(SnapshotStoreError::io(format!(
-                    "writing {}",
-                    target.display()
-                )))?;
         }
         if size != file.size {
-            return Err(SnapshotStoreError::Corrupt {
-                id,
-                what: format!(
-                    "{} has {size}{} bytes, the manifest says {}",
-                    file.path,
-                    if size > file.size { "+" } else { "" },
-                    file.size
-                ),
-            });
+            return Err(corrupt(format!(
+                "{} has {size} bytes, the manifest says {}",
+                file.path, file.size
+            )));
         }
         let sha = hex::encode(hasher.finalize());
         if sha != file.sha256 {
-            return Err(SnapshotStoreError::Corrupt {
-                id,
-                what: format!(
-                    "{} has SHA-256 {sha}, the manifest says {}",
-                    file.path, file.sha256
-                ),
-            });
+            return Err(corrupt(format!(
+                "{} has SHA-256 {sha}, the manifest says {}",
+                file.path, file.sha256
+            )));
         }
         out.sync_all()
             .await
@@ -385,8 +463,20 @@ impl S3Store {
                 what: "the manifest lists no files".into(),
             });
         }
-        for file in &manifest.files {
-            self.download_file(id, file, &staging.join(&file.path))
+        let key = DataKey::unwrap(id, &manifest.key, &self.keys).map_err(|e| {
+            SnapshotStoreError::Corrupt {
+                id,
+                what: format!(
+                    "{e} (another cluster's snapshot, or a secret key not given to this node?)"
+                ),
+            }
+        })?;
+        for (index, file) in manifest.files.iter().enumerate() {
+            let index = u32::try_from(index).map_err(|_| SnapshotStoreError::Corrupt {
+                id,
+                what: "the manifest lists too many files".into(),
+            })?;
+            self.download_file(id, index, file, &staging.join(&file.path), &key)
                 .await?;
         }
         Ok(())
@@ -397,14 +487,25 @@ impl S3Store {
 impl SnapshotStore for S3Store {
     async fn upload(&self, id: Uuid, dir: &Path) -> Result<Uploaded, SnapshotStoreError> {
         let files = list_files(dir).await?;
+        let sealing = |e: SealError| SnapshotStoreError::Io {
+            context: "sealing the snapshot's data key".into(),
+            source: std::io::Error::other(e),
+        };
+        let key = DataKey::generate(id).map_err(sealing)?;
+        let wrapped = key.wrap(&self.keys).map_err(sealing)?;
         let mut entries = Vec::with_capacity(files.len());
-        for (relative, path) in &files {
-            entries.push(self.upload_file(id, relative, path).await?);
+        for (index, (relative, path)) in files.iter().enumerate() {
+            let index = u32::try_from(index).map_err(|_| SnapshotStoreError::Io {
+                context: format!("listing {}", dir.display()),
+                source: std::io::Error::other("too many files"),
+            })?;
+            entries.push(self.upload_file(id, index, relative, path, &key).await?);
         }
-        let bytes = entries.iter().map(|f| f.size).sum();
+        let bytes = entries.iter().map(|f| stored_size(f.size)).sum();
         let manifest = Manifest {
             format: MANIFEST_FORMAT,
             snapshot: id,
+            key: wrapped,
             files: entries,
         };
         let body = serde_json::to_vec_pretty(&manifest).map_err(|e| SnapshotStoreError::Io {

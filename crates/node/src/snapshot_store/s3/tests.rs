@@ -6,17 +6,24 @@ use super::*;
 fn store() -> S3Store {
     let var =
         |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("{k} is not set; run ./scripts/test"));
-    S3Store::new(S3Config {
-        bucket: var("SBX_TEST_S3_BUCKET"),
-        // A prefix per test run: tests share the bucket.
-        prefix: format!("unit-{}", Uuid::new_v4()),
-        endpoint: Some(var("SBX_TEST_S3_ENDPOINT")),
-        region: "us-east-1".into(),
-        access_key_id: Some(var("SBX_TEST_S3_ACCESS_KEY")),
-        secret_access_key: Some(var("SBX_TEST_S3_SECRET_KEY")),
-        session_token: None,
-    })
+    S3Store::new(
+        S3Config {
+            bucket: var("SBX_TEST_S3_BUCKET"),
+            // A prefix per test run: tests share the bucket.
+            prefix: format!("unit-{}", Uuid::new_v4()),
+            endpoint: Some(var("SBX_TEST_S3_ENDPOINT")),
+            region: "us-east-1".into(),
+            access_key_id: Some(var("SBX_TEST_S3_ACCESS_KEY")),
+            secret_access_key: Some(var("SBX_TEST_S3_SECRET_KEY")),
+            session_token: None,
+        },
+        ring(),
+    )
     .unwrap()
+}
+
+fn ring() -> sbx_secrets::KeyRing {
+    sbx_secrets::KeyRing::new(sbx_secrets::Key::from_bytes([3; 32]))
 }
 
 /// A snapshot directory like runsc's: a small file and one larger than a part.
@@ -54,7 +61,18 @@ async fn round_trip_then_delete_removes_everything() {
     let id = Uuid::new_v4();
     let up = s.upload(id, &src).await.unwrap();
     assert_eq!(up.files, 2);
-    assert_eq!(up.bytes, (19 + PART + PART / 2) as u64);
+    // Stored bytes: each chunk carries its tag (the big file is two chunks).
+    assert_eq!(up.bytes, (19 + PART + PART / 2 + 3 * TAG) as u64);
+    // Nothing in the store is plaintext.
+    let stored = s
+        .client
+        .get(&s.key(id, "files/checkpoint/checkpoint.img"))
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    assert!(!stored.windows(6).any(|w| w == b"sentry"), "encrypted");
     let p = s.snapshot_prefix(id);
     assert_eq!(
         keys(&s, id).await,
@@ -126,19 +144,49 @@ async fn corrupted_object_is_corrupt() {
     let src = snapshot_dir(tmp.path());
     let id = Uuid::new_v4();
     s.upload(id, &src).await.unwrap();
-    // Same size, other bytes: only the checksum can tell.
+    // Same size, one byte changed in the second chunk.
     let pages = s.key(id, "files/checkpoint/pages.img");
-    let mut bytes = std::fs::read(src.join("checkpoint/pages.img")).unwrap();
-    bytes[PART + 7] ^= 0xff;
-    s.client.put(&pages, bytes.into()).await.unwrap();
+    let mut bytes = s
+        .client
+        .get(&pages)
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap()
+        .to_vec();
+    bytes[PART + TAG + 7] ^= 0xff;
+    s.client.put(&pages, bytes.clone().into()).await.unwrap();
     let cache = tmp.path().join(id.to_string());
     let err = s.fetch(id, &cache).await.unwrap_err();
     assert!(
         matches!(err, SnapshotStoreError::Corrupt { .. }) && err.is_unusable(),
         "{err}"
     );
-    assert!(err.to_string().contains("SHA-256"), "{err}");
+    assert!(err.to_string().contains("does not decrypt"), "{err}");
     assert!(!cache.exists(), "no half-fetched cache");
+    // The chunks swapped inside the object (each one intact).
+    let mut swapped = bytes[PART + TAG..].to_vec();
+    swapped.extend_from_slice(&bytes[..PART + TAG]);
+    assert_eq!(swapped.len(), bytes.len());
+    s.client.put(&pages, swapped.into()).await.unwrap();
+    let err = s.fetch(id, &cache).await.unwrap_err();
+    assert!(matches!(err, SnapshotStoreError::Corrupt { .. }), "{err}");
+    // Another cluster's key ring cannot open the data key.
+    s.upload(id, &src).await.unwrap();
+    let foreign = S3Store::new(
+        S3Config {
+            prefix: s.config.prefix.clone(),
+            ..s.config.clone()
+        },
+        sbx_secrets::KeyRing::new(sbx_secrets::Key::from_bytes([4; 32])),
+    )
+    .unwrap();
+    let err = foreign.fetch(id, &cache).await.unwrap_err();
+    assert!(
+        matches!(err, SnapshotStoreError::Corrupt { .. }) && err.to_string().contains("data key"),
+        "{err}"
+    );
     // A shorter object, and a manifest that does not parse.
     s.client
         .put(&pages, b"short".to_vec().into())
@@ -164,15 +212,18 @@ async fn unreachable_endpoint_fails_quickly_with_the_reason() {
         .local_addr()
         .unwrap()
         .port();
-    let s = S3Store::new(S3Config {
-        bucket: "sbx".into(),
-        prefix: "p".into(),
-        endpoint: Some(format!("http://127.0.0.1:{port}")),
-        region: "us-east-1".into(),
-        access_key_id: Some("k".into()),
-        secret_access_key: Some("s".into()),
-        session_token: None,
-    })
+    let s = S3Store::new(
+        S3Config {
+            bucket: "sbx".into(),
+            prefix: "p".into(),
+            endpoint: Some(format!("http://127.0.0.1:{port}")),
+            region: "us-east-1".into(),
+            access_key_id: Some("k".into()),
+            secret_access_key: Some("s".into()),
+            session_token: None,
+        },
+        ring(),
+    )
     .unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let src = snapshot_dir(tmp.path());
