@@ -282,3 +282,33 @@ async fn an_unreachable_object_store_fails_the_snapshot_not_the_sandbox() {
         "sandbox_snapshot_not_ready",
     );
 }
+
+#[tokio::test]
+#[ignore = "needs root, runsc, the image and S3; run ./scripts/test"]
+async fn expiry_removes_the_objects_and_the_cache() {
+    let prefix = format!("it-{}", uuid::Uuid::new_v4());
+    let mut flags = common::s3_flags(&prefix);
+    flags.extend(["--snapshot-ttl-secs".to_string(), "5".to_string()]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let d = Daemon::start(&flags).await;
+    let _leftovers = common::KillLeftovers::of(&d);
+    let s3 = s3_client();
+    let id = d.create_running("src").await;
+    let snap = snapshot_settled(&d, &id).await;
+    assert_eq!(snap["status"], "READY", "{snap}");
+    let sid = snap["id"].as_str().unwrap().to_string();
+    let snap_prefix = format!("{prefix}/snapshots/{sid}");
+    assert!(!keys_under(&s3, &snap_prefix).await.is_empty());
+    // The janitor (every 2 s) deletes it once expired.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, got) = d.call("GET", &format!("/v2/snapshots/{sid}"), None).await;
+        if got["errors"][0]["code"] == "sandbox_snapshot_not_found" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never expired: {got}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(keys_under(&s3, &snap_prefix).await, Vec::<String>::new());
+    assert!(!d.data_dir().join("snapshots").join(&sid).exists());
+}

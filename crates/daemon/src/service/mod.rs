@@ -92,6 +92,8 @@ pub struct Service {
     node_epoch: std::sync::atomic::AtomicU64,
     /// Where snapshot files live besides the data dir (`--snapshot-store`).
     snapshot_store: Arc<dyn sbx_node::snapshot_store::SnapshotStore>,
+    /// When the janitor last looked for local copies of deleted snapshots.
+    cache_sweep: Mutex<Option<std::time::Instant>>,
 }
 
 /// Longest wait for a sandbox's attach gate.
@@ -127,6 +129,7 @@ impl Service {
             .unwrap_or_else(|e| panic!("invalid snapshot store configuration: {e}"));
         Arc::new(Service {
             snapshot_store,
+            cache_sweep: Mutex::new(None),
             pool: pool::Pool::new(config.warm_pool.clone()),
             admission: admission::Admission::new(admission::Capacity::detect(&config.capacity)),
             boot_id: Uuid::new_v4(),

@@ -19,6 +19,10 @@ const CHECKPOINT_ATTEMPTS: u32 = 3;
 /// agent gets: on a loaded node a restore can take well over 10 s).
 const VERIFY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// How often the janitor looks for local copies of deleted snapshots (one
+/// store read per local snapshot directory).
+const CACHE_SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Start of the error of a snapshot whose upload to the snapshot store failed.
 pub const SNAPSHOT_UPLOAD_FAILED: &str = "uploading the snapshot to object storage failed";
 
@@ -549,6 +553,13 @@ impl Service {
     /// unknown: with a shared store, another node may have deleted a
     /// snapshot this node had fetched.
     async fn drop_stale_caches(&self) {
+        {
+            let mut last = self.cache_sweep.lock().unwrap_or_else(|p| p.into_inner());
+            if last.is_some_and(|t| t.elapsed() < CACHE_SWEEP_EVERY) {
+                return;
+            }
+            *last = Some(std::time::Instant::now());
+        }
         let root = self.config.data_dir.join("snapshots");
         let Ok(mut entries) = tokio::fs::read_dir(&root).await else {
             return;
