@@ -555,6 +555,8 @@ impl SnapshotStore for S3Store {
             tracing::info!(snapshot = %id, ms = started.elapsed().as_millis() as u64, "snapshot fetched from object storage");
         }
         drop(_fetching);
+        drop(lock);
+        // Forget locks nobody waits on (a waiter holds its own reference).
         self.fetches
             .lock()
             .unwrap_or_else(|p| p.into_inner())
