@@ -39,6 +39,8 @@ pub struct Config {
     pub http: HttpConfig,
     /// This node's identity and lease in the `nodes` table.
     pub node: NodeConfig,
+    /// Where snapshot files live besides the data dir (`--snapshot-store`).
+    pub snapshot_store: sbx_node::snapshot_store::StoreConfig,
 }
 
 /// Longest node lease: past it a dead node would pass for alive for over an hour.
@@ -356,6 +358,9 @@ pub enum ConfigError {
     /// A cluster token too short or with white space or control characters inside.
     #[error("the cluster token must be at least 32 printable characters without spaces (for example: openssl rand -hex 32)")]
     BadClusterToken,
+    /// `--snapshot-store` and the S3 settings do not make a usable store.
+    #[error(transparent)]
+    SnapshotStore(#[from] sbx_node::snapshot_store::SnapshotStoreError),
 }
 
 impl Config {
@@ -391,6 +396,8 @@ impl Config {
                 return Err(ConfigError::HttpZero(flag));
             }
         }
+        // Builds the client once (no traffic): a bad endpoint is refused at start.
+        self.snapshot_store.check()?;
         Ok(())
     }
 
@@ -449,8 +456,36 @@ impl Config {
             },
             http: HttpConfig::default(),
             node: NodeConfig::default(),
+            snapshot_store: Default::default(),
         }
     }
+}
+
+/// `--snapshot-store` (`local`, or `s3://bucket/prefix`), `--s3-endpoint` and
+/// `--s3-region`; the credentials come from the environment only (never a
+/// flag, which `ps` would show): `SBX_S3_ACCESS_KEY_ID` /
+/// `SBX_S3_SECRET_ACCESS_KEY` / `SBX_S3_SESSION_TOKEN`, else the usual
+/// `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` / `AWS_SESSION_TOKEN`.
+pub fn snapshot_store_config(
+    store: &str,
+    endpoint: Option<String>,
+    region: String,
+) -> Result<sbx_node::snapshot_store::StoreConfig, ConfigError> {
+    let env = |sbx: &str, aws: &str| {
+        std::env::var(sbx)
+            .ok()
+            .or_else(|| std::env::var(aws).ok())
+            .filter(|v| !v.is_empty())
+    };
+    let s3 = sbx_node::snapshot_store::S3Config {
+        endpoint: endpoint.filter(|e| !e.trim().is_empty()),
+        region,
+        access_key_id: env("SBX_S3_ACCESS_KEY_ID", "AWS_ACCESS_KEY_ID"),
+        secret_access_key: env("SBX_S3_SECRET_ACCESS_KEY", "AWS_SECRET_ACCESS_KEY"),
+        session_token: env("SBX_S3_SESSION_TOKEN", "AWS_SESSION_TOKEN"),
+        ..Default::default()
+    };
+    Ok(sbx_node::snapshot_store::StoreConfig::parse(store, s3)?)
 }
 
 /// Largest warm pool per shape.
@@ -505,6 +540,7 @@ mod tests {
             capacity: CapacityConfig::default(),
             http: HttpConfig::default(),
             node: NodeConfig::default(),
+            snapshot_store: Default::default(),
         }
     }
 

@@ -128,6 +128,16 @@ struct Args {
     /// many seconds is stopped (503) and its host `runsc exec` killed.
     #[arg(long, env = "SBX_FILE_TRANSFER_IDLE_SECS", default_value_t = 30)]
     file_transfer_idle_secs: u64,
+    /// Where snapshots are kept besides the data dir: `local` (only there) or
+    /// `s3://bucket/prefix` (uploaded before READY, fetched by any node that clones).
+    #[arg(long, env = "SBX_SNAPSHOT_STORE", default_value = "local")]
+    snapshot_store: String,
+    /// Endpoint of an S3-compatible server, e.g. http://127.0.0.1:9000 (default: AWS).
+    #[arg(long, env = "SBX_S3_ENDPOINT")]
+    s3_endpoint: Option<String>,
+    /// S3 region.
+    #[arg(long, env = "SBX_S3_REGION", default_value = "us-east-1")]
+    s3_region: String,
     #[command(flatten)]
     http: HttpArgs,
     #[command(flatten)]
@@ -473,6 +483,11 @@ async fn main() -> anyhow::Result<()> {
                 .collect(),
         },
         node,
+        snapshot_store: sbx_daemon::config::snapshot_store_config(
+            &args.snapshot_store,
+            args.s3_endpoint.clone(),
+            args.s3_region.clone(),
+        )?,
     };
     sbx_daemon::network::Network::new(config.default_network, &config.network_test_public)
         .map_err(anyhow::Error::msg)?;

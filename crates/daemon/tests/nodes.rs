@@ -506,3 +506,108 @@ async fn creates_through_one_node_of_three_are_placed_on_all_and_the_sdk_works_t
     println!("sandboxes of this test ran on {} nodes", nodes_used.trim());
     drop((b, c));
 }
+
+#[tokio::test]
+#[ignore = "needs root, runsc, the image, PostgreSQL and S3; run ./scripts/test"]
+async fn a_snapshot_taken_on_one_node_is_cloned_through_another_onto_a_third() {
+    let db = database();
+    let prefix = format!("cluster-{}", uuid::Uuid::new_v4());
+    let s3 = common::s3_flags(&prefix);
+    let mut flags: Vec<&str> = s3.iter().map(String::as_str).collect();
+    let a = node_with(db.url(), "node-a", "a", TOKEN, &flags).await;
+    // One secret key for the cluster: it seals the snapshots' data keys too.
+    let key = a.data_dir().join("secret.key");
+    let key = key.to_str().expect("utf-8 path").to_string();
+    flags.extend(["--secret-key-file", key.as_str()]);
+    let b = node_with(db.url(), "node-b", "b", TOKEN, &flags).await;
+    let c = node_with(db.url(), "node-c", "c", TOKEN, &flags).await;
+
+    // On A: a file on disk and a value only in a process's memory.
+    for (d, id) in [(&b, "node-b"), (&c, "node-c")] {
+        let (status, body) = d.call("POST", &format!("/v1/nodes/{id}/drain"), None).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let src = a.create_running("src").await;
+    let (code, _, err) = a
+        .exec(
+            &src,
+            &[
+                "sh",
+                "-c",
+                "head -c 1000000 /dev/urandom > /tmp/blob && sha256sum /tmp/blob",
+            ],
+        )
+        .await;
+    assert_eq!(code, 0, "{err}");
+    let (_, sum, _) = a.exec(&src, &["sha256sum", "/tmp/blob"]).await;
+    let (status, p) = a
+        .call(
+            "POST",
+            &format!("/v2/sandboxes/{src}/processes"),
+            Some(serde_json::json!({"command": ["sh", "-c",
+                "v=$(od -An -tx1 -N8 /dev/urandom | tr -d ' \\n'); \
+                 while :; do if [ -e /tmp/ask ]; then echo \"still $v\" > /tmp/answer.tmp; \
+                 mv /tmp/answer.tmp /tmp/answer; rm -f /tmp/ask; fi; sleep 0.05; done"]})),
+        )
+        .await;
+    assert_eq!(status, 201, "{p}");
+    let ask = "rm -f /tmp/answer; touch /tmp/ask; \
+               for i in $(seq 300); do [ -s /tmp/answer ] && exec cat /tmp/answer; sleep 0.05; done; exit 1";
+    let (code, remembered, _) = a.exec(&src, &["sh", "-c", ask]).await;
+    assert_eq!(code, 0);
+
+    // The snapshot, through C (forwarded to A, which uploads it).
+    let (status, snap) = c
+        .call("POST", &format!("/v2/sandboxes/{src}/snapshots"), None)
+        .await;
+    assert!(status == 201 || status == 202, "{status} {snap}");
+    let sid = snap["data"]["id"]
+        .as_str()
+        .expect("snapshot id")
+        .to_string();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let (_, got) = c.call("GET", &format!("/v2/snapshots/{sid}"), None).await;
+        if got["data"]["status"] == "READY" {
+            break;
+        }
+        assert_ne!(got["data"]["status"], "FAILED", "{got}");
+        assert!(Instant::now() < deadline, "snapshot never READY: {got}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A's local copy goes; only the object store has the snapshot now.
+    let cache = a.data_dir().join("snapshots").join(&sid);
+    assert!(cache.exists(), "A keeps a local copy of what it took");
+    std::fs::remove_dir_all(&cache).expect("remove A's cache");
+
+    // Only C takes placements: a clone through B lands on C.
+    let (status, body) = a.call("POST", "/v1/nodes/node-a/drain", None).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = a.call("POST", "/v1/nodes/node-c/undrain", None).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, made) = b
+        .call(
+            "POST",
+            "/v2/sandboxes",
+            Some(serde_json::json!({"name": "the-clone", "snapshotId": sid})),
+        )
+        .await;
+    assert!(status == 201 || status == 202, "{status} {made}");
+    let clone = made["data"]["id"].as_str().expect("clone id").to_string();
+    b.wait_status(&clone, "RUNNING", Duration::from_secs(120))
+        .await;
+    let on = b.sql(&format!(
+        "SELECT node_id FROM sandboxes WHERE id = '{clone}'"
+    ));
+    assert_eq!(on.trim(), "node-c");
+    // Disk and memory intact, asked through B.
+    let (_, sum_again, _) = b.exec(&clone, &["sha256sum", "/tmp/blob"]).await;
+    assert_eq!(sum_again, sum);
+    let (code, recalled, _) = b.exec(&clone, &["sh", "-c", ask]).await;
+    assert_eq!(code, 0);
+    assert_eq!(recalled, remembered, "the clone's process kept its memory");
+    for id in [&clone, &src] {
+        let (status, _) = b.call("DELETE", &format!("/v2/sandboxes/{id}"), None).await;
+        assert!(status == 202 || status == 204, "{status}");
+    }
+}

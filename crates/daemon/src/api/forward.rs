@@ -231,7 +231,8 @@ fn create_kind(body: &[u8]) -> Option<CreateKind> {
     Some(CreateKind::Fresh(vcpu, memory_mb))
 }
 
-/// Runs a create on the node placement chooses.
+/// Runs a create on the node placement chooses (a clone: where its snapshot's
+/// files are, see `Service::place_clone`).
 async fn place_create(state: AppState, req: Request, next: Next) -> Response {
     let limit = state.config().limits.json_body_bytes;
     let (parts, body) = req.into_parts();
@@ -247,22 +248,27 @@ async fn place_create(state: AppState, req: Request, next: Next) -> Response {
         .get::<RequestId>()
         .map(|r| r.0.clone())
         .unwrap_or_default();
-    let (vcpu, memory_mb) = match create_kind(&bytes) {
+    let kind = match create_kind(&bytes) {
         None => {
             return next
                 .run(Request::from_parts(parts, Body::from(bytes)))
                 .await
         }
-        Some(CreateKind::Fresh(vcpu, memory_mb)) => (vcpu, memory_mb),
-        // A clone restores on the node that holds its snapshot's files.
-        Some(CreateKind::Clone(snapshot)) => {
-            let req = Request::from_parts(parts, Body::from(bytes));
-            return on_snapshot_node(state, snapshot, req, next).await;
-        }
+        Some(kind) => kind,
     };
+    let tenant = parts
+        .extensions
+        .get::<Workspace>()
+        .map(|w| w.0.clone())
+        .unwrap_or_default();
     let mut tried = Vec::new();
     loop {
-        match state.place(vcpu, memory_mb, &tried).await {
+        let placed = match kind {
+            CreateKind::Fresh(vcpu, memory_mb) => state.place(vcpu, memory_mb, &tried).await,
+            // A clone restores where its snapshot's files are (or can be fetched).
+            CreateKind::Clone(snapshot) => state.place_clone(&tenant, snapshot, &tried).await,
+        };
+        match placed {
             Ok(Placement::Here) => {
                 return next
                     .run(Request::from_parts(parts, Body::from(bytes)))

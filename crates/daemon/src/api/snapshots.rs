@@ -80,10 +80,19 @@ pub async fn create(
         SnapshotStatus::Ready => StatusCode::CREATED,
         SnapshotStatus::Creating => StatusCode::ACCEPTED,
         _ => {
+            // An unreachable object store is a retryable outage, not a bug.
+            let upload = s
+                .error
+                .as_deref()
+                .is_some_and(|e| e.starts_with(crate::service::SNAPSHOT_UPLOAD_FAILED));
             return Err(ApiError::new(
-                ErrorCode::InternalError,
+                if upload {
+                    ErrorCode::ComputeUnavailable
+                } else {
+                    ErrorCode::InternalError
+                },
                 format!("snapshot {} failed: {}", s.id, s.error.unwrap_or_default()),
-            ))
+            ));
         }
     };
     Ok(envelope::data(status, snapshot(&s)))

@@ -230,6 +230,9 @@ impl Service {
                     // Failed, destroyed meanwhile, or still booting: as stored now.
                     _ => self.load(&workspace, id).await?,
                 };
+                if let Some(refused) = super::lifecycle::clone_refused(&row) {
+                    return Err(refused);
+                }
                 Ok(CreateOutcome::Created(row.into()))
             }
         }

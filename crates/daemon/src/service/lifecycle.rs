@@ -19,6 +19,30 @@ const TEARDOWN_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(6
 /// How often a state change refused for a full disk is written again.
 pub(super) const RECORD_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// Start of a clone's error when the snapshot's files are missing or
+/// corrupt (in object storage or the local data dir): the clone cannot work.
+pub(super) const SNAPSHOT_UNUSABLE: &str = "the snapshot's files could not be fetched";
+/// Start of a clone's error when the snapshot store could not be reached.
+pub(super) const SNAPSHOT_UNREACHABLE: &str =
+    "the snapshot's files could not be fetched (object storage unreachable; retry later)";
+
+/// The error a create answers for a clone that failed before it booted
+/// because its snapshot's files could not be brought to this node (the
+/// sandbox itself is FAILED with the same reason).
+pub(super) fn clone_refused(row: &SandboxRecord) -> Option<ServiceError> {
+    if row.status != SandboxStatus::Failed || row.snapshot_id.is_none() {
+        return None;
+    }
+    let error = row.error.as_deref()?;
+    if error.starts_with(SNAPSHOT_UNREACHABLE) {
+        Some(ServiceError::Unavailable(error.to_string()))
+    } else if error.starts_with(SNAPSHOT_UNUSABLE) {
+        Some(ServiceError::StartFailed(error.to_string()))
+    } else {
+        None
+    }
+}
+
 /// What create did.
 #[derive(Debug)]
 pub enum CreateOutcome {
@@ -178,6 +202,22 @@ impl Service {
             vcpu: record.vcpu,
             memory_mb: record.memory_mb,
         };
+        // A clone needs its snapshot's files on this node first: fetched
+        // and verified before runsc sees them, so a missing or corrupt
+        // snapshot fails the clone cleanly, never half-restored.
+        let mut image = None;
+        if let (None, Some(snap)) = (&warm, record.snapshot_id) {
+            let fetch = self.snapshot_locally(snap);
+            match tokio::time::timeout(self.config.limits.start_timeout, fetch).await {
+                Ok(Ok(path)) => image = Some(path),
+                Ok(Err(reason)) => return self.fail_answering(id, reason).await,
+                Err(_) => {
+                    let reason =
+                        format!("{SNAPSHOT_UNREACHABLE}: the fetch did not finish in time");
+                    return self.fail_answering(id, reason).await;
+                }
+            }
+        }
         let boot = async {
             if let Some(conn) = warm {
                 return Ok(Some(conn));
@@ -187,7 +227,7 @@ impl Service {
                 // memory: it is RUNNING as soon as runsc restored it, and the
                 // agent connection is opened right after (see below).
                 Some(snap) => {
-                    let image = self.snapshot_dir(snap).join("checkpoint");
+                    let image = image.unwrap_or_else(|| self.snapshot_dir(snap).join("checkpoint"));
                     self.runtime.restore(spec, image).await.map(|()| None)
                 }
                 None => self.runtime.start(spec).await.map(Some),

@@ -43,7 +43,7 @@ pub use nodes::Heartbeat;
 pub use placement::Placement;
 pub use pool::PoolShapeStatus;
 pub use secrets::{KeyError, SecretBox, SecretInfo};
-pub use snapshots::SnapshotPage;
+pub use snapshots::{SnapshotPage, SNAPSHOT_UPLOAD_FAILED};
 pub use views::{Sandbox, Snapshot};
 
 use crate::config::Config;
@@ -92,6 +92,10 @@ pub struct Service {
     unrecorded: idempotency::Unrecorded,
     /// Lease epoch this node holds in the `nodes` table (0 before it registers).
     node_epoch: std::sync::atomic::AtomicU64,
+    /// Where snapshot files live besides the data dir (`--snapshot-store`).
+    snapshot_store: Arc<dyn sbx_node::snapshot_store::SnapshotStore>,
+    /// When the janitor last looked for local copies of deleted snapshots.
+    cache_sweep: Mutex<Option<std::time::Instant>>,
 }
 
 /// Longest wait for a sandbox's attach gate.
@@ -121,7 +125,13 @@ impl Service {
             crate::network::Network::new(config.default_network, &config.network_test_public)
                 .unwrap_or_else(|e| panic!("invalid network configuration: {e}")),
         );
+        let snapshot_store = config
+            .snapshot_store
+            .open(secrets.keys())
+            .unwrap_or_else(|e| panic!("invalid snapshot store configuration: {e}"));
         Arc::new(Service {
+            snapshot_store,
+            cache_sweep: Mutex::new(None),
             pool: pool::Pool::new(config.warm_pool.clone()),
             admission: admission::Admission::new(admission::Capacity::detect(&config.capacity)),
             boot_id: Uuid::new_v4(),

@@ -9,8 +9,11 @@
 //! (it also counts creates not yet in the store); a refusal there makes the
 //! caller try the next choice. Nothing is placed outside cluster mode.
 //!
-//! A snapshot's files are on the node that ran its source sandbox: clones of
-//! it, its deletion and its expiry happen there ([`Service::snapshot_node`]).
+//! With the default local snapshot store, a snapshot's files are on the node
+//! that ran its source sandbox: clones of it, its deletion and its expiry
+//! happen there ([`Service::snapshot_node`]). With snapshots in object storage
+//! any node can do all three: a clone is placed like a fresh create of the
+//! snapshot's shape, preferring the node that took it (its cache is warm).
 
 use super::{Result, Service, ServiceError};
 use chrono::Utc;
@@ -45,6 +48,17 @@ impl Service {
     /// Chooses the node for a create of `vcpu` × `memory_mb`, skipping the nodes
     /// in `tried` (they refused it). `compute_unavailable` when no node has room.
     pub async fn place(&self, vcpu: u32, memory_mb: u32, tried: &[String]) -> Result<Placement> {
+        self.place_preferring(vcpu, memory_mb, tried, None).await
+    }
+
+    /// Like [`Service::place`], taking node `prefer` whenever it has room.
+    async fn place_preferring(
+        &self,
+        vcpu: u32,
+        memory_mb: u32,
+        tried: &[String],
+        prefer: Option<&str>,
+    ) -> Result<Placement> {
         if !self.config.node.cluster {
             return Ok(Placement::Here);
         }
@@ -76,7 +90,13 @@ impl Service {
                 "no node of the cluster has room for {vcpu} vCPU and {memory_mb} MiB"
             )));
         }
-        let chosen = best_of(&mut candidates, SAMPLES, random());
+        let chosen = match candidates
+            .iter()
+            .position(|c| Some(c.id.as_str()) == prefer)
+        {
+            Some(i) => &candidates[i],
+            None => best_of(&mut candidates, SAMPLES, random()),
+        };
         if chosen.id == self.config.node.id {
             Ok(Placement::Here)
         } else {
@@ -93,7 +113,7 @@ impl Service {
     /// or `None` when that is this node, there is no cluster, or the source row
     /// is gone (then nobody else holds them either).
     async fn snapshot_holder(&self, snap: &sbx_store::SnapshotRecord) -> Result<Option<String>> {
-        if !self.config.node.cluster {
+        if !self.config.node.cluster || self.snapshots_shared() {
             return Ok(None);
         }
         Ok(self
@@ -107,6 +127,40 @@ impl Service {
     /// Whether this node holds `snap`'s files (and so expires and cleans it).
     pub(super) async fn holds_snapshot_files(&self, snap: &sbx_store::SnapshotRecord) -> bool {
         matches!(self.snapshot_holder(snap).await, Ok(None))
+    }
+
+    /// Whether every node reaches every snapshot's files (object storage).
+    fn snapshots_shared(&self) -> bool {
+        matches!(
+            self.config.snapshot_store,
+            sbx_node::snapshot_store::StoreConfig::S3(_)
+        )
+    }
+
+    /// Where a clone of snapshot `id` of `tenant` runs, trying nodes not in
+    /// `tried`: on the node that holds its files, or, with snapshots in object
+    /// storage, where placement puts its shape, the node that took it first.
+    pub async fn place_clone(
+        &self,
+        tenant: &str,
+        id: uuid::Uuid,
+        tried: &[String],
+    ) -> Result<Placement> {
+        if !(self.config.node.cluster && self.snapshots_shared()) {
+            return self.snapshot_node(tenant, id).await;
+        }
+        let snap = match self.store.get_snapshot(id).await? {
+            Some(s) if s.workspace == tenant => s,
+            // The local handler answers (not found).
+            _ => return Ok(Placement::Here),
+        };
+        let took_it = self
+            .store
+            .get_sandbox(snap.source_sandbox)
+            .await?
+            .map(|source| source.node_id);
+        self.place_preferring(snap.vcpu, snap.memory_mb, tried, took_it.as_deref())
+            .await
     }
 
     /// Where a request about snapshot `id` of `tenant` that needs its files (a

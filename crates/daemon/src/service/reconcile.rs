@@ -181,6 +181,8 @@ impl Service {
                 snap.error = Some("interrupted by a restart of sbxd".into());
                 snap.updated_at = chrono::Utc::now();
                 let _ = tokio::fs::remove_dir_all(self.snapshot_dir(snap.id)).await;
+                // Whatever an interrupted upload left (best effort; expiry deletes again).
+                self.remove_remote_in_background(snap.id);
                 // A conflict: another sbxd settled it first; its answer stands.
                 match self.store.update_snapshot(&mut snap).await {
                     Ok(()) | Err(sbx_store::StoreError::Conflict(_)) => {}

@@ -19,6 +19,13 @@ const CHECKPOINT_ATTEMPTS: u32 = 3;
 /// agent gets: on a loaded node a restore can take well over 10 s).
 const VERIFY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// How often the janitor looks for local copies of deleted snapshots (one
+/// store read per local snapshot directory).
+const CACHE_SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Start of the error of a snapshot whose upload to the snapshot store failed.
+pub const SNAPSHOT_UPLOAD_FAILED: &str = "uploading the snapshot to object storage failed";
+
 /// One page of snapshots.
 #[derive(Debug)]
 pub struct SnapshotPage {
@@ -113,7 +120,13 @@ impl Service {
     }
 
     async fn capture(self: &Arc<Self>, snap_id: Uuid, sandbox: Uuid) {
-        let result = self.capture_inner(snap_id, sandbox).await;
+        // Uploaded (when the store is remote) after the source is serving
+        // again and before the row says READY: a READY snapshot can be cloned
+        // on any node. A failed upload fails the snapshot, never the source.
+        let result = match self.capture_inner(snap_id, sandbox).await {
+            Ok(bytes) => self.upload_snapshot(snap_id).await.map(|()| bytes),
+            Err(e) => Err(e),
+        };
         let Ok(Some(snap)) = self.store.get_snapshot(snap_id).await else {
             return;
         };
@@ -138,12 +151,14 @@ impl Service {
                 Err(e) => {
                     tracing::warn!(snapshot = %snap_id, %sandbox, error = %e, "snapshot failed");
                     let _ = tokio::fs::remove_dir_all(&dir).await;
+                    self.remove_remote_in_background(snap_id);
                 }
             },
             // Deleted while capturing: drop the files.
             Ok((s, false)) => {
                 tracing::debug!(snapshot = %snap_id, status = s.status.as_str(), "capture outlived its snapshot");
                 let _ = tokio::fs::remove_dir_all(&dir).await;
+                self.remove_remote_in_background(snap_id);
             }
             Err(ServiceError::StorageFull(_)) => {
                 let Ok(Some(mut s)) = self.store.get_snapshot(snap_id).await else {
@@ -153,6 +168,55 @@ impl Service {
                 self.record_capture_when_space_returns(s)
             }
             Err(e) => tracing::error!(snapshot = %snap_id, error = %e, "recording snapshot result"),
+        }
+    }
+
+    /// Copies a verified checkpoint to the snapshot store (nothing to do for
+    /// the local one). Its failure is the snapshot's, with the store's reason.
+    async fn upload_snapshot(&self, snap_id: Uuid) -> Result<()> {
+        let dir = self.snapshot_dir(snap_id);
+        let started = std::time::Instant::now();
+        match self.snapshot_store.upload(snap_id, &dir).await {
+            Ok(up) => {
+                if up.files > 0 {
+                    tracing::info!(
+                        snapshot = %snap_id, files = up.files, bytes = up.bytes,
+                        ms = started.elapsed().as_millis() as u64,
+                        store = %self.snapshot_store.describe(), "snapshot uploaded"
+                    );
+                }
+                Ok(())
+            }
+            Err(e) => Err(ServiceError::Unavailable(format!(
+                "{SNAPSHOT_UPLOAD_FAILED}: {e}"
+            ))),
+        }
+    }
+
+    /// Removes what an upload may have left in the store (a failed or
+    /// abandoned capture). Best effort: the janitor deletes the snapshot's
+    /// objects again when it expires.
+    pub(super) fn remove_remote_in_background(&self, snap_id: Uuid) {
+        let store = Arc::clone(&self.snapshot_store);
+        tokio::spawn(async move {
+            if let Err(e) = store.delete(snap_id).await {
+                tracing::warn!(snapshot = %snap_id, error = %e, "removing a failed snapshot's objects");
+            }
+        });
+    }
+
+    /// Makes sure this node has the snapshot's checkpoint, fetching it from
+    /// the snapshot store when the local cache lacks it (one fetch per
+    /// snapshot at a time; concurrent clones wait for it). `Err` is the
+    /// reason the clone fails with.
+    pub(super) async fn snapshot_locally(&self, snap_id: Uuid) -> Result<PathBuf, String> {
+        let dir = self.snapshot_dir(snap_id);
+        match self.snapshot_store.fetch(snap_id, &dir).await {
+            Ok(()) => Ok(dir.join("checkpoint")),
+            Err(e) if e.is_unusable() => {
+                Err(format!("{}: {e}", super::lifecycle::SNAPSHOT_UNUSABLE))
+            }
+            Err(e) => Err(format!("{}: {e}", super::lifecycle::SNAPSHOT_UNREACHABLE)),
         }
     }
 
@@ -428,6 +492,12 @@ impl Service {
     }
 
     pub(super) async fn finish_delete(&self, snap: SnapshotRecord) {
+        // The objects first: a store that cannot be reached keeps the
+        // snapshot DELETING, and the janitor tries again.
+        if let Err(e) = self.snapshot_store.delete(snap.id).await {
+            tracing::error!(snapshot = %snap.id, error = %e, "removing snapshot objects; will retry");
+            return;
+        }
         let dir = self.snapshot_dir(snap.id);
         match tokio::fs::remove_dir_all(&dir).await {
             Ok(()) => {}
@@ -466,6 +536,7 @@ impl Service {
             return;
         };
         let now = Utc::now();
+        self.drop_stale_caches().await;
         for mut snap in candidates {
             // Another node's snapshot is its own to expire (its files are there).
             if !self.holds_snapshot_files(&snap).await {
@@ -478,6 +549,41 @@ impl Service {
                 if self.store.update_snapshot(&mut snap).await.is_ok() {
                     self.finish_delete(snap).await;
                 }
+            }
+        }
+    }
+
+    /// Removes local snapshot directories whose snapshot is deleted or
+    /// unknown: with a shared store, another node may have deleted a
+    /// snapshot this node had fetched.
+    async fn drop_stale_caches(&self) {
+        {
+            let mut last = self.cache_sweep.lock().unwrap_or_else(|p| p.into_inner());
+            if last.is_some_and(|t| t.elapsed() < CACHE_SWEEP_EVERY) {
+                return;
+            }
+            *last = Some(std::time::Instant::now());
+        }
+        let root = self.config.data_dir.join("snapshots");
+        let Ok(mut entries) = tokio::fs::read_dir(&root).await else {
+            return;
+        };
+        while let Ok(Some(entry)) = entries.next_entry().await {
+            let Some(id) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| Uuid::parse_str(n).ok())
+            else {
+                continue;
+            };
+            let stale = match self.store.get_snapshot(id).await {
+                Ok(None) => true,
+                Ok(Some(s)) => s.status == SnapshotStatus::Deleted,
+                Err(_) => false,
+            };
+            if stale {
+                tracing::info!(snapshot = %id, "removing the local copy of a deleted snapshot");
+                let _ = tokio::fs::remove_dir_all(entry.path()).await;
             }
         }
     }

@@ -51,6 +51,28 @@ pub fn run_node_script(dir: &Path, script: &str, envs: &[(&str, &str)]) -> (bool
     (out.status.success(), stdout)
 }
 
+/// The test S3 server (`scripts/lib/s3.sh`, started by `./scripts/test`):
+/// its endpoint and bucket.
+pub fn test_s3() -> (String, String) {
+    let var = |k: &str| {
+        std::env::var(k).unwrap_or_else(|_| {
+            panic!("{k} is not set: run the integration tests through ./scripts/test")
+        })
+    };
+    (var("SBX_TEST_S3_ENDPOINT"), var("SBX_TEST_S3_BUCKET"))
+}
+
+/// sbxd flags that keep snapshots in the test S3 server under `prefix`.
+pub fn s3_flags(prefix: &str) -> Vec<String> {
+    let (endpoint, bucket) = test_s3();
+    vec![
+        "--snapshot-store".into(),
+        format!("s3://{bucket}/{prefix}"),
+        "--s3-endpoint".into(),
+        endpoint,
+    ]
+}
+
 /// The installed Connect SDK (`SBX_TEST_CONNECT_SDK_DIR`, set by `./scripts/test`),
 /// else the repository's `sdk/`.
 pub fn connect_sdk_dir() -> PathBuf {
@@ -164,6 +186,16 @@ impl Daemon {
         }
         if !self.extra_args.iter().any(|a| a == "--connect-sdk-dir") {
             cmd.arg("--connect-sdk-dir").arg(connect_sdk_dir());
+        }
+        // The test S3 server's credentials (scripts/lib/s3.sh), for daemons
+        // started with --snapshot-store s3://...; unused otherwise.
+        for (from, to) in [
+            ("SBX_TEST_S3_ACCESS_KEY", "SBX_S3_ACCESS_KEY_ID"),
+            ("SBX_TEST_S3_SECRET_KEY", "SBX_S3_SECRET_ACCESS_KEY"),
+        ] {
+            if let Ok(v) = std::env::var(from) {
+                cmd.env(to, v);
+            }
         }
         cmd.env(
             "SBX_LOG",

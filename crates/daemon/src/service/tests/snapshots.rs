@@ -148,3 +148,77 @@ async fn a_clone_whose_restore_fails_is_failed_and_cleaned_up() {
     .await;
     assert_eq!(h.get(source.id).status, SandboxStatus::Running);
 }
+
+/// A real S3 client (object_store) aimed at a closed loopback port: the
+/// upload fails, so the snapshot does, with the store's reason; the source
+/// keeps running. The runtime is the fake one.
+#[tokio::test]
+async fn an_unreachable_object_store_fails_the_snapshot_and_not_the_source() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let h = Harness::with(move |c| {
+        c.limits.snapshot_verify = false;
+        c.limits.create_sync_wait = std::time::Duration::from_secs(60);
+        c.snapshot_store = crate::config::snapshot_store_config(
+            "s3://sbx-snaps/test",
+            Some(format!("http://127.0.0.1:{port}")),
+            "us-east-1".into(),
+        )
+        .unwrap();
+    });
+    let source = h.running("source").await;
+    let snap = h
+        .service
+        .snapshot_create(WS, source.id, None)
+        .await
+        .unwrap();
+    assert_eq!(snap.status, SnapshotStatus::Failed, "{snap:?}");
+    let error = snap.error.unwrap_or_default();
+    assert!(
+        error.starts_with("uploading the snapshot to object storage failed: "),
+        "{error}"
+    );
+    assert!(!h.service.snapshot_dir(snap.id).exists());
+    assert_eq!(h.get(source.id).status, SandboxStatus::Running);
+    assert_eq!(
+        h.exec(source.id, &["echo", "fine"]).await.unwrap().1,
+        "echo fine"
+    );
+}
+
+/// A READY snapshot whose files this node does not have (local store: the
+/// data dir lost them): the clone fails before any restore, with a clear
+/// error, and its sandbox is FAILED with the same reason.
+#[tokio::test]
+async fn a_clone_whose_snapshot_files_are_gone_fails_before_restoring() {
+    let h = Harness::with(|c| c.limits.snapshot_verify = false);
+    let source = h.running("source").await;
+    let snap = h
+        .service
+        .snapshot_create(WS, source.id, None)
+        .await
+        .unwrap();
+    assert_eq!(snap.status, SnapshotStatus::Ready);
+    std::fs::remove_dir_all(h.service.snapshot_dir(snap.id)).unwrap();
+    let clone_req = CreateSandboxRequest {
+        name: Some("clone".into()),
+        snapshot_id: Some(snap.id),
+        ..CreateSandboxRequest::default()
+    };
+    let Err(ServiceError::StartFailed(reason)) = h.service.create(WS, clone_req).await else {
+        panic!("a clone of absent files must fail");
+    };
+    assert!(
+        reason.starts_with("the snapshot's files could not be fetched: snapshot ")
+            && reason.contains("missing from the local data dir"),
+        "{reason}"
+    );
+    assert_eq!(h.runtime.calls(Op::Restore), 0);
+    let page = h.service.list(WS, 10, None).await.unwrap();
+    let clone = page.items.iter().find(|s| s.name == "clone").unwrap();
+    assert_eq!(clone.status, SandboxStatus::Failed);
+    assert_eq!(clone.error.as_deref(), Some(reason.as_str()));
+}
