@@ -11,6 +11,7 @@
 mod common;
 
 use common::Daemon;
+use futures::StreamExt;
 use sbx_store::TestDatabase;
 use serde_json::Value;
 use std::time::{Duration, Instant};
@@ -184,10 +185,49 @@ async fn two_nodes_list_drain_lose_and_fence_each_other() {
         assert_eq!(seen["load"]["memoryMb"], 1024, "{seen}");
     }
 
+    // An output stream of a process on A, read through B, is open when A dies.
+    let (status, p) = b
+        .call(
+            "POST",
+            &format!("/v2/sandboxes/{on_a}/processes"),
+            Some(serde_json::json!({"command": ["sh", "-c", "while :; do echo tick; sleep 0.2; done"]})),
+        )
+        .await;
+    assert_eq!(status, 201, "{p}");
+    let pid = p["data"]["id"].as_str().expect("process id").to_string();
+    let stream = b
+        .http
+        .get(b.url(&format!(
+            "/v2/sandboxes/{on_a}/processes/{pid}/output/stream?tailBytes=0"
+        )))
+        .send()
+        .await
+        .expect("stream through B");
+    assert_eq!(stream.status(), 200);
+    let mut frames = stream.bytes_stream();
+    let first = frames.next().await.expect("a first frame").expect("bytes");
+    assert!(!first.is_empty());
+
     // kill -9 of A (its sandbox's container lives on): once its 3 s lease runs out,
     // B fails it over; A's sandbox is FAILED "node lost" within the lease plus 5 s.
     a.kill9();
     let killed = Instant::now();
+    // The stream through B ends with an error, not a hang and not a clean end.
+    let ended = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match frames.next().await {
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => return Err(e.to_string()),
+                None => return Ok(()),
+            }
+        }
+    })
+    .await
+    .expect("the stream through B hung after its owner died");
+    assert!(
+        ended.is_err(),
+        "the stream ended cleanly though its owner died"
+    );
     let failed = b
         .wait_status(&on_a, "FAILED", Duration::from_secs(3 + 5))
         .await;
