@@ -222,7 +222,8 @@ mod tests {
                 "store-create",
                 "store-create-path",
                 "store-exec",
-                "store-destroy"
+                "store-destroy",
+                "cluster-exec"
             ]
         );
         assert_eq!(

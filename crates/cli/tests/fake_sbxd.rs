@@ -309,6 +309,7 @@ fn node(id: &str, state: &str) -> Value {
     json!({
         "id": id, "advertiseUrl": format!("http://{id}:8731"), "version": "0.1.0",
         "labels": {"zone": "a"}, "capacity": {"vcpu": 32.0, "memoryMb": 7168},
+        "load": {"vcpu": 2.0, "memoryMb": 2048}, "sandboxes": 2,
         "state": state, "epoch": 2, "leaseExpiresAt": "2026-07-30T12:00:15Z",
         "lastHeartbeatAt": "2026-07-30T12:00:00Z", "registeredAt": "2026-07-30T11:00:00Z"
     })
@@ -365,9 +366,10 @@ async fn nodes_lists_a_table_and_drains_and_undrains() {
         "{text}"
     );
     assert!(
-        lines[1].contains("zone=a") && lines[1].contains("7168"),
+        lines[1].contains("zone=a") && lines[1].contains("2048/7168"),
         "{text}"
     );
+    assert!(lines[0].contains("SANDBOXES"), "{text}");
     assert!(
         lines[2].contains("node-b") && lines[2].contains("lost"),
         "{text}"
