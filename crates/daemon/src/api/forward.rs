@@ -88,7 +88,8 @@ impl Forwarder {
     }
 
     /// Sends `req` to the node at `base` and streams its answer back.
-    async fn send(&self, base: &str, req: Request, request_id: &str) -> Response {
+    /// The request id goes along from the request's [`RequestId`].
+    async fn send(&self, base: &str, req: Request) -> Response {
         let Some(token) = &self.token else {
             return ApiError::new(
                 ErrorCode::InternalError,
@@ -97,6 +98,10 @@ impl Forwarder {
             .into_response();
         };
         let (parts, body) = req.into_parts();
+        let request_id = parts
+            .extensions
+            .get::<RequestId>()
+            .map_or("", |r| r.0.as_str());
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         let url = format!("{base}{path}");
         let mut headers = HeaderMap::new();
@@ -243,11 +248,6 @@ async fn place_create(state: AppState, req: Request, next: Next) -> Response {
                 .into_response()
         }
     };
-    let request_id = parts
-        .extensions
-        .get::<RequestId>()
-        .map(|r| r.0.clone())
-        .unwrap_or_default();
     let kind = match create_kind(&bytes) {
         None => {
             return next
@@ -279,8 +279,11 @@ async fn place_create(state: AppState, req: Request, next: Next) -> Response {
                 *copy.method_mut() = parts.method.clone();
                 *copy.uri_mut() = parts.uri.clone();
                 *copy.headers_mut() = parts.headers.clone();
+                if let Some(rid) = parts.extensions.get::<RequestId>() {
+                    copy.extensions_mut().insert(rid.clone());
+                }
                 tracing::debug!(node = %id, "create placed on another node");
-                let resp = state.forwarder.send(&url, copy, &request_id).await;
+                let resp = state.forwarder.send(&url, copy).await;
                 tried.push(id);
                 // That node refused (full, or not answering): the next choice.
                 if resp.status().as_u16() == 503 && tried.len() < PLACEMENT_TRIES {
@@ -302,14 +305,7 @@ async fn on_snapshot_node(state: AppState, id: Uuid, req: Request, next: Next) -
     };
     match placed {
         Ok(Placement::Here) => next.run(req).await,
-        Ok(Placement::Node { url, .. }) => {
-            let request_id = req
-                .extensions()
-                .get::<RequestId>()
-                .map(|r| r.0.clone())
-                .unwrap_or_default();
-            state.forwarder.send(&url, req, &request_id).await
-        }
+        Ok(Placement::Node { url, .. }) => state.forwarder.send(&url, req).await,
         Err(e) => ApiError::from(e).into_response(),
     }
 }
@@ -349,13 +345,8 @@ pub async fn layer(State(state): State<AppState>, req: Request, next: Next) -> R
     match state.remote_owner(&tenant, id).await {
         Ok(None) => next.run(req).await,
         Ok(Some(base)) => {
-            let request_id = req
-                .extensions()
-                .get::<RequestId>()
-                .map(|r| r.0.clone())
-                .unwrap_or_default();
             tracing::debug!(sandbox = %id, owner = %base, "forwarding");
-            state.forwarder.send(&base, req, &request_id).await
+            state.forwarder.send(&base, req).await
         }
         Err(e) => ApiError::from(e).into_response(),
     }

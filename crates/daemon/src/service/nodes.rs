@@ -269,15 +269,35 @@ impl Service {
         {
             return Ok(None);
         }
+        // Its node gone: the fail-over ends the sandbox shortly; until then
+        // nobody can act on it.
+        let url = self
+            .live_node_url(&row.node_id, || {
+                format!("sandbox {id} runs on node {}", row.node_id)
+            })
+            .await?;
+        Ok(Some(url))
+    }
+
+    /// The advertise URL of node `id` while its lease holds; otherwise
+    /// `Unavailable`, saying what needed it (`what`: "sandbox X runs on node Y").
+    pub(super) async fn live_node_url(
+        &self,
+        id: &str,
+        what: impl FnOnce() -> String,
+    ) -> Result<String> {
         let now = Utc::now();
-        let nodes = self.store.list_nodes().await?;
-        match nodes.into_iter().find(|n| n.id == row.node_id) {
-            Some(n) if !n.is_lost(now) => Ok(Some(n.advertise_url)),
-            // Its node is gone: the fail-over ends the sandbox shortly; until then
-            // nobody can act on it.
+        match self
+            .store
+            .list_nodes()
+            .await?
+            .into_iter()
+            .find(|n| n.id == id)
+        {
+            Some(n) if !n.is_lost(now) => Ok(n.advertise_url),
             _ => Err(ServiceError::Unavailable(format!(
-                "sandbox {id} runs on node {} which is not answering; retry",
-                row.node_id
+                "{}, which is not answering; retry",
+                what()
             ))),
         }
     }

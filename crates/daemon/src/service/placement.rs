@@ -175,22 +175,12 @@ impl Service {
         let Some(holder) = self.snapshot_holder(&snap).await? else {
             return Ok(Placement::Here);
         };
-        let now = Utc::now();
-        match self
-            .store
-            .list_nodes()
-            .await?
-            .into_iter()
-            .find(|n| n.id == holder)
-        {
-            Some(n) if !n.is_lost(now) => Ok(Placement::Node {
-                id: n.id,
-                url: n.advertise_url,
-            }),
-            _ => Err(ServiceError::Unavailable(format!(
-                "snapshot {id} is stored on node {holder}, which is not answering; retry"
-            ))),
-        }
+        let url = self
+            .live_node_url(&holder, || {
+                format!("snapshot {id} is stored on node {holder}")
+            })
+            .await?;
+        Ok(Placement::Node { id: holder, url })
     }
 }
 
