@@ -73,6 +73,9 @@ struct Proc {
     ring: Option<Ring>,
     /// Collected exit status (the process may still be draining its pipes).
     status: Option<Exit>,
+    /// The last signal sent to the whole group: sent again once the leader is
+    /// reaped, for members forked while the first one was being delivered.
+    group_signal: Option<i32>,
     open_pipes: u8,
     readers: Vec<AbortHandle>,
     changed: watch::Sender<()>,
@@ -176,6 +179,7 @@ impl Table {
             info: info.clone(),
             ring: Some(Ring::new()),
             status: None,
+            group_signal: None,
             open_pipes: 0,
             readers: Vec::new(),
             changed: watch::Sender::new(()),
@@ -220,6 +224,7 @@ impl Table {
                 info: info.clone(),
                 ring: Some(Ring::with_capacity(0)),
                 status: None,
+                group_signal: None,
                 open_pipes: 0,
                 readers: Vec::new(),
                 changed: watch::Sender::new(()),
@@ -337,6 +342,17 @@ impl Table {
         };
         p.status = Some(exit);
         p.info.ended_at_ms = Some(now_ms());
+        if let (Some(signal), Some(pid)) = (p.group_signal, p.info.pid) {
+            // A member forked while the group signal was being delivered can miss
+            // it (gVisor does not hold back a fork racing a group kill the way
+            // Linux does), and would outlive a "kill the whole group". The group
+            // id stays valid while any member lives. The pid cannot have been
+            // given to a new process of ours: spawns register under this lock.
+            if !inner.by_pid.contains_key(&pid) {
+                // SAFETY: plain syscall; ESRCH (no member left) is the common case.
+                unsafe { libc::kill(-pid, signal) };
+            }
+        }
         if p.open_pipes == 0 {
             inner.finalize(id);
         } else {
@@ -397,11 +413,14 @@ impl Table {
     /// Sends `signal` to the process (or its group). A process whose status
     /// was already collected is left alone (its pid may be reused).
     pub fn signal(&self, id: Uuid, signal: i32, include_children: bool) -> Result<(), AgentError> {
-        let inner = self.lock();
-        let p = inner.procs.get(&id).ok_or_else(|| not_found(id))?;
+        let mut inner = self.lock();
+        let p = inner.procs.get_mut(&id).ok_or_else(|| not_found(id))?;
         let Some(pid) = p.info.pid else { return Ok(()) };
         if p.status.is_some() || p.info.state.is_terminal() {
             return Ok(());
+        }
+        if include_children {
+            p.group_signal = Some(signal);
         }
         let target = if include_children { -pid } else { pid };
         // SAFETY: plain syscall; the pid is ours and not yet reaped (lock held).

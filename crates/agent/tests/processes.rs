@@ -125,6 +125,42 @@ async fn signal_with_children_and_wait_timeout() {
     .await;
 }
 
+/// A member forked after the group signal went out (gVisor lets a fork race a
+/// group kill) still gets it once the leader ends: here the leader forks it
+/// from its TERM handler, so without the second delivery it would live 100 s.
+#[tokio::test]
+async fn a_member_forked_after_a_group_signal_gets_it_when_the_leader_ends() {
+    let agent = TestAgent::start();
+    let mut c = agent.connect().await;
+    let (ready, late) = (
+        agent.dir.path().join("ready"),
+        agent.dir.path().join("late"),
+    );
+    let script = format!(
+        "trap 'sleep 100 & echo $! > {late}; exit 3' TERM; echo $$ > {ready}; while :; do sleep 0.05; done",
+        late = late.display(),
+        ready = ready.display()
+    );
+    let p = c.start(&["sh", "-c", &script]).await;
+    read_pid_file(&ready).await;
+    c.ok(Request::ProcessSignal {
+        process: p.id,
+        signal: 15,
+        include_children: true,
+    })
+    .await;
+    let done = c.wait(p.id).await;
+    assert_eq!(
+        (done.state, done.exit_code),
+        (ProcessState::Exited, Some(3))
+    );
+    let late_pid = read_pid_file(&late).await;
+    eventually("member forked after the signal killed", || {
+        !pid_alive(late_pid)
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn many_concurrent_waiters() {
     let agent = TestAgent::start();
