@@ -18,6 +18,10 @@ pub enum CommitError {
     /// A merge record has no primary key (a package error, kind `bad_batch`).
     #[error("a merge record has no primary key")]
     MissingKey,
+    /// The run is no longer running: another node declared this one lost and failed it,
+    /// and a new run owns the sync now. Nothing was committed.
+    #[error("run {0} is no longer running (its node was declared lost); nothing committed")]
+    Fenced(String),
 }
 
 /// Where a spool commits.
@@ -31,6 +35,8 @@ pub struct CommitTarget<'a> {
     pub sync: &'a str,
     /// Commit mode.
     pub mode: SyncMode,
+    /// The run committing: the commit happens only while it is still running.
+    pub run_id: Option<&'a str>,
 }
 
 /// What a commit wrote.

@@ -2,6 +2,7 @@
 //! with credentials only in the host broker and all-or-nothing sync output.
 
 pub mod api;
+pub mod artifact;
 pub mod broker;
 pub mod commit;
 pub mod credentials;

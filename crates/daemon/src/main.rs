@@ -572,6 +572,7 @@ async fn main() -> anyhow::Result<()> {
         }
     });
     let (sweeper, sweeper_connect) = (service.clone(), connect.clone());
+    let cluster = config.node.cluster;
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         for n in 0u64.. {
@@ -584,9 +585,22 @@ async fn main() -> anyhow::Result<()> {
                 sweeper.idempotency_janitor().await;
             }
             if n % 5 == 0 || n % 3600 == 0 {
+                // Runs and builds of a lost node fail before the scheduler looks, so that
+                // the syncs it was running are due again on this tick (idempotent: every
+                // node does it).
+                let lost = if n % 5 == 0 && cluster {
+                    sweeper.failed_over_nodes().await
+                } else {
+                    Vec::new()
+                };
                 // Both read and write the Connect store: off the async workers.
                 let connect = sweeper_connect.clone();
                 let done = tokio::task::spawn_blocking(move || {
+                    for node in &lost {
+                        if let Err(e) = connect.fail_work_of_lost_node(node) {
+                            tracing::warn!(error = %e, node, "connect: failing a lost node's runs");
+                        }
+                    }
                     if n % 5 == 0 {
                         if let Err(e) = connect.scheduler_tick(chrono::Utc::now()) {
                             tracing::warn!(error = %e, "connect scheduler");
@@ -727,6 +741,7 @@ fn open_connect(
                 .map(str::trim)
                 .filter(|u| !u.is_empty())
                 .map(str::to_string),
+            node_id: config.node.cluster.then(|| config.node.id.clone()),
         },
         Arc::new(jobs),
     )

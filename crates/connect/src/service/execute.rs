@@ -96,14 +96,16 @@ impl ConnectService {
     async fn commit_spool(
         &self,
         workspace: &str,
+        run_id: &str,
         connection_id: &str,
         sync: &str,
         mode: SyncMode,
         spool: Spool,
     ) -> Result<u64, (FailureCategory, &'static str)> {
         let store = self.store.clone();
-        let (ws, conn_id, sync) = (
+        let (ws, run_id, conn_id, sync) = (
             workspace.to_string(),
+            run_id.to_string(),
             connection_id.to_string(),
             sync.to_string(),
         );
@@ -114,6 +116,7 @@ impl ConnectService {
                 connection_id: &conn_id,
                 sync: &sync,
                 mode,
+                run_id: Some(&run_id),
             };
             Ok(store.commit(target, spool)?.records)
         })
@@ -121,6 +124,10 @@ impl ConnectService {
         match joined {
             Ok(Ok(records)) => Ok(records),
             Ok(Err(CommitError::MissingKey)) => Err((FailureCategory::PackageError, "bad_batch")),
+            Ok(Err(e @ CommitError::Fenced(_))) => {
+                tracing::warn!(error = %e, "sync commit refused");
+                Err((FailureCategory::Platform, crate::store::NODE_LOST_KIND))
+            }
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, "sync commit failed");
                 Err((FailureCategory::Platform, "commit"))
@@ -216,7 +223,7 @@ impl ConnectService {
                 Some(target),
             ) => {
                 match self
-                    .commit_spool(ws, &c.id, &target.name, target.mode, spool)
+                    .commit_spool(ws, run_id, &c.id, &target.name, target.mode, spool)
                     .await
                 {
                     Ok(records) => {
@@ -243,6 +250,12 @@ impl ConnectService {
     pub(super) async fn execute(&self, plan: JobPlan<'_>) -> Result<JobResult, ServiceError> {
         let ws = plan.workspace;
         let run_id = plan.run.id.clone();
+        if let Err(e) = self.ensure_artifact(&plan.artifact_dir).await {
+            tracing::warn!(error = %e, run = %run_id, "the built package is not available on this node");
+            let (category, kind) = (FailureCategory::Platform, "package_unavailable".to_string());
+            self.store.fail_run(ws, &run_id, category, &kind)?;
+            return Ok(JobResult::Failed { category, kind });
+        }
         let mut attempt = 0;
         loop {
             attempt += 1;

@@ -140,6 +140,9 @@ pub struct ServiceConfig {
     /// PostgreSQL for the Connect tables (sbxd's `--database-url`, the main store's
     /// database); without it, SQLite at `data_dir/connect.db`.
     pub database_url: Option<String>,
+    /// This node's id when several nodes share the database (cluster mode): runs and builds
+    /// are recorded as its, and package files go into the database for the other nodes.
+    pub node_id: Option<String>,
 }
 
 /// The Connect service.
@@ -150,8 +153,12 @@ pub struct ConnectService {
     limits: Limits,
     broker: BrokerConfig,
     data_dir: PathBuf,
-    /// (workspace, connection, sync) of running syncs: one at a time each.
+    /// (workspace, connection, sync) of syncs running on this node. The store decides
+    /// (one queued or running run per sync); this only answers early without a query.
     active_syncs: Arc<Mutex<HashSet<SyncKey>>>,
+    /// Whether other nodes share the store: package tarballs and built artifacts are kept
+    /// in it too, so that any node can build or run any package.
+    shared: bool,
 }
 
 /// (workspace, connection, sync).
@@ -175,7 +182,7 @@ impl ConnectService {
         config.limits.validate()?;
         std::fs::create_dir_all(&config.data_dir).map_err(|e| io_error(&config.data_dir, e))?;
         let location = Location::of_node(&config.data_dir, config.database_url.as_deref());
-        let store = crate::store::open(&location)?;
+        let store = crate::store::open_for_node(&location, config.node_id.as_deref())?;
         let mut broker = config.broker;
         broker.max_response_bytes = config.limits.max_response_bytes;
         let service = ConnectService {
@@ -186,6 +193,7 @@ impl ConnectService {
             broker,
             data_dir: config.data_dir,
             active_syncs: Arc::default(),
+            shared: config.node_id.is_some(),
         };
         service.recover()?;
         Ok(Arc::new(service))
@@ -206,6 +214,21 @@ impl ConnectService {
             );
         }
         Ok(())
+    }
+
+    /// Fails the unfinished runs and builds of a node that was declared lost (their sandboxes
+    /// went with it); its syncs' intervals stay owed, so a live node's scheduler runs them.
+    pub fn fail_work_of_lost_node(&self, node: &str) -> Result<usize, ServiceError> {
+        let (runs, builds) = self.store.fail_work_of_lost_node(node)?;
+        if !runs.is_empty() || builds > 0 {
+            tracing::warn!(
+                node,
+                runs = runs.len(),
+                builds,
+                "connect: failed the work of a lost node"
+            );
+        }
+        Ok(runs.len() + builds)
     }
 
     /// The store (read access for the daemon's own needs).

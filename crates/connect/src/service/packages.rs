@@ -11,7 +11,17 @@ use crate::package;
 use crate::sandbox::BuildRequest;
 use crate::store::{NewPackageVersion, NewRun, StoreError};
 use std::collections::HashSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+/// Store key of an uploaded package tarball.
+fn tarball_key(sha256: &str) -> String {
+    format!("tarball/{sha256}")
+}
+
+/// Store key of a build's packed artifact.
+fn artifact_key(build_id: &str) -> String {
+    format!("artifact/{build_id}")
+}
 use std::sync::Arc;
 
 /// Longest build log kept.
@@ -119,6 +129,85 @@ impl ConnectService {
         self.data_dir.join("artifacts").join(build_id)
     }
 
+    /// The uploaded tarball of a version: the local file, else (in a cluster, uploaded
+    /// through another node) the store's copy, kept as the local file from then on.
+    fn read_tarball(&self, sha256: &str) -> Result<Vec<u8>, ServiceError> {
+        let path = self.tarball_path(sha256);
+        match std::fs::read(&path) {
+            Ok(bytes) => return Ok(bytes),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && self.shared => {}
+            Err(e) => return Err(io_error(&path, e)),
+        }
+        let bytes = self
+            .store
+            .get_blob(&tarball_key(sha256))?
+            .ok_or_else(|| ServiceError::Io(format!("the tarball {sha256} is on no node")))?;
+        self.write_tarball(&path, &bytes)?;
+        Ok(bytes)
+    }
+
+    /// Content-addressed: written to a temporary name, then renamed, so a crash leaves no
+    /// torn file.
+    fn write_tarball(&self, path: &Path, tarball: &[u8]) -> Result<(), ServiceError> {
+        if path.exists() {
+            return Ok(());
+        }
+        let dir = self.data_dir.join("tarballs");
+        std::fs::create_dir_all(&dir).map_err(|e| io_error(&dir, e))?;
+        let tmp = path.with_extension(format!("tmp-{}", uuid::Uuid::new_v4()));
+        if let Err(e) = std::fs::write(&tmp, tarball) {
+            // A torn temporary file would keep the space a full disk needs back.
+            let _ = std::fs::remove_file(&tmp);
+            return Err(io_error(&tmp, e));
+        }
+        std::fs::rename(&tmp, path).map_err(|e| io_error(path, e))
+    }
+
+    /// Makes sure the built package in `dir` (`artifacts/<build id>`) is on this node: in a
+    /// cluster, a node that did not build it fetches it from the store first.
+    pub(super) async fn ensure_artifact(&self, dir: &Path) -> Result<(), ServiceError> {
+        if !self.shared || dir.is_dir() {
+            return Ok(());
+        }
+        let build_id = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let (store, dir) = (self.store.clone(), dir.to_path_buf());
+        // Fetching and unpacking take a while for a large node_modules: off the async workers.
+        tokio::task::spawn_blocking(move || -> Result<(), ServiceError> {
+            let bytes = store.get_blob(&artifact_key(&build_id))?.ok_or_else(|| {
+                ServiceError::Io(format!("the built package of build {build_id} is on no node"))
+            })?;
+            if let Some(parent) = dir.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| io_error(parent, e))?;
+            }
+            crate::artifact::unpack(&bytes, &dir).map_err(|e| ServiceError::Io(e.to_string()))?;
+            tracing::info!(build = %build_id, bytes = bytes.len(), "connect: fetched a package built by another node");
+            Ok(())
+        })
+        .await
+        .map_err(|e| ServiceError::Io(format!("fetching a built package: {e}")))?
+    }
+
+    /// In a cluster, keeps a copy of the built package in the store for the other nodes.
+    async fn share_artifact(&self, build_id: &str, dir: &Path) -> Result<(), ServiceError> {
+        if !self.shared {
+            return Ok(());
+        }
+        let (store, dir, key) = (
+            self.store.clone(),
+            dir.to_path_buf(),
+            artifact_key(build_id),
+        );
+        tokio::task::spawn_blocking(move || -> Result<(), ServiceError> {
+            let bytes = crate::artifact::pack(&dir).map_err(|e| ServiceError::Io(e.to_string()))?;
+            Ok(store.put_blob(&key, &bytes)?)
+        })
+        .await
+        .map_err(|e| ServiceError::Io(format!("sharing a built package: {e}")))?
+    }
+
     /// Stores an uploaded package version. Re-uploading the same bytes is a no-op; other bytes
     /// for an existing version are refused (versions are immutable).
     pub fn upload_package(
@@ -140,18 +229,10 @@ impl ConnectService {
             Err(StoreError::NotFound(_)) => {}
             Err(e) => return Err(e.into()),
         }
-        // Content-addressed: write to a temporary name, then rename, so a crash leaves no torn file.
-        let path = self.tarball_path(&info.sha256);
-        if !path.exists() {
-            let dir = self.data_dir.join("tarballs");
-            std::fs::create_dir_all(&dir).map_err(|e| io_error(&dir, e))?;
-            let tmp = path.with_extension(format!("tmp-{}", uuid::Uuid::new_v4()));
-            if let Err(e) = std::fs::write(&tmp, tarball) {
-                // A torn temporary file would keep the space a full disk needs back.
-                let _ = std::fs::remove_file(&tmp);
-                return Err(io_error(&tmp, e));
-            }
-            std::fs::rename(&tmp, &path).map_err(|e| io_error(&path, e))?;
+        self.write_tarball(&self.tarball_path(&info.sha256), tarball)?;
+        if self.shared {
+            // Before the version row exists: a node that sees the version can get its bytes.
+            self.store.put_blob(&tarball_key(&info.sha256), tarball)?;
         }
         let new = NewPackageVersion {
             name: info.name.clone(),
@@ -317,6 +398,8 @@ impl ConnectService {
                 self.fail_changed_definition(workspace, build_id, &artifact, &log)?;
             }
             Ok(definition) => {
+                // Before the version points at this build: then every node can run it.
+                self.share_artifact(build_id, &artifact).await?;
                 let dir = artifact.display().to_string();
                 match self.store.set_version_build(
                     workspace,
@@ -364,8 +447,7 @@ impl ConnectService {
         pv: &PackageVersion,
         artifact: &std::path::Path,
     ) -> Result<(String, Result<Definition, String>), ServiceError> {
-        let path = self.tarball_path(&pv.sha256);
-        let tarball = std::fs::read(&path).map_err(|e| io_error(&path, e))?;
+        let tarball = self.read_tarball(&pv.sha256)?;
         // Checked again: the rules may be stricter than when the version was uploaded.
         if let Err(e) = package::inspect(&tarball) {
             return Ok((String::new(), Err(e.to_string())));

@@ -6,7 +6,7 @@ use super::{ConnectService, ServiceError, SyncSlot};
 use crate::api::{LogsPage, Page, PageQuery, RecordsPage, RunsPage};
 use crate::job::{JobSpec, SyncTarget};
 use crate::model::{Connection, ConnectionStatus, JobKind, Run, RunKind};
-use crate::store::NewRun;
+use crate::store::{NewRun, StoreError};
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
 
@@ -19,6 +19,8 @@ pub struct DueSync {
     pub connection_id: String,
     /// Sync name.
     pub sync: String,
+    /// Its schedule interval, seconds.
+    pub interval_secs: u64,
 }
 
 /// A claimed sync run, ready to execute.
@@ -95,13 +97,17 @@ impl ConnectService {
         Ok(self.store.get_run(workspace, &run.id)?)
     }
 
-    /// Creates the run row of a sync and claims its slot (one run at a time per sync).
+    /// Creates the run row of a sync and claims its slot (one run at a time per sync, on
+    /// this node in memory and across nodes in the store). With `schedule` (interval, now),
+    /// the run is created only if it is still due: `None` when another node's scheduler
+    /// created it first.
     fn claim_sync(
         &self,
         workspace: &str,
         c: &Connection,
         sync: &str,
-    ) -> Result<ClaimedSync, ServiceError> {
+        schedule: Option<(u64, DateTime<Utc>)>,
+    ) -> Result<Option<ClaimedSync>, ServiceError> {
         match c.status {
             ConnectionStatus::Active => {}
             ConnectionStatus::ReauthorizationRequired => {
@@ -123,17 +129,34 @@ impl ConnectService {
                 "sync {sync:?} of this connection is already running"
             ))
         })?;
-        let run = self.store.insert_run(
-            workspace,
-            &NewRun {
-                connection_id: Some(c.id.clone()),
-                package: pv.name,
-                version: pv.version,
-                kind: RunKind::Sync,
-                sync: Some(sync.to_string()),
+        let new = NewRun {
+            connection_id: Some(c.id.clone()),
+            package: pv.name,
+            version: pv.version,
+            kind: RunKind::Sync,
+            sync: Some(sync.to_string()),
+        };
+        let run = match schedule {
+            Some((interval, now)) => {
+                match self
+                    .store
+                    .insert_scheduled_run(workspace, &new, interval, now)?
+                {
+                    Some(run) => run,
+                    None => return Ok(None),
+                }
+            }
+            None => match self.store.insert_run(workspace, &new) {
+                Ok(run) => run,
+                Err(StoreError::Exists(_)) => {
+                    return Err(ServiceError::Conflict(format!(
+                        "sync {sync:?} of this connection is already running"
+                    )))
+                }
+                Err(e) => return Err(e.into()),
             },
-        )?;
-        Ok(ClaimedSync { run, slot })
+        };
+        Ok(Some(ClaimedSync { run, slot }))
     }
 
     async fn execute_sync(
@@ -191,7 +214,8 @@ impl ConnectService {
         sync: &str,
     ) -> Result<Run, ServiceError> {
         let c = self.store.get_connection(workspace, connection_id)?;
-        let claimed = self.claim_sync(workspace, &c, sync)?;
+        let claimed = self.claim_sync(workspace, &c, sync, None)?;
+        let claimed = claimed.ok_or_else(|| ServiceError::Conflict("sync not started".into()))?;
         self.execute_sync(workspace, claimed).await
     }
 
@@ -203,7 +227,25 @@ impl ConnectService {
         sync: &str,
     ) -> Result<Run, ServiceError> {
         let c = self.store.get_connection(workspace, connection_id)?;
-        let claimed = self.claim_sync(workspace, &c, sync)?;
+        let claimed = self.claim_sync(workspace, &c, sync, None)?;
+        let claimed = claimed.ok_or_else(|| ServiceError::Conflict("sync not started".into()))?;
+        Ok(self.spawn_sync(workspace, claimed))
+    }
+
+    /// Starts a due sync in the background unless another node's scheduler started it
+    /// first (the store decides); returns the queued run if this node started it.
+    fn start_scheduled_sync(
+        self: &Arc<Self>,
+        d: &DueSync,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Run>, ServiceError> {
+        let c = self.store.get_connection(&d.workspace, &d.connection_id)?;
+        let claimed = self.claim_sync(&d.workspace, &c, &d.sync, Some((d.interval_secs, now)))?;
+        Ok(claimed.map(|claimed| self.spawn_sync(&d.workspace, claimed)))
+    }
+
+    /// Runs a claimed sync in the background; returns its queued run.
+    fn spawn_sync(self: &Arc<Self>, workspace: &str, claimed: ClaimedSync) -> Run {
         let run = claimed.run.clone();
         let this = self.clone();
         let ws = workspace.to_string();
@@ -219,7 +261,7 @@ impl ConnectService {
                 );
             }
         });
-        Ok(run)
+        run
     }
 
     /// Syncs whose interval has elapsed since their last run (active connections only; syncs
@@ -249,6 +291,7 @@ impl ConnectService {
                         workspace: ws.clone(),
                         connection_id: c.id.clone(),
                         sync: s.name.clone(),
+                        interval_secs: interval,
                     });
                 }
             }
@@ -256,12 +299,14 @@ impl ConnectService {
         Ok(due)
     }
 
-    /// One scheduler tick: starts every due sync in the background; returns the started runs.
+    /// One scheduler tick: starts every due sync in the background; returns the runs this
+    /// node started. Every node of a cluster ticks; the store lets one of them start each.
     pub fn scheduler_tick(self: &Arc<Self>, now: DateTime<Utc>) -> Result<Vec<Run>, ServiceError> {
         let mut started = Vec::new();
         for d in self.due_syncs(now)? {
-            match self.start_sync(&d.workspace, &d.connection_id, &d.sync) {
-                Ok(run) => started.push(run),
+            match self.start_scheduled_sync(&d, now) {
+                Ok(Some(run)) => started.push(run),
+                Ok(None) => {}
                 // Raced with Run now, or the connection changed: the next tick decides again.
                 Err(e) => {
                     tracing::debug!(error = %e, connection = %d.connection_id, sync = %d.sync, "scheduled sync not started")

@@ -143,9 +143,19 @@ impl Location {
 
 /// Opens the store at `location`, applying migrations.
 pub fn open(location: &Location) -> Result<Arc<dyn Store>, StoreError> {
+    open_for_node(location, None)
+}
+
+/// Opens the store at `location` for one node of a cluster: the runs and builds it inserts
+/// are `node`'s, and its recovery at start fails only those (and any of no recorded node).
+pub fn open_for_node(
+    location: &Location,
+    node: Option<&str>,
+) -> Result<Arc<dyn Store>, StoreError> {
+    let node = node.map(str::to_string);
     Ok(match location {
-        Location::Sqlite(path) => Arc::new(SqliteStore::open(path)?),
-        Location::Postgres(url) => Arc::new(PostgresStore::open(url)?),
+        Location::Sqlite(path) => Arc::new(SqliteStore::open(path)?.for_node(node)),
+        Location::Postgres(url) => Arc::new(PostgresStore::open(url)?.for_node(node)),
     })
 }
 
@@ -154,6 +164,17 @@ pub(crate) fn moved_since_read(now: &str) -> StoreError {
     StoreError::Changed(format!(
         "the connection moved to package version {now} while the run was starting; start it again"
     ))
+}
+
+/// `Changed` when an update of a run's state found no queued or running run: another node
+/// ended it meanwhile (it declared this one lost), and this node must not go on with it.
+pub(crate) fn ended_meanwhile(rows: u64, run: &str) -> Result<(), StoreError> {
+    if rows == 0 {
+        return Err(StoreError::Changed(format!(
+            "run {run} is no longer queued or running (its node was declared lost?)"
+        )));
+    }
+    Ok(())
 }
 
 /// Whether two lists of sync names hold the same names (the backends sort text differently).
@@ -186,7 +207,7 @@ pub(crate) fn opt_json(text: Option<String>) -> Result<Option<serde_json::Value>
 }
 
 /// The Connect store: packages, connections, runs, records, and what moves them between stores.
-pub trait Store: Packages + Connections + Runs + Records + Send + Sync {
+pub trait Store: Packages + Connections + Runs + Records + Blobs + Send + Sync {
     /// Every row, for [`copy_store`].
     fn export(&self) -> Result<Dump, StoreError>;
     /// Writes every row of `dump` in one transaction; `Conflict` (nothing written) unless
@@ -257,7 +278,8 @@ pub trait Packages {
         name: &str,
         version: &str,
     ) -> Result<Vec<Build>, StoreError>;
-    /// Marks builds left queued or running by a previous daemon as failed; returns how many.
+    /// Marks builds left queued or running by a previous daemon of this node (or of no
+    /// recorded node) as failed; returns how many.
     fn fail_unfinished_builds(&self) -> Result<usize, StoreError>;
 }
 
@@ -348,10 +370,22 @@ pub trait Connections {
 
 /// Runs and their log lines.
 pub trait Runs {
-    /// Inserts a queued run. A sync run of a connection is inserted only while the connection
-    /// is at `r.version` (with the connection row locked, as
-    /// [`Connections::set_connection_version`] locks it); else [`StoreError::Changed`].
+    /// Inserts a queued run, as this handle's node's. A sync run of a connection is inserted
+    /// only while the connection is at `r.version` (with the connection row locked, as
+    /// [`Connections::set_connection_version`] locks it); else [`StoreError::Changed`]. A
+    /// sync with a queued or running run already (on any node) is [`StoreError::Exists`].
     fn insert_run(&self, workspace: &str, r: &NewRun) -> Result<Run, StoreError>;
+    /// Inserts a scheduled sync run as [`Runs::insert_run`] does, but only if no run of the
+    /// sync was created in the `interval_secs` before `now` (runs failed because their node
+    /// was lost do not count: their interval is still owed). `None`: not due (another node's
+    /// scheduler got there first), or a run of it is queued or running.
+    fn insert_scheduled_run(
+        &self,
+        workspace: &str,
+        r: &NewRun,
+        interval_secs: u64,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Run>, StoreError>;
     /// One run.
     fn get_run(&self, workspace: &str, id: &str) -> Result<Run, StoreError>;
     /// The JSON result of a finished run (describe and OAuth hooks).
@@ -386,9 +420,14 @@ pub trait Runs {
         category: FailureCategory,
         kind: &str,
     ) -> Result<(), StoreError>;
-    /// Marks runs left queued or running by a previous daemon as failed/platform; returns them.
+    /// Marks runs left queued or running by a previous daemon of this node (or of no recorded
+    /// node) as failed/platform; returns them.
     fn fail_unfinished_runs(&self) -> Result<Vec<String>, StoreError>;
-    /// Creation time of the latest sync run of a connection's sync (any status).
+    /// Marks the queued or running runs and builds of a node declared lost as failed/platform
+    /// (`node_lost`); returns the runs' ids and the number of builds.
+    fn fail_work_of_lost_node(&self, node: &str) -> Result<(Vec<String>, usize), StoreError>;
+    /// Creation time of the latest sync run of a connection's sync (any status but runs
+    /// failed because their node was lost).
     fn last_sync_run_at(
         &self,
         workspace: &str,
@@ -416,6 +455,18 @@ pub trait Runs {
     /// Deletes log lines recorded before `cutoff`.
     fn delete_logs_before(&self, cutoff: DateTime<Utc>) -> Result<usize, StoreError>;
 }
+
+/// Immutable byte blobs by key (package tarballs, built artifacts), for nodes that lack a
+/// file another node wrote.
+pub trait Blobs {
+    /// Stores `data` under `key`; a key stored already keeps its first value.
+    fn put_blob(&self, key: &str, data: &[u8]) -> Result<(), StoreError>;
+    /// The blob under `key`, if any.
+    fn get_blob(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError>;
+}
+
+/// Why a failed run failed, when its node was declared lost (`failure_kind`).
+pub const NODE_LOST_KIND: &str = "node_lost";
 
 /// Committed sync state: the all-or-nothing commit, checkpoints and the records read API.
 pub trait Records {

@@ -232,25 +232,46 @@ pub fn open_with_limits(
     open_with(dir, fake, None, limits)
 }
 
+/// A service as one node of a cluster on the PostgreSQL at `url` (no test API).
+pub fn open_node(
+    dir: &std::path::Path,
+    fake: Arc<Fake>,
+    url: &str,
+    node: &str,
+) -> Arc<ConnectService> {
+    let mut config = config(dir, None, Limits::default());
+    config.database_url = Some(url.to_string());
+    config.node_id = Some(node.to_string());
+    ConnectService::open(config, fake).expect("open")
+}
+
 fn open_with(
     dir: &std::path::Path,
     fake: Arc<Fake>,
     server: Option<&super::TestServer>,
     limits: Limits,
 ) -> Arc<ConnectService> {
+    ConnectService::open(config(dir, server, limits), fake).expect("open")
+}
+
+fn config(
+    dir: &std::path::Path,
+    server: Option<&super::TestServer>,
+    limits: Limits,
+) -> ServiceConfig {
     let mut broker = BrokerConfig::new(Arc::new(|ip: IpAddr| ip.is_loopback()));
     if let Some(s) = server {
         broker.allowed_port = s.port;
         broker.add_roots_pem(s.ca_pem.as_bytes()).expect("ca");
     }
-    let config = ServiceConfig {
+    ServiceConfig {
         data_dir: dir.to_path_buf(),
         limits,
         broker,
         credential_keys: sbx_secrets::KeyRing::new(sbx_secrets::Key::from_bytes(KEY)),
         database_url: None,
-    };
-    ConnectService::open(config, fake).expect("open")
+        node_id: None,
+    }
 }
 
 pub async fn built(svc: &ConnectService) {

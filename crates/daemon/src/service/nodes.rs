@@ -191,6 +191,22 @@ impl Service {
         ended
     }
 
+    /// Ids of the nodes that were failed over and have not registered since: work they
+    /// held outside sandboxes (Connect runs and builds) is failed by the caller.
+    pub async fn failed_over_nodes(&self) -> Vec<String> {
+        match self.store.list_nodes().await {
+            Ok(nodes) => nodes
+                .into_iter()
+                .filter(|n| n.failed_over_at.is_some() && n.id != self.config.node.id)
+                .map(|n| n.id)
+                .collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "listing nodes to find failed-over ones");
+                Vec::new()
+            }
+        }
+    }
+
     /// After this node was fenced. If it was failed over (while it could not
     /// renew its lease), destroys the host state of every sandbox the store no
     /// longer has active on this node and registers anew: `Some`. If instead

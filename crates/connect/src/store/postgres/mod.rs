@@ -15,9 +15,10 @@ use sbx_store::PostgresPool;
 
 /// Schema versions, applied in order at open; `connect_schema_version` records each one
 /// (apart from the main store's `schema_version`). Forward-only, like SQLite's.
-const MIGRATIONS: &[&str] = &[include_str!(
-    "../../../migrations/postgres/0001_initial.sql"
-)];
+const MIGRATIONS: &[&str] = &[
+    include_str!("../../../migrations/postgres/0001_initial.sql"),
+    include_str!("../../../migrations/postgres/0002_nodes.sql"),
+];
 
 /// Connections kept open for Connect (one worker thread each): a long sync commit holds one.
 const CONNECTIONS: usize = 4;
@@ -32,6 +33,8 @@ const MIGRATION_LOCK: i64 = 0x0073_6278_636d_6967;
 /// The Connect store on PostgreSQL.
 pub struct PostgresStore {
     pool: PostgresPool,
+    /// The node whose runs and builds this handle inserts (see [`super::open`]).
+    node: Option<String>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -54,9 +57,16 @@ impl PostgresStore {
         }
         let store = PostgresStore {
             pool: PostgresPool::new(config, CONNECTIONS),
+            node: None,
         };
         store.run(migrate)?;
         Ok(store)
+    }
+
+    /// The same store, inserting runs and builds as `node`'s.
+    pub fn for_node(mut self, node: Option<String>) -> Self {
+        self.node = node;
+        self
     }
 
     /// The Connect schema version the database is at.
@@ -80,6 +90,31 @@ impl PostgresStore {
             Err(StoreError::Unavailable(s)) => Err(sbx_store::StoreError::Unavailable(s)),
             other => Ok(other),
         })?
+    }
+}
+
+impl super::Blobs for PostgresStore {
+    fn put_blob(&self, key: &str, data: &[u8]) -> Result<(), StoreError> {
+        let (key, data) = (key.to_string(), data.to_vec());
+        self.run(move |c| {
+            c.execute(
+                "INSERT INTO connect_blobs (key, data, created_at) VALUES ($1, $2, $3)
+                 ON CONFLICT (key) DO NOTHING",
+                &[&key, &data, &Utc::now()],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn get_blob(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let key = key.to_string();
+        self.run(move |c| {
+            Ok(
+                c.query_opt("SELECT data FROM connect_blobs WHERE key = $1", &[&key])?
+                    .map(|r| r.try_get(0))
+                    .transpose()?,
+            )
+        })
     }
 }
 

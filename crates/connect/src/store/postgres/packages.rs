@@ -276,10 +276,11 @@ impl crate::store::Packages for PostgresStore {
     ) -> Result<Build, StoreError> {
         let id = uuid::Uuid::new_v4().to_string();
         let (ws, name, version) = (workspace.to_string(), name.to_string(), version.to_string());
+        let node = self.node.clone();
         self.run(move |c| {
             c.execute(
-                "INSERT INTO connect_builds (id, workspace, name, version, status, created_at)
-                 VALUES ($1, $2, $3, $4, $5, $6)",
+                "INSERT INTO connect_builds (id, workspace, name, version, status, created_at, node_id)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
                 &[
                     &id,
                     &ws,
@@ -287,6 +288,7 @@ impl crate::store::Packages for PostgresStore {
                     &version,
                     &BuildStatus::Queued.as_str(),
                     &Utc::now(),
+                    &node,
                 ],
             )?;
             get_build(c, &ws, &id)
@@ -347,11 +349,12 @@ impl crate::store::Packages for PostgresStore {
     }
 
     fn fail_unfinished_builds(&self) -> Result<usize, StoreError> {
+        let node = self.node.clone();
         self.run(move |c| {
             let n = c.execute(
                 "UPDATE connect_builds SET status = 'failed', failure = 'the daemon restarted during the build', finished_at = $1
-                 WHERE status IN ('queued', 'running')",
-                &[&Utc::now()],
+                 WHERE status IN ('queued', 'running') AND (node_id IS NULL OR node_id = $2)",
+                &[&Utc::now(), &node],
             )?;
             Ok(n as usize)
         })

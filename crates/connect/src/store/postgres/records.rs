@@ -18,6 +18,7 @@ struct Target {
     connection_id: String,
     sync: String,
     mode: SyncMode,
+    run_id: Option<String>,
 }
 
 /// Writes one chunk. A merge chunk first drops the rows of its keys (committed ones and
@@ -64,6 +65,20 @@ fn write_chunk(
 
 fn commit(client: &mut Client, target: Target, spool: Spool) -> Result<CommitStats, CommitError> {
     let mut tx = client.transaction()?;
+    if let Some(run) = &target.run_id {
+        // FOR UPDATE: a node declaring this one lost fails the run under the same row
+        // lock, so either this commit sees the run failed, or the failure waits for it.
+        let status: Option<String> = tx
+            .query_opt(
+                "SELECT status FROM connect_runs WHERE workspace = $1 AND id = $2 FOR UPDATE",
+                &[&target.workspace, run],
+            )?
+            .map(|r| r.try_get(0))
+            .transpose()?;
+        if status.as_deref() != Some("running") {
+            return Err(CommitError::Fenced(run.clone()));
+        }
+    }
     let now = Utc::now();
     let dataset: i64 = tx
         .query_one(
@@ -126,6 +141,7 @@ impl crate::store::Records for PostgresStore {
             connection_id: target.connection_id.to_string(),
             sync: target.sync.to_string(),
             mode: target.mode,
+            run_id: target.run_id.map(str::to_string),
         };
         // The whole commit is one job: the transaction lives and dies on one connection.
         self.pool

@@ -2,7 +2,10 @@
 
 use super::{opt_time, time, unsigned, PostgresStore};
 use crate::model::{FailureCategory, LogLevel, LogLine, Run, RunKind, RunStatus};
-use crate::store::{NewRun, StoreError};
+use crate::store::{ended_meanwhile, NewRun, StoreError, NODE_LOST_KIND};
+
+/// What [`StoreError::Exists`] names when a sync already has a queued or running run.
+const ACTIVE_SYNC_RUN: &str = "a queued or running run of this sync";
 use chrono::{DateTime, Utc};
 use postgres::{GenericClient, Row};
 
@@ -43,10 +46,38 @@ fn get(c: &mut impl GenericClient, workspace: &str, id: &str) -> Result<Run, Sto
     from_row(&row)
 }
 
-impl crate::store::Runs for PostgresStore {
-    fn insert_run(&self, workspace: &str, r: &NewRun) -> Result<Run, StoreError> {
+/// Fails the queued and running runs of `node` (with `or_unowned`, also those of no
+/// recorded node; `None`: all of no recorded node); returns their ids.
+fn fail_runs(
+    c: &mut impl GenericClient,
+    node: Option<&str>,
+    or_unowned: bool,
+    kind: &str,
+) -> Result<Vec<String>, StoreError> {
+    let or_unowned = or_unowned || node.is_none();
+    c.query(
+        "UPDATE connect_runs SET status = 'failed', finished_at = $3, failure_category = 'platform', failure_kind = $4
+         WHERE status IN ('queued', 'running') AND (node_id = $1 OR ($2 AND node_id IS NULL)) RETURNING id",
+        &[&node, &or_unowned, &Utc::now(), &kind],
+    )?
+    .iter()
+    .map(|r| Ok(r.try_get(0)?))
+    .collect()
+}
+
+impl PostgresStore {
+    /// Inserts a run created at `created_at`, unless (with `not_since`) a run of its sync was created after that
+    /// time; `Exists` when the sync has a queued or running run (the unique index decides
+    /// between two nodes inserting at once).
+    fn insert_run_if(
+        &self,
+        workspace: &str,
+        r: &NewRun,
+        created_at: DateTime<Utc>,
+        not_since: Option<DateTime<Utc>>,
+    ) -> Result<Option<Run>, StoreError> {
         let id = uuid::Uuid::new_v4().to_string();
-        let (ws, r) = (workspace.to_string(), r.clone());
+        let (ws, r, node) = (workspace.to_string(), r.clone(), self.node.clone());
         self.run(move |c| {
             let mut tx = c.transaction()?;
             if let (RunKind::Sync, Some(connection_id)) = (r.kind, &r.connection_id) {
@@ -64,15 +95,59 @@ impl crate::store::Runs for PostgresStore {
                     return Err(crate::store::moved_since_read(&now));
                 }
             }
-            tx.execute(
-                "INSERT INTO connect_runs (id, workspace, connection_id, package, version, kind, sync, status, created_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, 'queued', $8)",
-                &[&id, &ws, &r.connection_id, &r.package, &r.version, &r.kind.as_str(), &r.sync, &Utc::now()],
-            )?;
+            if let Some(since) = not_since {
+                // Two schedulers reading this at once may both find nothing: the unique
+                // index below then lets only one insert through.
+                let recent: i64 = tx
+                    .query_one(
+                        "SELECT COUNT(*) FROM connect_runs WHERE workspace = $1 AND connection_id = $2
+                         AND kind = 'sync' AND sync = $3 AND created_at > $4
+                         AND NOT (status = 'failed' AND failure_kind IS NOT DISTINCT FROM $5)",
+                        &[&ws, &r.connection_id, &r.sync, &since, &NODE_LOST_KIND],
+                    )?
+                    .try_get(0)?;
+                if recent > 0 {
+                    return Ok(None);
+                }
+            }
+            let inserted = tx.execute(
+                "INSERT INTO connect_runs (id, workspace, connection_id, package, version, kind, sync, status, created_at, node_id)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, 'queued', $8, $9)",
+                &[&id, &ws, &r.connection_id, &r.package, &r.version, &r.kind.as_str(), &r.sync, &created_at, &node],
+            );
+            match inserted.map_err(StoreError::from) {
+                Ok(_) => {}
+                // The one unique index a new run can hit: one queued or running run per sync.
+                Err(StoreError::Conflict(_)) => return Err(StoreError::Exists(ACTIVE_SYNC_RUN)),
+                Err(e) => return Err(e),
+            }
             let run = get(&mut tx, &ws, &id)?;
             tx.commit()?;
-            Ok(run)
+            Ok(Some(run))
         })
+    }
+}
+
+impl crate::store::Runs for PostgresStore {
+    fn insert_run(&self, workspace: &str, r: &NewRun) -> Result<Run, StoreError> {
+        self.insert_run_if(workspace, r, Utc::now(), None)?
+            .ok_or(StoreError::Exists(ACTIVE_SYNC_RUN))
+    }
+
+    fn insert_scheduled_run(
+        &self,
+        workspace: &str,
+        r: &NewRun,
+        interval_secs: u64,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Run>, StoreError> {
+        let secs = interval_secs.min(i64::MAX as u64 / 1000) as i64;
+        let since = now - chrono::Duration::seconds(secs);
+        // Created at the tick's time: the next tick compares with the same clock.
+        match self.insert_run_if(workspace, r, now, Some(since)) {
+            Err(StoreError::Exists(_)) => Ok(None),
+            other => other,
+        }
     }
 
     fn get_run(&self, workspace: &str, id: &str) -> Result<Run, StoreError> {
@@ -124,12 +199,12 @@ impl crate::store::Runs for PostgresStore {
     fn start_run(&self, workspace: &str, id: &str, attempt: u32) -> Result<(), StoreError> {
         let (ws, id) = (workspace.to_string(), id.to_string());
         self.run(move |c| {
-            c.execute(
+            let n = c.execute(
                 "UPDATE connect_runs SET status = 'running', attempt = $3, started_at = COALESCE(started_at, $4)
-                 WHERE workspace = $1 AND id = $2",
+                 WHERE workspace = $1 AND id = $2 AND status IN ('queued', 'running')",
                 &[&ws, &id, &i64::from(attempt), &Utc::now()],
             )?;
-            Ok(())
+            ended_meanwhile(n, &id)
         })
     }
 
@@ -145,7 +220,7 @@ impl crate::store::Runs for PostgresStore {
         self.run(move |c| {
             c.execute(
                 "UPDATE connect_runs SET status = 'succeeded', finished_at = $3, records_committed = $4, result = $5
-                 WHERE workspace = $1 AND id = $2",
+                 WHERE workspace = $1 AND id = $2 AND status IN ('queued', 'running')",
                 &[&ws, &id, &Utc::now(), &(records_committed as i64), &result],
             )?;
             Ok(())
@@ -163,7 +238,7 @@ impl crate::store::Runs for PostgresStore {
         self.run(move |c| {
             c.execute(
                 "UPDATE connect_runs SET status = 'failed', finished_at = $3, failure_category = $4, failure_kind = $5
-                 WHERE workspace = $1 AND id = $2",
+                 WHERE workspace = $1 AND id = $2 AND status IN ('queued', 'running')",
                 &[&ws, &id, &Utc::now(), &category.as_str(), &kind],
             )?;
             Ok(())
@@ -171,15 +246,22 @@ impl crate::store::Runs for PostgresStore {
     }
 
     fn fail_unfinished_runs(&self) -> Result<Vec<String>, StoreError> {
+        let node = self.node.clone();
+        self.run(move |c| fail_runs(c, node.as_deref(), true, "daemon_restart"))
+    }
+
+    fn fail_work_of_lost_node(&self, node: &str) -> Result<(Vec<String>, usize), StoreError> {
+        let node = node.to_string();
         self.run(move |c| {
-            c.query(
-                "UPDATE connect_runs SET status = 'failed', finished_at = $1, failure_category = 'platform', failure_kind = 'daemon_restart'
-                 WHERE status IN ('queued', 'running') RETURNING id",
-                &[&Utc::now()],
-            )?
-            .iter()
-            .map(|r| Ok(r.try_get(0)?))
-            .collect()
+            let mut tx = c.transaction()?;
+            let ids = fail_runs(&mut tx, Some(&node), false, NODE_LOST_KIND)?;
+            let builds = tx.execute(
+                "UPDATE connect_builds SET status = 'failed', failure = 'the node running the build was lost', finished_at = $1
+                 WHERE status IN ('queued', 'running') AND node_id = $2",
+                &[&Utc::now(), &node],
+            )?;
+            tx.commit()?;
+            Ok((ids, builds as usize))
         })
     }
 
@@ -197,8 +279,9 @@ impl crate::store::Runs for PostgresStore {
         self.run(move |c| {
             Ok(c.query_one(
                 "SELECT MAX(created_at) FROM connect_runs
-                 WHERE workspace = $1 AND connection_id = $2 AND kind = 'sync' AND sync = $3",
-                &[&ws, &id, &sync],
+                 WHERE workspace = $1 AND connection_id = $2 AND kind = 'sync' AND sync = $3
+                 AND NOT (status = 'failed' AND failure_kind IS NOT DISTINCT FROM $4)",
+                &[&ws, &id, &sync, &NODE_LOST_KIND],
             )?
             .try_get(0)?)
         })

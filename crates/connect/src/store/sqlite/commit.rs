@@ -3,7 +3,7 @@
 use crate::commit::{CommitError, CommitStats, CommitTarget};
 use crate::model::SyncMode;
 use crate::spool::{Spool, SpoolEntry};
-use rusqlite::{params, Connection, TransactionBehavior};
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
 /// Rows per multi-row INSERT: fewer statement executions, same single transaction.
 const CHUNK: usize = 64;
@@ -26,6 +26,18 @@ pub(super) fn commit(
     spool: Spool,
 ) -> Result<CommitStats, CommitError> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    if let Some(run) = target.run_id {
+        let status: Option<String> = tx
+            .query_row(
+                "SELECT status FROM runs WHERE workspace = ?1 AND id = ?2",
+                params![target.workspace, run],
+                |r| r.get(0),
+            )
+            .optional()?;
+        if status.as_deref() != Some("running") {
+            return Err(CommitError::Fenced(run.to_string()));
+        }
+    }
     let now = super::now_ms();
     tx.execute(
         "INSERT INTO sync_state (workspace, connection_id, sync, updated_at) VALUES (?1, ?2, ?3, ?4)

@@ -18,12 +18,15 @@ use std::sync::{Mutex, MutexGuard};
 const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/sqlite/0001_initial.sql"),
     include_str!("../../../migrations/sqlite/0002_timestamps.sql"),
+    include_str!("../../../migrations/sqlite/0003_nodes.sql"),
 ];
 
 /// The Connect store on SQLite.
 pub struct SqliteStore {
     path: PathBuf,
     conn: Mutex<Connection>,
+    /// The node whose runs and builds this handle inserts (see [`super::open`]).
+    node: Option<String>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -65,7 +68,14 @@ impl SqliteStore {
         Ok(SqliteStore {
             path: path.to_path_buf(),
             conn: Mutex::new(conn),
+            node: None,
         })
+    }
+
+    /// The same store, inserting runs and builds as `node`'s.
+    pub fn for_node(mut self, node: Option<String>) -> Self {
+        self.node = node;
+        self
     }
 
     /// The schema version the file is at.
@@ -85,6 +95,24 @@ impl SqliteStore {
         // A panic while holding the lock cannot leave a half-written row (SQLite rolls the
         // open transaction back), so a poisoned lock is still usable.
         self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl super::Blobs for SqliteStore {
+    fn put_blob(&self, key: &str, data: &[u8]) -> Result<(), StoreError> {
+        self.lock().execute(
+            "INSERT INTO blobs (key, data, created_at) VALUES (?1, ?2, ?3) ON CONFLICT (key) DO NOTHING",
+            rusqlite::params![key, data, now_ms()],
+        )?;
+        Ok(())
+    }
+
+    fn get_blob(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        use rusqlite::OptionalExtension;
+        Ok(self
+            .lock()
+            .query_row("SELECT data FROM blobs WHERE key = ?1", [key], |r| r.get(0))
+            .optional()?)
     }
 }
 

@@ -251,8 +251,8 @@ impl super::super::Packages for SqliteStore {
         let id = uuid::Uuid::new_v4().to_string();
         let conn = self.lock();
         conn.execute(
-            "INSERT INTO builds (id, workspace, name, version, status, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![id, workspace, name, version, BuildStatus::Queued.as_str(), now_ms()],
+            "INSERT INTO builds (id, workspace, name, version, status, created_at, node_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![id, workspace, name, version, BuildStatus::Queued.as_str(), now_ms(), self.node],
         )?;
         drop(conn);
         self.get_build(workspace, &id)
@@ -311,8 +311,8 @@ impl super::super::Packages for SqliteStore {
         let conn = self.lock();
         Ok(conn.execute(
             "UPDATE builds SET status = 'failed', failure = 'the daemon restarted during the build', finished_at = ?1
-             WHERE status IN ('queued', 'running')",
-            [now_ms()],
+             WHERE status IN ('queued', 'running') AND (node_id IS NULL OR node_id = ?2)",
+            params![now_ms(), self.node],
         )?)
     }
 }

@@ -2,7 +2,10 @@
 
 use super::{ms, now_ms, opt_time, time, SqliteStore};
 use crate::model::{FailureCategory, LogLevel, LogLine, Run, RunKind, RunStatus};
-use crate::store::{NewRun, StoreError};
+use crate::store::{ended_meanwhile, NewRun, StoreError, NODE_LOST_KIND};
+
+/// What [`StoreError::Exists`] names when a sync already has a queued or running run.
+const ACTIVE_SYNC_RUN: &str = "a queued or running run of this sync";
 use chrono::{DateTime, Utc};
 use rusqlite::{params, OptionalExtension, Row};
 
@@ -44,8 +47,41 @@ fn finish((mut r, kind, status, category): RawRun) -> Result<Run, StoreError> {
     Ok(r)
 }
 
-impl super::super::Runs for SqliteStore {
-    fn insert_run(&self, workspace: &str, r: &NewRun) -> Result<Run, StoreError> {
+/// Fails the queued and running runs of `node` (with `or_unowned`, also those of no
+/// recorded node; `None`: all of no recorded node); returns their ids.
+fn fail_runs(
+    tx: &rusqlite::Transaction<'_>,
+    node: Option<&str>,
+    or_unowned: bool,
+    kind: &str,
+) -> Result<Vec<String>, StoreError> {
+    const SCOPE: &str =
+        "status IN ('queued', 'running') AND (node_id = ?1 OR (?2 AND node_id IS NULL))";
+    let or_unowned = or_unowned || node.is_none();
+    let ids = tx
+        .prepare(&format!("SELECT id FROM runs WHERE {SCOPE}"))?
+        .query_map(params![node, or_unowned], |r| r.get::<_, String>(0))?
+        .collect::<Result<Vec<_>, _>>()?;
+    tx.execute(
+        &format!(
+            "UPDATE runs SET status = 'failed', finished_at = ?3, failure_category = 'platform', failure_kind = ?4
+             WHERE {SCOPE}"
+        ),
+        params![node, or_unowned, now_ms(), kind],
+    )?;
+    Ok(ids)
+}
+
+impl SqliteStore {
+    /// Inserts a run created at `created_at` (ms), unless (with `not_since`) a run of its
+    /// sync was created after that time (ms); `Exists` when the sync has a queued or running run.
+    fn insert_run_if(
+        &self,
+        workspace: &str,
+        r: &NewRun,
+        created_at: i64,
+        not_since: Option<i64>,
+    ) -> Result<Option<Run>, StoreError> {
         let id = uuid::Uuid::new_v4().to_string();
         let mut conn = self.lock();
         let tx = conn.transaction()?;
@@ -64,14 +100,53 @@ impl super::super::Runs for SqliteStore {
                 return Err(crate::store::moved_since_read(&now));
             }
         }
-        tx.execute(
-            "INSERT INTO runs (id, workspace, connection_id, package, version, kind, sync, status, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', ?8)",
-            params![id, workspace, r.connection_id, r.package, r.version, r.kind.as_str(), r.sync, now_ms()],
-        )?;
+        if let Some(since) = not_since {
+            let recent: i64 = tx.query_row(
+                "SELECT COUNT(*) FROM runs WHERE workspace = ?1 AND connection_id = ?2 AND kind = 'sync'
+                 AND sync = ?3 AND created_at > ?4 AND NOT (status = 'failed' AND failure_kind IS ?5)",
+                params![workspace, r.connection_id, r.sync, since, NODE_LOST_KIND],
+                |row| row.get(0),
+            )?;
+            if recent > 0 {
+                return Ok(None);
+            }
+        }
+        let inserted = tx.execute(
+            "INSERT INTO runs (id, workspace, connection_id, package, version, kind, sync, status, created_at, node_id)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', ?8, ?9)",
+            params![id, workspace, r.connection_id, r.package, r.version, r.kind.as_str(), r.sync, created_at, self.node],
+        );
+        match inserted.map_err(StoreError::from) {
+            Ok(_) => {}
+            // The one unique index a new run can hit: one queued or running run per sync.
+            Err(StoreError::Conflict(_)) => return Err(StoreError::Exists(ACTIVE_SYNC_RUN)),
+            Err(e) => return Err(e),
+        }
         tx.commit()?;
         drop(conn);
-        self.get_run(workspace, &id)
+        crate::store::Runs::get_run(self, workspace, &id).map(Some)
+    }
+}
+
+impl crate::store::Runs for SqliteStore {
+    fn insert_run(&self, workspace: &str, r: &NewRun) -> Result<Run, StoreError> {
+        self.insert_run_if(workspace, r, now_ms(), None)?
+            .ok_or(StoreError::Exists(ACTIVE_SYNC_RUN))
+    }
+
+    fn insert_scheduled_run(
+        &self,
+        workspace: &str,
+        r: &NewRun,
+        interval_secs: u64,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Run>, StoreError> {
+        let since = ms(now) - (interval_secs.min(i64::MAX as u64 / 1000) as i64) * 1000;
+        // Created at the tick's time: the next tick compares with the same clock.
+        match self.insert_run_if(workspace, r, ms(now), Some(since)) {
+            Err(StoreError::Exists(_)) => Ok(None),
+            other => other,
+        }
     }
 
     fn get_run(&self, workspace: &str, id: &str) -> Result<Run, StoreError> {
@@ -123,12 +198,12 @@ impl super::super::Runs for SqliteStore {
 
     fn start_run(&self, workspace: &str, id: &str, attempt: u32) -> Result<(), StoreError> {
         let conn = self.lock();
-        conn.execute(
+        let n = conn.execute(
             "UPDATE runs SET status = 'running', attempt = ?3, started_at = COALESCE(started_at, ?4)
-             WHERE workspace = ?1 AND id = ?2",
+             WHERE workspace = ?1 AND id = ?2 AND status IN ('queued', 'running')",
             params![workspace, id, attempt, now_ms()],
         )?;
-        Ok(())
+        ended_meanwhile(n as u64, id)
     }
 
     fn succeed_run(
@@ -142,7 +217,7 @@ impl super::super::Runs for SqliteStore {
         let conn = self.lock();
         conn.execute(
             "UPDATE runs SET status = 'succeeded', finished_at = ?3, records_committed = ?4, result = ?5
-             WHERE workspace = ?1 AND id = ?2",
+             WHERE workspace = ?1 AND id = ?2 AND status IN ('queued', 'running')",
             params![workspace, id, now_ms(), records_committed as i64, result],
         )?;
         Ok(())
@@ -158,24 +233,31 @@ impl super::super::Runs for SqliteStore {
         let conn = self.lock();
         conn.execute(
             "UPDATE runs SET status = 'failed', finished_at = ?3, failure_category = ?4, failure_kind = ?5
-             WHERE workspace = ?1 AND id = ?2",
+             WHERE workspace = ?1 AND id = ?2 AND status IN ('queued', 'running')",
             params![workspace, id, now_ms(), category.as_str(), kind],
         )?;
         Ok(())
     }
 
     fn fail_unfinished_runs(&self) -> Result<Vec<String>, StoreError> {
-        let conn = self.lock();
-        let mut stmt = conn.prepare("SELECT id FROM runs WHERE status IN ('queued', 'running')")?;
-        let ids = stmt
-            .query_map([], |r| r.get::<_, String>(0))?
-            .collect::<Result<Vec<_>, _>>()?;
-        conn.execute(
-            "UPDATE runs SET status = 'failed', finished_at = ?1, failure_category = 'platform', failure_kind = 'daemon_restart'
-             WHERE status IN ('queued', 'running')",
-            [now_ms()],
-        )?;
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        let ids = fail_runs(&tx, self.node.as_deref(), true, "daemon_restart")?;
+        tx.commit()?;
         Ok(ids)
+    }
+
+    fn fail_work_of_lost_node(&self, node: &str) -> Result<(Vec<String>, usize), StoreError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        let ids = fail_runs(&tx, Some(node), false, NODE_LOST_KIND)?;
+        let builds = tx.execute(
+            "UPDATE builds SET status = 'failed', failure = 'the node running the build was lost', finished_at = ?1
+             WHERE status IN ('queued', 'running') AND node_id = ?2",
+            params![now_ms(), node],
+        )?;
+        tx.commit()?;
+        Ok((ids, builds))
     }
 
     fn last_sync_run_at(
@@ -186,8 +268,9 @@ impl super::super::Runs for SqliteStore {
     ) -> Result<Option<DateTime<Utc>>, StoreError> {
         let conn = self.lock();
         let latest: Option<i64> = conn.query_row(
-            "SELECT MAX(created_at) FROM runs WHERE workspace = ?1 AND connection_id = ?2 AND kind = 'sync' AND sync = ?3",
-            params![workspace, connection_id, sync],
+            "SELECT MAX(created_at) FROM runs WHERE workspace = ?1 AND connection_id = ?2 AND kind = 'sync' AND sync = ?3
+             AND NOT (status = 'failed' AND failure_kind IS ?4)",
+            params![workspace, connection_id, sync, NODE_LOST_KIND],
             |r| r.get(0),
         )?;
         latest

@@ -27,6 +27,7 @@ fn target(mode: SyncMode) -> CommitTarget<'static> {
         connection_id: "c1",
         sync: "items",
         mode,
+        run_id: None,
     }
 }
 

@@ -58,7 +58,7 @@ fn a_data_dir_of_the_first_schema_keeps_every_value() {
             .expect("version");
     }
     let s = SqliteStore::open(&path).expect("migrate");
-    assert_eq!(s.schema_version().expect("version"), 2);
+    assert_eq!(s.schema_version().expect("version"), 3);
     let packages = s.list_packages("ws").expect("packages");
     assert_eq!(packages[0].created_at, "2025-01-02T03:04:05.678Z");
     let v = s
@@ -127,6 +127,7 @@ fn a_data_dir_of_the_first_schema_keeps_every_value() {
         "ver"
     );
     // New rows continue after the old ones: a new run lists first, a log id is never reused.
+    // (Of another sync: "items" has its queued run r-a, and only one may be queued.)
     let run = s
         .insert_run(
             "ws",
@@ -135,7 +136,7 @@ fn a_data_dir_of_the_first_schema_keeps_every_value() {
                 package: "conn".into(),
                 version: "1.0.0".into(),
                 kind: RunKind::Sync,
-                sync: Some("items".into()),
+                sync: Some("users".into()),
             },
         )
         .expect("run");
@@ -169,7 +170,7 @@ fn a_sqlite_schema_from_the_future_is_refused() {
             e,
             StoreError::SchemaTooNew {
                 found: 99,
-                supported: 2
+                supported: 3
             }
         ),
         "{e:?}"
@@ -196,7 +197,7 @@ fn a_postgres_schema_from_the_future_is_refused() {
             e,
             StoreError::SchemaTooNew {
                 found: 99,
-                supported: 1
+                supported: 2
             }
         ),
         "{e:?}"
@@ -211,7 +212,7 @@ fn connect_tables_live_beside_the_main_store() {
     let main = sbx_store::PostgresStore::open(db.url()).expect("main store");
     let connect = crate::store::PostgresStore::open(db.url()).expect("connect store");
     let main_version = main.schema_version().expect("main version");
-    assert_eq!(connect.schema_version().expect("connect version"), 1);
+    assert_eq!(connect.schema_version().expect("connect version"), 2);
     // Opening either again, in any order, migrates nothing twice and breaks nothing.
     drop(crate::store::PostgresStore::open(db.url()).expect("connect again"));
     drop(sbx_store::PostgresStore::open(db.url()).expect("main again"));
@@ -300,6 +301,7 @@ fn populate(store: &dyn Store, spool: &std::path::Path) {
             connection_id: "c1",
             sync: "items",
             mode: SyncMode::Merge,
+            run_id: None,
         };
         let stats = store
             .commit(target, w.finish().expect("finish"))
@@ -372,6 +374,7 @@ fn copy_and_check(from: &dyn Store, to: &dyn Store, spool: &std::path::Path) {
         connection_id: "c1",
         sync: "items",
         mode: SyncMode::Merge,
+        run_id: None,
     };
     to.commit(target, w.finish().expect("finish"))
         .expect("commit");

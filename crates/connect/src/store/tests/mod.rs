@@ -5,11 +5,15 @@
 
 mod commit;
 mod migrations;
+mod nodes;
 mod rows;
 
 use super::{PostgresStore, SqliteStore, Store};
 use std::path::PathBuf;
 use std::sync::Arc;
+
+/// Opens a handle on a fixture's data as the named node.
+pub(super) type NodeHandle = Box<dyn Fn(&str) -> Arc<dyn Store>>;
 
 /// A store under test, with a place for spools.
 pub(super) struct Fixture {
@@ -17,6 +21,8 @@ pub(super) struct Fixture {
     pub spool_path: PathBuf,
     /// Opens another handle on the same data (what a restarted sbxd sees).
     pub reopen: Box<dyn Fn() -> Arc<dyn Store>>,
+    /// Opens another handle on the same data as a node of a cluster.
+    pub for_node: NodeHandle,
     // Dropped after the store: the database goes with the test.
     _db: Option<sbx_store::TestDatabase>,
     _dir: tempfile::TempDir,
@@ -26,10 +32,15 @@ pub(super) fn sqlite() -> Fixture {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("connect.db");
     let store = Arc::new(SqliteStore::open(&path).expect("open SQLite"));
+    let node_path = path.clone();
     Fixture {
         store,
         spool_path: dir.path().join("spool").join("run.spool"),
         reopen: Box::new(move || Arc::new(SqliteStore::open(&path).expect("reopen SQLite"))),
+        for_node: Box::new(move |node| {
+            let s = SqliteStore::open(&node_path).expect("open SQLite");
+            Arc::new(s.for_node(Some(node.to_string())))
+        }),
         _db: None,
         _dir: dir,
     }
@@ -49,10 +60,15 @@ pub(super) fn postgres() -> Option<Fixture> {
     let dir = tempfile::tempdir().expect("tempdir");
     let url = db.url().to_string();
     let store = Arc::new(PostgresStore::open(&url).expect("open PostgreSQL"));
+    let node_url = url.clone();
     Some(Fixture {
         store,
         spool_path: dir.path().join("spool").join("run.spool"),
         reopen: Box::new(move || Arc::new(PostgresStore::open(&url).expect("reopen PostgreSQL"))),
+        for_node: Box::new(move |node| {
+            let s = PostgresStore::open(&node_url).expect("open PostgreSQL");
+            Arc::new(s.for_node(Some(node.to_string())))
+        }),
         _db: Some(db),
         _dir: dir,
     })

@@ -280,6 +280,7 @@ fn commit_one(f: &Fixture, connection_id: &str, sync: &str) {
         connection_id,
         sync,
         mode: SyncMode::Append,
+        run_id: None,
     };
     f.store
         .commit(target, w.finish().expect("finish"))
@@ -502,6 +503,14 @@ pub(super) fn runs_and_logs(f: &Fixture) {
         .expect("connection");
     assert_eq!(s.last_sync_run_at("ws", "c1", "items").expect("last"), None);
     let r1 = s.insert_run("ws", &new("items")).expect("run");
+    // One queued or running run per sync.
+    assert!(matches!(
+        s.insert_run("ws", &new("items")),
+        Err(StoreError::Exists(_))
+    ));
+    s.start_run("ws", &r1.id, 2).expect("start");
+    s.succeed_run("ws", &r1.id, 42, Some(&json!({"ok": true})))
+        .expect("succeed");
     let r2 = s.insert_run("ws", &new("items")).expect("run");
     let r3 = s.insert_run("ws", &new("other")).expect("run");
     assert_eq!(
@@ -532,9 +541,6 @@ pub(super) fn runs_and_logs(f: &Fixture) {
         .expect("some");
     assert_eq!(crate::store::ts(last), r2.created_at);
 
-    s.start_run("ws", &r1.id, 2).expect("start");
-    s.succeed_run("ws", &r1.id, 42, Some(&json!({"ok": true})))
-        .expect("succeed");
     let done = s.get_run("ws", &r1.id).expect("get");
     assert_eq!(
         (done.status, done.attempt, done.records_committed),
