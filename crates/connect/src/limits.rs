@@ -152,6 +152,8 @@ pub struct Limits {
     pub fetch_retry: RetryPolicy,
     /// Largest response body the broker hands to a package.
     pub max_response_bytes: u64,
+    /// Shortest schedule interval a connection may have, seconds.
+    pub min_schedule_secs: u64,
 }
 
 impl Default for Limits {
@@ -176,6 +178,7 @@ impl Default for Limits {
             platform_retries: 2,
             fetch_retry: RetryPolicy::default(),
             max_response_bytes: MAX_RESPONSE_BYTES,
+            min_schedule_secs: crate::service::MIN_SCHEDULE_SECONDS,
         }
     }
 }

@@ -213,6 +213,9 @@ struct ConnectArgs {
     /// TEST ONLY: the port the Connect broker may use instead of 443.
     #[arg(long = "connect-test-port")]
     connect_test_port: Option<u16>,
+    /// TEST ONLY (--dev): the shortest schedule interval, seconds, instead of 60.
+    #[arg(long = "connect-test-min-schedule-secs")]
+    connect_test_min_schedule_secs: Option<u64>,
 }
 
 /// `sbxd keys ...`: manages the signing keys in the data dir's store (sbxd may be running).
@@ -418,10 +421,13 @@ async fn main() -> anyhow::Result<()> {
     // Checked before anything is opened or started: a production daemon must not come up
     // trusting an extra CA or letting the broker leave port 443, not even for a moment.
     if !args.dev
-        && (args.connect.connect_test_port.is_some() || !args.connect.connect_extra_ca.is_empty())
+        && (args.connect.connect_test_port.is_some()
+            || args.connect.connect_test_min_schedule_secs.is_some()
+            || !args.connect.connect_extra_ca.is_empty())
     {
         anyhow::bail!(
-            "--connect-test-port and --connect-extra-ca are for testing against one's own API \
+            "--connect-test-port, --connect-test-min-schedule-secs and --connect-extra-ca are \
+             for testing against one's own API \
              and are refused outside --dev"
         );
     }
@@ -701,6 +707,9 @@ fn open_connect(
         sync_time: Duration::from_secs(args.connect_sync_time_secs),
         build_time: Duration::from_secs(args.connect_build_time_secs),
         memory_mib: args.connect_memory_mib,
+        min_schedule_secs: args
+            .connect_test_min_schedule_secs
+            .unwrap_or(sbx_connect::service::MIN_SCHEDULE_SECONDS),
         ..sbx_connect::limits::Limits::default()
     };
     let sdk_dir = args

@@ -18,7 +18,7 @@ use crate::oauth;
 use crate::store::{NewConnection, NewRun, OauthPending, VersionChange};
 use std::path::PathBuf;
 
-/// Shortest schedule interval.
+/// Shortest schedule interval (the default of [`crate::limits::Limits::min_schedule_secs`]).
 pub const MIN_SCHEDULE_SECONDS: u64 = 60;
 
 /// The OAuth hook run after a successful sign-in.
@@ -88,10 +88,11 @@ impl ConnectService {
         Ok(config)
     }
 
-    fn check_schedule(s: Option<u64>) -> Result<(), ServiceError> {
+    fn check_schedule(&self, s: Option<u64>) -> Result<(), ServiceError> {
+        let min = self.limits.min_schedule_secs;
         match s {
-            Some(n) if n < MIN_SCHEDULE_SECONDS => Err(ServiceError::Invalid(format!(
-                "scheduleIntervalSeconds must be at least {MIN_SCHEDULE_SECONDS}"
+            Some(n) if n < min => Err(ServiceError::Invalid(format!(
+                "scheduleIntervalSeconds must be at least {min}"
             ))),
             _ => Ok(()),
         }
@@ -108,7 +109,7 @@ impl ConnectService {
         let (pv, def, _) = self.built_version(workspace, &req.package, &req.version)?;
         let config = Self::check_config(&def, req.config)?;
         let origin = self.check_origin(&req.origin)?;
-        Self::check_schedule(req.schedule_interval_seconds)?;
+        self.check_schedule(req.schedule_interval_seconds)?;
         let kind = def.auth.kind();
         req.credentials.check(kind)?;
         let credentials = client_only(req.credentials);
@@ -187,7 +188,7 @@ impl ConnectService {
         let schedule = req
             .schedule_interval_seconds
             .unwrap_or(current.schedule_interval_seconds);
-        Self::check_schedule(schedule)?;
+        self.check_schedule(schedule)?;
         let mut status = current.status;
         // Everything is checked before anything is written: a refused request changes nothing.
         let credentials = match req.credentials {

@@ -7,6 +7,7 @@ mod packages;
 mod runs;
 mod upgrade;
 
+pub use connections::MIN_SCHEDULE_SECONDS;
 pub use runs::DueSync;
 
 use crate::broker::TokenStore;
