@@ -435,6 +435,8 @@ pub struct Run {
     pub failure_category: Option<FailureCategory>,
     /// Short machine word for the failure (`threw`, `bad_batch`, `max_batches`, ...), never a message.
     pub failure_kind: Option<String>,
+    /// The node that ran it (cluster mode; none on a single node).
+    pub node_id: Option<String>,
 }
 
 /// One recorded log line.

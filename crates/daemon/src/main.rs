@@ -426,9 +426,8 @@ async fn main() -> anyhow::Result<()> {
             || !args.connect.connect_extra_ca.is_empty())
     {
         anyhow::bail!(
-            "--connect-test-port, --connect-test-min-schedule-secs and --connect-extra-ca are \
-             for testing against one's own API \
-             and are refused outside --dev"
+            "--connect-test-port, --connect-test-min-schedule-secs and --connect-extra-ca \
+             are for testing against one's own API and are refused outside --dev"
         );
     }
     let config = Config {
@@ -599,6 +598,9 @@ async fn main() -> anyhow::Result<()> {
                 } else {
                     Vec::new()
                 };
+                // A drained node leaves scheduled syncs to the others (on a single node,
+                // draining stops nothing: there is no other).
+                let schedules = !cluster || sweeper.takes_new_work().await;
                 // Both read and write the Connect store: off the async workers.
                 let connect = sweeper_connect.clone();
                 let done = tokio::task::spawn_blocking(move || {
@@ -607,7 +609,7 @@ async fn main() -> anyhow::Result<()> {
                             tracing::warn!(error = %e, node, "connect: failing a lost node's runs");
                         }
                     }
-                    if n % 5 == 0 {
+                    if n % 5 == 0 && schedules {
                         if let Err(e) = connect.scheduler_tick(chrono::Utc::now()) {
                             tracing::warn!(error = %e, "connect scheduler");
                         }

@@ -559,6 +559,7 @@ fn test_only_connect_options_are_refused_outside_dev_mode() {
         vec!["--connect-test-port", "8443"],
         vec!["--connect-extra-ca", ca_path],
         vec!["--connect-test-port", "8443", "--connect-extra-ca", ca_path],
+        vec!["--connect-test-min-schedule-secs", "5"],
     ] {
         // A signing key, so that nothing else of production mode is missing.
         let mut all = vec![
@@ -570,8 +571,8 @@ fn test_only_connect_options_are_refused_outside_dev_mode() {
         assert_ne!(code, Some(0), "{args:?}: {stderr}");
         assert!(
             stderr.contains(
-                "--connect-test-port and --connect-extra-ca are for testing against one's own \
-                 API and are refused outside --dev"
+                "--connect-test-port, --connect-test-min-schedule-secs and --connect-extra-ca \
+                 are for testing against one's own API and are refused outside --dev"
             ),
             "{args:?}: {stderr}"
         );

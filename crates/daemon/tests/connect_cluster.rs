@@ -192,15 +192,39 @@ async fn a_schedule_runs_once_per_interval_across_nodes_and_survives_a_kill() {
     assert_eq!(status, 201, "create connection: {body}");
     let conn = body["data"]["id"].as_str().expect("id").to_string();
 
-    // Both nodes up: three scheduled runs succeed.
-    wait_runs(
+    // Both nodes up: scheduled runs succeed, each recorded as run by one of them.
+    let first = wait_runs(
         &b,
         &conn,
         Duration::from_secs(90),
-        "three runs with both nodes",
-        |r| succeeded_after(r, 0) >= 3,
+        "two runs with both nodes",
+        |r| succeeded_after(r, 0) >= 2,
     )
     .await;
+    for r in &first {
+        assert!(r["nodeId"] == "node-a" || r["nodeId"] == "node-b", "{r}");
+    }
+
+    // Node b drained: the schedule goes on, on node a alone (from its next tick).
+    let (status, body) = a.call("POST", "/v1/nodes/node-b/drain", None).await;
+    assert_eq!(status, 200, "{body}");
+    let drained_at = chrono::Utc::now().timestamp_millis() + 1000;
+    let during = wait_runs(
+        &a,
+        &conn,
+        Duration::from_secs(60),
+        "two runs while b is drained",
+        |r| succeeded_after(r, drained_at) >= 2,
+    )
+    .await;
+    for r in during
+        .iter()
+        .filter(|r| ms(r, "createdAt").unwrap_or(0) > drained_at)
+    {
+        assert_eq!(r["nodeId"], "node-a", "a drained node started a sync: {r}");
+    }
+    let (status, body) = a.call("POST", "/v1/nodes/node-b/undrain", None).await;
+    assert_eq!(status, 200, "{body}");
 
     // Node a (the one that built the package) dies; node b keeps the schedule, running the
     // package from the copy in the database, and fails over a's run if it had one.
@@ -219,6 +243,13 @@ async fn a_schedule_runs_once_per_interval_across_nodes_and_survives_a_kill() {
         },
     )
     .await;
+
+    for r in all
+        .iter()
+        .filter(|r| ms(r, "createdAt").unwrap_or(0) > killed_at)
+    {
+        assert_eq!(r["nodeId"], "node-b", "{r}");
+    }
 
     // Once per interval: runs that count (all but those failed over with their node) start
     // at least an interval apart, and never two at a time.

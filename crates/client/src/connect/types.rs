@@ -247,6 +247,9 @@ pub struct Run {
     /// A short machine word for the failure.
     #[serde(default)]
     pub failure_kind: Option<String>,
+    /// The node that ran it (cluster mode).
+    #[serde(default)]
+    pub node_id: Option<String>,
 }
 
 impl Run {

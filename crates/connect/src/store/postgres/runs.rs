@@ -9,7 +9,7 @@ const ACTIVE_SYNC_RUN: &str = "a queued or running run of this sync";
 use chrono::{DateTime, Utc};
 use postgres::{GenericClient, Row};
 
-const COLUMNS: &str = "id, connection_id, package, version, kind, sync, status, attempt, created_at, started_at, finished_at, records_committed, failure_category, failure_kind";
+const COLUMNS: &str = "id, connection_id, package, version, kind, sync, status, attempt, created_at, started_at, finished_at, records_committed, failure_category, failure_kind, node_id";
 
 fn from_row(row: &Row) -> Result<Run, StoreError> {
     let kind: String = row.try_get(4)?;
@@ -33,6 +33,7 @@ fn from_row(row: &Row) -> Result<Run, StoreError> {
             .map(FailureCategory::parse)
             .transpose()?,
         failure_kind: row.try_get(13)?,
+        node_id: row.try_get(14)?,
     })
 }
 

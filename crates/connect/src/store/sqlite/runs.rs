@@ -9,7 +9,7 @@ const ACTIVE_SYNC_RUN: &str = "a queued or running run of this sync";
 use chrono::{DateTime, Utc};
 use rusqlite::{params, OptionalExtension, Row};
 
-const COLUMNS: &str = "id, connection_id, package, version, kind, sync, status, attempt, created_at, started_at, finished_at, records_committed, failure_category, failure_kind";
+const COLUMNS: &str = "id, connection_id, package, version, kind, sync, status, attempt, created_at, started_at, finished_at, records_committed, failure_category, failure_kind, node_id";
 
 type RawRun = (Run, String, String, Option<String>);
 
@@ -30,6 +30,7 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<RawRun> {
             records_committed: row.get::<_, i64>(11)?.max(0) as u64,
             failure_category: None,
             failure_kind: row.get(13)?,
+            node_id: row.get(14)?,
         },
         row.get(4)?,
         row.get(6)?,
