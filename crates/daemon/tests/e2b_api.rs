@@ -494,7 +494,13 @@ async fn e2b_timeout_destroys_or_pauses() {
     let killed = create(&d, &key, json!({"timeout": 2})).await;
     let paused = create(&d, &key, json!({"timeout": 2, "autoPause": true})).await;
     // A sandbox made through /v2 keeps running: it has no E2B timeout.
-    let v2 = d.create_running("plain").await;
+    let bearer = format!("Bearer {}", hashed_signing_key(LEGACY_KEY));
+    let body = json!({"name": "plain", "vcpu": 1, "memoryMb": 1024}).to_string();
+    let (status, made) = d
+        .call_with("POST", "/v2/sandboxes", Some(body.into_bytes()), &[("authorization", &bearer)])
+        .await;
+    assert!(status == 201 || status == 202, "{made}");
+    let v2 = made["data"]["id"].as_str().unwrap().to_string();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let (s1, _, _) = e2b(&d, Some(&key), "GET", &format!("/sandboxes/{killed}"), None).await;
@@ -521,7 +527,6 @@ async fn e2b_timeout_destroys_or_pauses() {
     assert_eq!(p["state"], "running");
     let (status, body) = d.call("GET", &format!("/v2/sandboxes/{v2}"), None).await;
     assert_eq!(status, 401, "{body}");
-    let bearer = format!("Bearer {}", hashed_signing_key(LEGACY_KEY));
     let (_, body) = d
         .call_with(
             "GET",
@@ -531,7 +536,16 @@ async fn e2b_timeout_destroys_or_pauses() {
         )
         .await;
     assert_eq!(body["data"]["status"], "RUNNING", "{body}");
-    d.destroy_all(Duration::from_secs(60)).await;
+    // Each tenant kills only its own: the other's sandbox is 404, even to kill.
+    for (owner, stranger, id) in [(key.as_str(), LEGACY_KEY, &paused), (LEGACY_KEY, key.as_str(), &v2)] {
+        let path = format!("/sandboxes/{id}");
+        let (status, _, _) = e2b(&d, Some(stranger), "DELETE", &path, None).await;
+        assert_eq!(status, 404, "a stranger kills {id}");
+        let (status, _, _) = e2b(&d, Some(owner), "DELETE", &path, None).await;
+        assert_eq!(status, 204, "the owner kills {id}");
+    }
+    d.assert_no_containers(Duration::from_secs(60), "every sandbox was killed")
+        .await;
 }
 
 fn e2b_sdk_dir() -> PathBuf {

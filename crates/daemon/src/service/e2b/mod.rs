@@ -25,6 +25,9 @@ pub const CLIENT_ID: &str = "sbx";
 pub const DEFAULT_TIMEOUT_SECS: u64 = 300;
 /// Template ids that name the default image.
 pub const DEFAULT_TEMPLATES: &[&str] = &["base"];
+/// vCPUs and MiB of an E2B sandbox: E2B's default template has 2 vCPUs, and
+/// 2/2048 is the sbx shape with 2 vCPUs.
+pub const DEFAULT_SHAPE: (u64, u64) = (2, 2048);
 /// Most metadata entries per sandbox.
 pub const MAX_METADATA: usize = 64;
 /// Longest metadata key and value, bytes.
@@ -184,6 +187,8 @@ impl E2b {
         let req = if DEFAULT_TEMPLATES.contains(&template.as_str()) {
             CreateSandboxRequest {
                 name: Some(name),
+                vcpu: Some(DEFAULT_SHAPE.0),
+                memory_mb: Some(DEFAULT_SHAPE.1),
                 environment: (!spec.env_vars.is_empty()).then(|| spec.env_vars.clone()),
                 ..CreateSandboxRequest::default()
             }
