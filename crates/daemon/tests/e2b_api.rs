@@ -497,7 +497,12 @@ async fn e2b_timeout_destroys_or_pauses() {
     let bearer = format!("Bearer {}", hashed_signing_key(LEGACY_KEY));
     let body = json!({"name": "plain", "vcpu": 1, "memoryMb": 1024}).to_string();
     let (status, made) = d
-        .call_with("POST", "/v2/sandboxes", Some(body.into_bytes()), &[("authorization", &bearer)])
+        .call_with(
+            "POST",
+            "/v2/sandboxes",
+            Some(body.into_bytes()),
+            &[("authorization", &bearer)],
+        )
         .await;
     assert!(status == 201 || status == 202, "{made}");
     let v2 = made["data"]["id"].as_str().unwrap().to_string();
@@ -537,7 +542,10 @@ async fn e2b_timeout_destroys_or_pauses() {
         .await;
     assert_eq!(body["data"]["status"], "RUNNING", "{body}");
     // Each tenant kills only its own: the other's sandbox is 404, even to kill.
-    for (owner, stranger, id) in [(key.as_str(), LEGACY_KEY, &paused), (LEGACY_KEY, key.as_str(), &v2)] {
+    for (owner, stranger, id) in [
+        (key.as_str(), LEGACY_KEY, &paused),
+        (LEGACY_KEY, key.as_str(), &v2),
+    ] {
         let path = format!("/sandboxes/{id}");
         let (status, _, _) = e2b(&d, Some(stranger), "DELETE", &path, None).await;
         assert_eq!(status, 404, "a stranger kills {id}");
@@ -573,5 +581,65 @@ async fn e2b_sdk_control_plane_and_inngest_sdk_on_one_sbxd() {
         "control-plane.mjs failed:\n{out}"
     );
     d.assert_no_containers(Duration::from_secs(60), "the SDK test kills what it made")
+        .await;
+}
+
+#[tokio::test]
+#[ignore = "needs root, runsc and the image; run ./scripts/test"]
+async fn e2b_dev_mode_takes_any_key_but_needs_one_and_keeps_the_browser_guard() {
+    // What README's `E2B_API_KEY=dev` does against `./scripts/up`'s dev-mode sbxd.
+    let d = Daemon::start(&[]).await;
+    let id = create(&d, "dev", json!({"templateID": "base"})).await;
+    // The inngest API without a key (dev mode) sees it: the same default tenant.
+    let (status, v2) = d.call("GET", &format!("/v2/sandboxes/{id}"), None).await;
+    assert_eq!(
+        (status, v2["data"]["status"].as_str()),
+        (200, Some("RUNNING")),
+        "{v2}"
+    );
+    // No key is still 401 on E2B paths: a web page cannot send the header
+    // cross-origin without a preflight.
+    assert_e2b_error(
+        &e2b(&d, None, "POST", &format!("/sandboxes/{id}/pause"), None).await,
+        401,
+        "no key in dev mode",
+    );
+    // A DNS-rebound page (foreign Host) and a cross-origin one are refused in E2B's shape.
+    let refused = d
+        .http
+        .delete(d.url(&format!("/sandboxes/{id}")))
+        .header("x-api-key", "dev")
+        .header("host", "evil.example:8731")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status().as_u16(), 403);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["code"], 403, "{body}");
+    let got = d
+        .http
+        .post(d.url(&format!("/sandboxes/{id}/pause")))
+        .header("x-api-key", "dev")
+        .header("origin", "https://evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.status().as_u16(), 403);
+    let (status, info, _) = e2b(&d, Some("dev"), "GET", &format!("/sandboxes/{id}"), None).await;
+    assert_eq!(
+        (status, info["state"].as_str()),
+        (200, Some("running")),
+        "nothing was refused into effect"
+    );
+    let (status, _, _) = e2b(
+        &d,
+        Some("another-key"),
+        "DELETE",
+        &format!("/sandboxes/{id}"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 204, "in dev mode every key is the default tenant");
+    d.assert_no_containers(Duration::from_secs(60), "killed")
         .await;
 }

@@ -244,7 +244,7 @@ pub fn router(
         ))
         // Before authentication: a refused page learns nothing else.
         .layer(axum::middleware::from_fn_with_state(
-            guard,
+            guard.clone(),
             browser_guard::layer,
         ))
         .layer(axum::Extension(sessions))
@@ -257,7 +257,7 @@ pub fn router(
     // `X-API-KEY` header or an E2B-only path (see `e2b::is_e2b`, docs/e2b.md).
     let e2b_state = crate::service::e2b::E2b::start(service)
         .unwrap_or_else(|e| panic!("cannot open the E2B records: {e}"));
-    let e2b = e2b::router(e2b_state);
+    let e2b = e2b::router(e2b_state, guard);
     Router::new().fallback_service(tower::service_fn(move |req: Request| {
         let target = if e2b::is_e2b(req.headers(), req.uri().path()) {
             e2b.clone()

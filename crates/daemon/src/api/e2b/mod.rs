@@ -15,6 +15,7 @@
 mod routes;
 pub mod wire;
 
+use crate::api::browser_guard::{BrowserGuard, GuardError};
 use crate::service::e2b::{E2b, E2bError};
 use crate::service::ServiceError;
 use axum::extract::{Request, State};
@@ -41,8 +42,10 @@ pub fn is_e2b(headers: &HeaderMap, path: &str) -> bool {
 #[derive(Debug, Clone)]
 pub struct Tenant(pub String);
 
-/// The E2B router (its own auth, errors and fallback).
-pub fn router(e2b: Arc<E2b>) -> Router {
+/// The E2B router (its own auth, errors and fallback) behind the same browser
+/// guard as the inngest API: in dev mode the guard's `Host` check is what stops
+/// a DNS-rebound web page, which could otherwise send `X-API-KEY` same-origin.
+pub fn router(e2b: Arc<E2b>, guard: Arc<BrowserGuard>) -> Router {
     Router::new()
         .route("/v2/sandboxes", post(routes::create).get(routes::list))
         .route("/v2/sandboxes/{id}/connect", post(routes::connect))
@@ -68,8 +71,29 @@ pub fn router(e2b: Arc<E2b>) -> Router {
             e2b.clone(),
             authenticate,
         ))
+        .layer(axum::middleware::from_fn_with_state(guard, browser_guard))
         .layer(axum::middleware::from_fn(json_errors))
         .with_state(e2b)
+}
+
+/// Middleware: the browser guard (`--http-browser-guard`, on in dev mode), its
+/// refusals in E2B's error shape.
+async fn browser_guard(
+    State(guard): State<Arc<BrowserGuard>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    match guard.check(req.method(), req.uri(), req.headers()) {
+        Ok(()) => next.run(req).await,
+        Err(e) => {
+            tracing::info!(error = %e, "browser guard refused an E2B request");
+            let status = match e {
+                GuardError::NotJson(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                _ => StatusCode::FORBIDDEN,
+            };
+            E2bApiError::new(status, e.to_string()).into_response()
+        }
+    }
 }
 
 /// Middleware: `X-API-KEY` is a tenant's key (`sbxd keys create`, or a
