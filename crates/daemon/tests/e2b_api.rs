@@ -489,10 +489,18 @@ async fn e2b_routes_auth_tenants_and_bad_inputs() {
 #[tokio::test]
 #[ignore = "needs root, runsc and the image; run ./scripts/test"]
 async fn e2b_timeout_destroys_or_pauses() {
-    let d = Daemon::start(&["--signing-key", LEGACY_KEY]).await;
+    // The JS SDK's e2e fixture template id, aliased to the default image.
+    let alias = "q52rcyz0ua30keeiy22u";
+    let template = format!("{alias}=default");
+    let d = Daemon::start(&["--signing-key", LEGACY_KEY, "--e2b-template", &template]).await;
     let key = d.create_key("acme", None);
     let killed = create(&d, &key, json!({"timeout": 2})).await;
-    let paused = create(&d, &key, json!({"timeout": 2, "autoPause": true})).await;
+    let paused = create(
+        &d,
+        &key,
+        json!({"templateID": alias, "timeout": 2, "autoPause": true}),
+    )
+    .await;
     // A sandbox made through /v2 keeps running: it has no E2B timeout.
     let bearer = format!("Bearer {}", hashed_signing_key(LEGACY_KEY));
     let body = json!({"name": "plain", "vcpu": 1, "memoryMb": 1024}).to_string();
@@ -518,6 +526,10 @@ async fn e2b_timeout_destroys_or_pauses() {
     }
     let (_, p, _) = e2b(&d, Some(&key), "GET", &format!("/sandboxes/{paused}"), None).await;
     assert_eq!(p["lifecycle"]["onTimeout"], "pause");
+    assert_eq!(
+        (p["templateID"].as_str(), p["alias"].as_str()),
+        (Some(alias), Some(alias))
+    );
     // Resumed with a new timeout, it runs again until that one ends.
     let (status, _, _) = e2b(
         &d,

@@ -366,9 +366,10 @@ impl From<&E2bSandbox> for SandboxOut {
     }
 }
 
+/// The template id as an alias, unless it is a snapshot id.
 fn alias(template: &str) -> Option<String> {
-    crate::service::e2b::DEFAULT_TEMPLATES
-        .contains(&template)
+    uuid::Uuid::parse_str(template)
+        .is_err()
         .then(|| template.to_string())
 }
 

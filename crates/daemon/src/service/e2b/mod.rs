@@ -184,7 +184,7 @@ impl E2b {
         let timeout = self.check_timeout(spec.timeout_secs.unwrap_or(DEFAULT_TIMEOUT_SECS))?;
         check_metadata(&spec.metadata)?;
         let name = format!("e2b-{}", Uuid::new_v4().simple());
-        let req = if DEFAULT_TEMPLATES.contains(&template.as_str()) {
+        let req = if self.is_default_template(&template) {
             CreateSandboxRequest {
                 name: Some(name),
                 vcpu: Some(DEFAULT_SHAPE.0),
@@ -579,6 +579,17 @@ impl E2b {
             Ok(_) | Err(ServiceError::SnapshotNotFound) => Err(not_found_template(template_id)),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Whether a template id names the default image (`base` or a `--e2b-template` alias).
+    fn is_default_template(&self, template: &str) -> bool {
+        DEFAULT_TEMPLATES.contains(&template)
+            || self
+                .svc
+                .config()
+                .e2b_templates
+                .iter()
+                .any(|t| t == template)
     }
 
     /// A timeout must be 1 s up to the active runtime limit (which ends a sandbox anyway).
