@@ -1,84 +1,16 @@
 //! The E2B control plane (contract `protocol/e2b` §2) on real gVisor: every
 //! route, bad inputs (a clear `{"code","message"}` error, nothing stored),
-//! authentication (401) and tenants (404), the E2B timeout, the same sandboxes
-//! through `/v2`, and the real `e2b` npm SDK next to the inngest SDK.
+//! authentication (401) and tenants (404), the E2B timeout, and the same
+//! sandboxes through `/v2`. The real SDK runs in `e2b_sdk.rs`.
 
 mod common;
+mod e2b_common;
 
 use common::Daemon;
+use e2b_common::{assert_e2b_error, create, e2b, ids, LEGACY_KEY};
 use sbx_api_types::signing_key::hashed_signing_key;
 use serde_json::{json, Value};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
-
-/// A configured key (workspace `default`), so that sbxd runs without `--dev`.
-const LEGACY_KEY: &str = "signkey-prod-0123456789abcdef0123456789abcdef";
-
-/// Sends an E2B request with `X-API-KEY: key` (no header for `None`); returns
-/// the status, the JSON body and the `x-next-token` header.
-async fn e2b(
-    d: &Daemon,
-    key: Option<&str>,
-    method: &str,
-    path: &str,
-    body: Option<Value>,
-) -> (u16, Value, Option<String>) {
-    let mut req = d
-        .http
-        .request(method.parse().unwrap(), d.url(path))
-        .header("content-type", "application/json");
-    if let Some(k) = key {
-        req = req.header("x-api-key", k);
-    }
-    if let Some(b) = body {
-        req = req.body(b.to_string());
-    }
-    let resp = req.send().await.expect("request");
-    let status = resp.status().as_u16();
-    let next = resp
-        .headers()
-        .get("x-next-token")
-        .map(|v| v.to_str().unwrap().to_string());
-    let is_json = resp
-        .headers()
-        .get("content-type")
-        .is_some_and(|v| v.to_str().unwrap().starts_with("application/json"));
-    let bytes = resp.bytes().await.unwrap();
-    let value = if bytes.is_empty() {
-        Value::Null
-    } else {
-        assert!(is_json, "{method} {path}: non-JSON answer {status}");
-        serde_json::from_slice(&bytes).unwrap()
-    };
-    (status, value, next)
-}
-
-/// Asserts an E2B error: the status and `{"code": status, "message": non-empty}`.
-fn assert_e2b_error(got: &(u16, Value, Option<String>), status: u16, what: &str) {
-    assert_eq!(got.0, status, "{what}: {:?}", got.1);
-    assert_eq!(got.1["code"], json!(status), "{what}: {:?}", got.1);
-    assert!(
-        got.1["message"].as_str().is_some_and(|m| !m.is_empty()),
-        "{what}: {:?}",
-        got.1
-    );
-}
-
-/// Creates a sandbox through the E2B API; returns its id.
-async fn create(d: &Daemon, key: &str, body: Value) -> String {
-    let (status, body, _) = e2b(d, Some(key), "POST", "/v2/sandboxes", Some(body)).await;
-    assert_eq!(status, 201, "create: {body}");
-    body["sandboxID"].as_str().unwrap().to_string()
-}
-
-/// Ids of a list answer.
-fn ids(list: &Value) -> Vec<String> {
-    list.as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["sandboxID"].as_str().unwrap().to_string())
-        .collect()
-}
 
 #[tokio::test]
 #[ignore = "needs root, runsc and the image; run ./scripts/test"]
@@ -568,90 +500,38 @@ async fn e2b_timeout_destroys_or_pauses() {
         .await;
 }
 
-fn e2b_sdk_dir() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/e2b");
-    assert!(
-        dir.join("node_modules/e2b/package.json").exists(),
-        "e2b is not installed in {}; run ./scripts/test (npm ci there)",
-        dir.display()
-    );
-    dir
-}
-
-#[tokio::test]
-#[ignore = "needs root, runsc, the image and node; run ./scripts/test"]
-async fn e2b_sdk_control_plane_and_inngest_sdk_on_one_sbxd() {
-    let d = Daemon::start(&["--signing-key", LEGACY_KEY]).await;
-    let key = d.create_key("acme", None);
-    let (ok, out) = common::run_node_script(
-        &e2b_sdk_dir(),
-        "control-plane.mjs",
-        &[("SBX_URL", &d.base), ("SBX_KEY", &key)],
-    );
-    assert!(
-        ok && out.contains("all steps passed"),
-        "control-plane.mjs failed:\n{out}"
-    );
-    d.assert_no_containers(Duration::from_secs(60), "the SDK test kills what it made")
-        .await;
-}
-
 #[tokio::test]
 #[ignore = "needs root, runsc and the image; run ./scripts/test"]
-async fn e2b_dev_mode_takes_any_key_but_needs_one_and_keeps_the_browser_guard() {
-    // What README's `E2B_API_KEY=dev` does against `./scripts/up`'s dev-mode sbxd.
-    let d = Daemon::start(&[]).await;
-    let id = create(&d, "dev", json!({"templateID": "base"})).await;
-    // The inngest API without a key (dev mode) sees it: the same default tenant.
-    let (status, v2) = d.call("GET", &format!("/v2/sandboxes/{id}"), None).await;
-    assert_eq!(
-        (status, v2["data"]["status"].as_str()),
-        (200, Some("RUNNING")),
-        "{v2}"
-    );
-    // No key is still 401 on E2B paths: a web page cannot send the header
-    // cross-origin without a preflight.
-    assert_e2b_error(
-        &e2b(&d, None, "POST", &format!("/sandboxes/{id}/pause"), None).await,
-        401,
-        "no key in dev mode",
-    );
-    // A DNS-rebound page (foreign Host) and a cross-origin one are refused in E2B's shape.
-    let refused = d
-        .http
-        .delete(d.url(&format!("/sandboxes/{id}")))
-        .header("x-api-key", "dev")
-        .header("host", "evil.example:8731")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(refused.status().as_u16(), 403);
-    let body: Value = refused.json().await.unwrap();
-    assert_eq!(body["code"], 403, "{body}");
-    let got = d
-        .http
-        .post(d.url(&format!("/sandboxes/{id}/pause")))
-        .header("x-api-key", "dev")
-        .header("origin", "https://evil.example")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(got.status().as_u16(), 403);
-    let (status, info, _) = e2b(&d, Some("dev"), "GET", &format!("/sandboxes/{id}"), None).await;
-    assert_eq!(
-        (status, info["state"].as_str()),
-        (200, Some("running")),
-        "nothing was refused into effect"
-    );
-    let (status, _, _) = e2b(
+async fn e2b_fields_survive_an_sbxd_kill_9() {
+    let mut d = Daemon::start(&["--signing-key", LEGACY_KEY]).await;
+    let key = d.create_key("acme", None);
+    let (status, made, _) = e2b(
         &d,
-        Some("another-key"),
-        "DELETE",
-        &format!("/sandboxes/{id}"),
-        None,
+        Some(&key),
+        "POST",
+        "/v2/sandboxes",
+        Some(json!({"timeout": 600, "metadata": {"k": "v"}, "autoPause": true})),
     )
     .await;
-    assert_eq!(status, 204, "in dev mode every key is the default tenant");
+    assert_eq!(status, 201, "{made}");
+    let id = made["sandboxID"].as_str().unwrap().to_string();
+    let (_, before, _) = e2b(&d, Some(&key), "GET", &format!("/sandboxes/{id}"), None).await;
+    d.kill9();
+    d.spawn().await;
+    let (status, after, _) = e2b(&d, Some(&key), "GET", &format!("/sandboxes/{id}"), None).await;
+    assert_eq!(status, 200, "{after}");
+    for field in [
+        "metadata",
+        "endAt",
+        "envdAccessToken",
+        "lifecycle",
+        "templateID",
+        "state",
+    ] {
+        assert_eq!(after[field], before[field], "{field} after kill -9");
+    }
+    let (status, _, _) = e2b(&d, Some(&key), "DELETE", &format!("/sandboxes/{id}"), None).await;
+    assert_eq!(status, 204);
     d.assert_no_containers(Duration::from_secs(60), "killed")
         .await;
 }
