@@ -4,7 +4,8 @@
 //
 //   SBX_URL=http://127.0.0.1:8731 SBX_KEY=signkey-sbx-… node control-plane.mjs
 //
-// SBX_KEY is a tenant's key (`sbxd keys create`); both SDKs use it. Only the
+// SBX_KEY is a tenant's key (`sbxd keys create`); both SDKs use it (with
+// SBX_INNGEST_DEV=1, for a dev-mode sbxd, the inngest SDK sends none). Only the
 // control plane is exercised: the SDK's Sandbox.create/connect make no envd
 // request (contract §4), and envd (commands, files) is a later slice.
 // Prints one line per step; exits 1 at the first failure after destroying
@@ -112,7 +113,9 @@ async function main() {
   check((await fromSnap.kill()) === true && (await forks[0].kill()) === true, "kill the snapshot's sandboxes");
 
   // The inngest SDK on the same sbxd, same tenant, same sandboxes.
-  const inngest = new Inngest({ id: "e2b-mixed", baseUrl: url, signingKey: key, isDev: false }).sandboxes;
+  // SBX_INNGEST_DEV=1: sbxd in dev mode, where the inngest SDK sends no key.
+  const inngestAuth = process.env.SBX_INNGEST_DEV === "1" ? { isDev: true } : { signingKey: key, isDev: false };
+  const inngest = new Inngest({ id: "e2b-mixed", baseUrl: url, ...inngestAuth }).sandboxes;
   const seen = await inngest.get(a.sandboxId);
   check(seen.id === a.sandboxId && seen.status === "RUNNING", "inngest SDK sees the E2B sandbox", { id: seen.id, status: seen.status });
   const other = await inngest.create({ name: `inngest-${run}`, vcpu: 1, memoryMb: 1024 });

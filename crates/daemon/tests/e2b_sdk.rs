@@ -95,6 +95,20 @@ async fn e2b_dev_mode_takes_any_key_but_needs_one_and_keeps_the_browser_guard() 
     )
     .await;
     assert_eq!(status, 204, "in dev mode every key is the default tenant");
+    // The real SDK through the browser guard, with README's settings.
+    let (ok, out) = common::run_node_script(
+        &e2b_sdk_dir(),
+        "control-plane.mjs",
+        &[
+            ("SBX_URL", &d.base),
+            ("SBX_KEY", "dev"),
+            ("SBX_INNGEST_DEV", "1"),
+        ],
+    );
+    assert!(
+        ok && out.contains("all steps passed"),
+        "control-plane.mjs in dev mode failed:\n{out}"
+    );
     d.assert_no_containers(Duration::from_secs(60), "killed")
         .await;
 }
