@@ -41,6 +41,34 @@ pub struct Config {
     pub node: NodeConfig,
     /// Where snapshot files live besides the data dir (`--snapshot-store`).
     pub snapshot_store: sbx_node::snapshot_store::StoreConfig,
+    /// E2B template ids that name the default image besides `base` (`--e2b-template`).
+    pub e2b_templates: Vec<String>,
+}
+
+/// Parses `--e2b-template NAME=IMAGE` values into the template names. IMAGE
+/// must be `default` (the only image sbx has until custom images exist).
+pub fn parse_e2b_templates(values: &[String]) -> Result<Vec<String>, String> {
+    values
+        .iter()
+        .filter(|v| !v.is_empty())
+        .map(|v| {
+            let (name, image) = v
+                .split_once('=')
+                .ok_or_else(|| format!("--e2b-template {v:?}: expected NAME=IMAGE"))?;
+            let name_ok = !name.is_empty()
+                && name.len() <= 128
+                && name.bytes().all(|b| b.is_ascii_graphic() && b != b',');
+            if !name_ok {
+                return Err(format!("--e2b-template {v:?}: NAME must be 1-128 visible characters"));
+            }
+            if image != "default" {
+                return Err(format!(
+                    "--e2b-template {v:?}: the only image is \"default\" (custom images are not built yet)"
+                ));
+            }
+            Ok(name.to_string())
+        })
+        .collect()
 }
 
 /// Longest node lease: past it a dead node would pass for alive for over an hour.
@@ -439,6 +467,7 @@ impl Config {
             agent_dir: "/nonexistent".into(),
             image_rootfs: "/nonexistent".into(),
             image_ref: "default".into(),
+            e2b_templates: Vec::new(),
             limits: Limits {
                 start_timeout: Duration::from_secs(3),
                 create_sync_wait: Duration::from_secs(5),
@@ -532,6 +561,7 @@ mod tests {
             agent_dir: "/tmp".into(),
             image_rootfs: "/tmp".into(),
             image_ref: "default".into(),
+            e2b_templates: Vec::new(),
             limits: Limits::default(),
             runsc_extra_flags: vec![],
             default_network: sbx_api_types::NetworkMode::Public,
@@ -627,6 +657,18 @@ mod tests {
         c.dev = true;
         c.listen = "127.0.0.1:8731".parse().unwrap();
         assert!(c.validate().is_ok());
+    }
+
+    #[test]
+    fn e2b_templates_alias_the_default_image() {
+        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            parse_e2b_templates(&v(&["q52rcyz0ua30keeiy22u=default", "python=default"])),
+            Ok(v(&["q52rcyz0ua30keeiy22u", "python"]))
+        );
+        for bad in ["python", "=default", "python=ubuntu", "a b=default"] {
+            assert!(parse_e2b_templates(&v(&[bad])).is_err(), "{bad}");
+        }
     }
 
     #[test]

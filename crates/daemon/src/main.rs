@@ -62,6 +62,14 @@ struct Args {
     /// Root filesystem of the default image.
     #[arg(long, env = "SBX_IMAGE_ROOTFS")]
     image_rootfs: PathBuf,
+    /// An E2B template id that names an image, `NAME=IMAGE` (repeatable; IMAGE
+    /// is `default` until custom images exist). `base` always names the default image.
+    #[arg(
+        long = "e2b-template",
+        env = "SBX_E2B_TEMPLATES",
+        value_delimiter = ','
+    )]
+    e2b_templates: Vec<String>,
     /// Active runtime limit per sandbox, seconds.
     #[arg(long, env = "SBX_ACTIVE_RUNTIME_SECS", default_value_t = 3600)]
     active_runtime_secs: u64,
@@ -443,6 +451,8 @@ async fn main() -> anyhow::Result<()> {
         agent_dir: std::fs::canonicalize(&args.agent_dir).context("agent dir")?,
         image_rootfs: std::fs::canonicalize(&args.image_rootfs).context("image rootfs")?,
         image_ref: "default".into(),
+        e2b_templates: sbx_daemon::config::parse_e2b_templates(&args.e2b_templates)
+            .map_err(anyhow::Error::msg)?,
         limits: Limits {
             active_runtime: Duration::from_secs(args.active_runtime_secs),
             snapshot_ttl: Duration::from_secs(args.snapshot_ttl_secs),

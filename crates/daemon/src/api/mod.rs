@@ -7,6 +7,7 @@ mod connect_packages;
 mod connect_runs;
 mod connect_views;
 mod console;
+pub mod e2b;
 mod envelope;
 mod error;
 mod files;
@@ -219,7 +220,7 @@ pub fn router(
             get(files::download).put(files::upload),
         )
         .layer(DefaultBodyLimit::disable());
-    Router::new()
+    let inngest = Router::new()
         .merge(v2)
         .merge(uploads)
         .merge(packages)
@@ -243,7 +244,7 @@ pub fn router(
         ))
         // Before authentication: a refused page learns nothing else.
         .layer(axum::middleware::from_fn_with_state(
-            guard,
+            guard.clone(),
             browser_guard::layer,
         ))
         .layer(axum::Extension(sessions))
@@ -251,7 +252,20 @@ pub fn router(
             forwarder,
             request_context,
         ))
-        .with_state(state)
+        .with_state(state);
+    // Both APIs on one listener: E2B requests are told apart by their
+    // `X-API-KEY` header or an E2B-only path (see `e2b::is_e2b`, docs/e2b.md).
+    let e2b_state = crate::service::e2b::E2b::start(service)
+        .unwrap_or_else(|e| panic!("cannot open the E2B records: {e}"));
+    let e2b = e2b::router(e2b_state, guard);
+    Router::new().fallback_service(tower::service_fn(move |req: Request| {
+        let target = if e2b::is_e2b(req.headers(), req.uri().path()) {
+            e2b.clone()
+        } else {
+            inngest.clone()
+        };
+        tower::ServiceExt::oneshot(target, req)
+    }))
 }
 
 /// Adds the `Idempotency-Key` layer to a route's methods (exec, process start, signal, snapshot create).

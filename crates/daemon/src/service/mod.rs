@@ -16,6 +16,7 @@
 mod admission;
 mod commands;
 mod create;
+pub mod e2b;
 mod error;
 mod files;
 mod idempotency;

@@ -1,0 +1,591 @@
+//! E2B semantics on top of the lifecycle service: templates, metadata, the
+//! E2B timeout (a sandbox lives until its end time unless extended; then it is
+//! destroyed, or paused with auto-pause), connect (resume), and snapshots as
+//! templates. Every sandbox here is an ordinary sbx sandbox, visible through
+//! `/v1` and `/v2` too; the E2B fields live in [`records`].
+
+pub mod records;
+mod snapshots;
+
+use super::lifecycle::format_cursor;
+use super::{Sandbox, Service, ServiceError};
+use chrono::{DateTime, Duration as ChronoDuration, Utc};
+use records::{E2bRecord, Records, RecordsError};
+use sbx_api_types::{CreateSandboxRequest, NetworkPolicy, SandboxStatus};
+use sbx_store::SandboxCursor;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+use uuid::Uuid;
+
+/// The envd version announced to the SDKs: every feature gate of the SDK open (contract §2.3).
+pub const ENVD_VERSION: &str = "0.6.4";
+/// The `clientID` field (deprecated in E2B; any string).
+pub const CLIENT_ID: &str = "sbx";
+/// Timeout of a sandbox created or resumed without one, seconds (E2B's default).
+pub const DEFAULT_TIMEOUT_SECS: u64 = 300;
+/// Template ids that name the default image.
+pub const DEFAULT_TEMPLATES: &[&str] = &["base"];
+/// vCPUs and MiB of an E2B sandbox: E2B's default template has 2 vCPUs, and
+/// 2/2048 is the sbx shape with 2 vCPUs.
+pub const DEFAULT_SHAPE: (u64, u64) = (2, 2048);
+/// Most metadata entries per sandbox.
+pub const MAX_METADATA: usize = 64;
+/// Longest metadata key and value, bytes.
+const MAX_METADATA_KEY: usize = 256;
+const MAX_METADATA_VALUE: usize = 2048;
+/// How long create and connect wait for a boot, a resume or a snapshot to settle.
+const SETTLE_WAIT: Duration = Duration::from_secs(120);
+/// Page size of the scans behind filtered lists.
+const SCAN_PAGE: u32 = 250;
+
+/// Why an E2B call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum E2bError {
+    /// No such sandbox, snapshot or template for this tenant.
+    #[error("{0}")]
+    NotFound(String),
+    /// The request is invalid.
+    #[error("{0}")]
+    BadRequest(String),
+    /// The sandbox is not in a state that allows the call (e.g. already paused).
+    #[error("{0}")]
+    Conflict(String),
+    /// Accepted by the wire format but not built in sbx yet.
+    #[error("{0}")]
+    NotSupported(String),
+    /// The lifecycle service refused or failed.
+    #[error(transparent)]
+    Service(#[from] ServiceError),
+    /// The E2B records could not be written.
+    #[error(transparent)]
+    Records(#[from] RecordsError),
+}
+
+/// Result type of E2B calls.
+pub type Result<T, E = E2bError> = std::result::Result<T, E>;
+
+/// A validated create request.
+#[derive(Debug, Clone, Default)]
+pub struct CreateSpec {
+    /// Template id, alias or snapshot id (`base` when empty).
+    pub template_id: String,
+    /// Seconds until the sandbox ends (default [`DEFAULT_TIMEOUT_SECS`]).
+    pub timeout_secs: Option<u64>,
+    /// Caller metadata.
+    pub metadata: BTreeMap<String, String>,
+    /// Environment of every process.
+    pub env_vars: BTreeMap<String, String>,
+    /// Pause instead of destroy at the end of the timeout.
+    pub auto_pause: bool,
+    /// Egress policy (`None`: the server's default, the internet allowed).
+    pub network: Option<NetworkPolicy>,
+}
+
+/// Filters of `GET /v2/sandboxes`.
+#[derive(Debug, Clone, Default)]
+pub struct ListFilter {
+    /// Every pair must be in the sandbox's metadata.
+    pub metadata: BTreeMap<String, String>,
+    /// States to keep (empty: running and paused).
+    pub states: Vec<E2bState>,
+    /// Only sandboxes started after this time.
+    pub started_after: Option<DateTime<Utc>>,
+    /// Only sandboxes of this template id.
+    pub template: Option<String>,
+}
+
+/// The two states E2B shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum E2bState {
+    /// Running (also while starting or resuming).
+    Running,
+    /// Paused (also while pausing).
+    Paused,
+}
+
+impl E2bState {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            E2bState::Running => "running",
+            E2bState::Paused => "paused",
+        }
+    }
+
+    /// The E2B state of an sbx status; `None` for a sandbox that is gone or going.
+    pub fn of(status: SandboxStatus) -> Option<E2bState> {
+        match status {
+            SandboxStatus::Pending
+            | SandboxStatus::Starting
+            | SandboxStatus::Running
+            | SandboxStatus::Resuming => Some(E2bState::Running),
+            SandboxStatus::Pausing | SandboxStatus::Paused => Some(E2bState::Paused),
+            SandboxStatus::Terminating | SandboxStatus::Terminated | SandboxStatus::Failed => None,
+        }
+    }
+}
+
+/// A sandbox with its E2B fields.
+#[derive(Debug, Clone)]
+pub struct E2bSandbox {
+    /// The sbx sandbox.
+    pub sandbox: Sandbox,
+    /// Its E2B fields (defaults for a sandbox created through `/v1` or `/v2`).
+    pub record: E2bRecord,
+    /// Its E2B state.
+    pub state: E2bState,
+}
+
+/// The E2B face of the service.
+pub struct E2b {
+    svc: Arc<Service>,
+    records: Records,
+    /// Sandboxes whose timeout is being acted on (one task each).
+    ending: Mutex<HashSet<Uuid>>,
+}
+
+impl E2b {
+    /// Opens the E2B records in `DATA_DIR/e2b` and starts the timeout sweep
+    /// (when called inside a tokio runtime; it stops when the `E2b` is dropped).
+    pub fn start(svc: Arc<Service>) -> Result<Arc<E2b>> {
+        let records = Records::open(&svc.config().data_dir.join("e2b"))?;
+        let e2b = Arc::new(E2b {
+            svc,
+            records,
+            ending: Mutex::new(HashSet::new()),
+        });
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let weak: Weak<E2b> = Arc::downgrade(&e2b);
+            handle.spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_secs(1));
+                loop {
+                    tick.tick().await;
+                    let Some(e2b) = weak.upgrade() else { return };
+                    e2b.enforce_timeouts().await;
+                }
+            });
+        }
+        Ok(e2b)
+    }
+
+    /// The lifecycle service (for authentication).
+    pub fn service(&self) -> &Arc<Service> {
+        &self.svc
+    }
+
+    /// `POST /v2/sandboxes`: boots a sandbox from a template (the default image) or a
+    /// snapshot id, and waits until it runs.
+    pub async fn create(&self, workspace: &str, spec: CreateSpec) -> Result<E2bSandbox> {
+        let template = if spec.template_id.is_empty() {
+            DEFAULT_TEMPLATES[0].to_string()
+        } else {
+            spec.template_id.clone()
+        };
+        let timeout = self.check_timeout(spec.timeout_secs.unwrap_or(DEFAULT_TIMEOUT_SECS))?;
+        check_metadata(&spec.metadata)?;
+        let name = format!("e2b-{}", Uuid::new_v4().simple());
+        let req = if self.is_default_template(&template) {
+            CreateSandboxRequest {
+                name: Some(name),
+                vcpu: Some(DEFAULT_SHAPE.0),
+                memory_mb: Some(DEFAULT_SHAPE.1),
+                environment: (!spec.env_vars.is_empty()).then(|| spec.env_vars.clone()),
+                ..CreateSandboxRequest::default()
+            }
+        } else {
+            // Not an alias: a snapshot of this tenant (what `createSnapshot` returned) or nothing.
+            let snapshot = self.template_snapshot(workspace, &template).await?;
+            if !spec.env_vars.is_empty() || spec.network.is_some() {
+                return Err(E2bError::BadRequest(
+                    "a sandbox created from a snapshot keeps the snapshot's envVars and network; do not send them".into(),
+                ));
+            }
+            CreateSandboxRequest {
+                name: Some(name),
+                snapshot_id: Some(snapshot.id),
+                ..CreateSandboxRequest::default()
+            }
+        };
+        let allow_internet_access = spec
+            .network
+            .as_ref()
+            .is_none_or(|p| p.mode != sbx_api_types::NetworkMode::None);
+        let created = match self
+            .svc
+            .create_with_network(workspace, req, spec.network)
+            .await?
+        {
+            super::CreateOutcome::Created(s) | super::CreateOutcome::Existing(s) => s,
+        };
+        let record = E2bRecord {
+            sandbox_id: created.id,
+            workspace: workspace.to_string(),
+            template_id: template,
+            metadata: spec.metadata,
+            end_at: Utc::now() + secs(timeout),
+            auto_pause: spec.auto_pause,
+            envd_access_token: new_token(),
+            allow_internet_access,
+        };
+        // Written before the wait, so that the timeout applies even if the caller goes away.
+        self.records.put(&record)?;
+        let sandbox = self.settle(workspace, created.id).await?;
+        if sandbox.status != SandboxStatus::Running {
+            return Err(E2bError::Service(ServiceError::StartFailed(
+                sandbox
+                    .error
+                    .unwrap_or_else(|| format!("the sandbox is {}", sandbox.status.as_str())),
+            )));
+        }
+        Ok(E2bSandbox {
+            sandbox,
+            record,
+            state: E2bState::Running,
+        })
+    }
+
+    /// `POST /v2/sandboxes/{id}/connect`: resumes a paused sandbox (true: it was
+    /// paused) or, for a running one, extends its end time if `timeout` is longer.
+    pub async fn connect(
+        &self,
+        workspace: &str,
+        id: Uuid,
+        timeout_secs: Option<u64>,
+    ) -> Result<(E2bSandbox, bool)> {
+        let timeout = timeout_secs.map(|t| self.check_timeout(t)).transpose()?;
+        let sandbox = self.settle(workspace, id).await?;
+        let mut record = self.record_of(&sandbox, workspace);
+        let resumed = match E2bState::of(sandbox.status) {
+            None => return Err(not_found(id)),
+            Some(E2bState::Paused) => {
+                self.svc.resume(workspace, id).await?;
+                record.end_at = Utc::now() + secs(timeout.unwrap_or(DEFAULT_TIMEOUT_SECS));
+                true
+            }
+            Some(E2bState::Running) => {
+                if let Some(t) = timeout {
+                    record.end_at = record.end_at.max(Utc::now() + secs(t));
+                }
+                false
+            }
+        };
+        self.records.put(&record)?;
+        let sandbox = self.svc.get(workspace, id).await?;
+        let state = E2bState::of(sandbox.status).ok_or_else(|| not_found(id))?;
+        Ok((
+            E2bSandbox {
+                sandbox,
+                record,
+                state,
+            },
+            resumed,
+        ))
+    }
+
+    /// `GET /sandboxes/{id}`.
+    pub async fn info(&self, workspace: &str, id: Uuid) -> Result<E2bSandbox> {
+        let sandbox = self
+            .svc
+            .get(workspace, id)
+            .await
+            .map_err(not_found_as(id))?;
+        self.view(sandbox, workspace).ok_or_else(|| not_found(id))
+    }
+
+    /// `GET /v2/sandboxes`: running and paused sandboxes of the tenant, newest
+    /// first, filtered; the token is the cursor after the last item returned.
+    pub async fn list(
+        &self,
+        workspace: &str,
+        filter: &ListFilter,
+        limit: u32,
+        token: Option<&str>,
+    ) -> Result<(Vec<E2bSandbox>, Option<String>)> {
+        let mut out = Vec::new();
+        let mut cursor = token.map(str::to_string);
+        loop {
+            let page = self
+                .svc
+                .list(workspace, SCAN_PAGE, cursor.as_deref())
+                .await
+                .map_err(bad_token)?;
+            for sandbox in page.items {
+                let Some(view) = self.view(sandbox, workspace) else {
+                    continue;
+                };
+                if !filter.matches(&view) {
+                    continue;
+                }
+                let after = format_cursor(&SandboxCursor {
+                    created_at_ms: view.sandbox.created_at.timestamp_millis(),
+                    id: view.sandbox.id,
+                });
+                out.push(view);
+                if out.len() >= limit as usize {
+                    return Ok((out, Some(after)));
+                }
+            }
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => return Ok((out, None)),
+            }
+        }
+    }
+
+    /// `DELETE /sandboxes/{id}`: destroys the sandbox (404 when it is already gone).
+    pub async fn kill(&self, workspace: &str, id: Uuid) -> Result<()> {
+        let sandbox = self
+            .svc
+            .get(workspace, id)
+            .await
+            .map_err(not_found_as(id))?;
+        if E2bState::of(sandbox.status).is_none() {
+            return Err(not_found(id));
+        }
+        self.svc.destroy(workspace, id).await?;
+        self.records.remove(id)?;
+        Ok(())
+    }
+
+    /// `POST /sandboxes/{id}/timeout`: the sandbox now ends `timeout` seconds from now.
+    pub async fn set_timeout(&self, workspace: &str, id: Uuid, timeout_secs: u64) -> Result<()> {
+        let timeout = self.check_timeout(timeout_secs)?;
+        let view = self.info(workspace, id).await?;
+        let mut record = view.record;
+        record.end_at = Utc::now() + secs(timeout);
+        self.records.put(&record)?;
+        Ok(())
+    }
+
+    /// `POST /sandboxes/{id}/pause`: `Conflict` when it is paused already.
+    pub async fn pause(&self, workspace: &str, id: Uuid) -> Result<()> {
+        let view = self.info(workspace, id).await?;
+        if view.state == E2bState::Paused {
+            return Err(E2bError::Conflict(format!(
+                "sandbox {id} is already paused"
+            )));
+        }
+        // Records the sandbox's E2B fields (a `/v2` sandbox gets its token now), so that
+        // a later connect answers the same token.
+        self.records.put(&view.record)?;
+        self.svc
+            .pause(workspace, id)
+            .await
+            .map_err(conflict_on_state)?;
+        Ok(())
+    }
+
+    /// `GET /sandboxes/{id}/metrics`: checks the sandbox exists. sbx does not sample
+    /// CPU, memory or disk usage yet, so the honest answer is no samples.
+    pub async fn metrics(&self, workspace: &str, id: Uuid) -> Result<Vec<()>> {
+        self.info(workspace, id).await?;
+        Ok(Vec::new())
+    }
+
+    /// Ends (destroys, or pauses with auto-pause) running sandboxes past their
+    /// end time, and forgets records whose sandbox is gone; runs every second.
+    pub async fn enforce_timeouts(self: &Arc<Self>) {
+        let now = Utc::now();
+        for record in self.records.all() {
+            let id = record.sandbox_id;
+            let status = match self.svc.get(&record.workspace, id).await {
+                Ok(s) => Some(s.status),
+                Err(ServiceError::SandboxNotFound) => None,
+                Err(_) => continue,
+            };
+            if status.is_none_or(|s| !s.is_active()) {
+                if let Err(e) = self.records.remove(id) {
+                    tracing::warn!(sandbox = %id, error = %e, "could not forget an E2B record");
+                }
+                continue;
+            }
+            if status != Some(SandboxStatus::Running) || record.end_at > now {
+                continue;
+            }
+            if !self.lock_ending().insert(id) {
+                continue;
+            }
+            let this = self.clone();
+            tokio::spawn(async move {
+                let done = if record.auto_pause {
+                    this.svc.pause(&record.workspace, id).await.map(|_| ())
+                } else {
+                    this.svc.destroy(&record.workspace, id).await.map(|_| ())
+                };
+                match done {
+                    Ok(()) => {
+                        tracing::info!(sandbox = %id, paused = record.auto_pause, "E2B timeout reached")
+                    }
+                    Err(e) => {
+                        tracing::warn!(sandbox = %id, error = %e, "E2B timeout: could not end the sandbox")
+                    }
+                }
+                this.lock_ending().remove(&id);
+            });
+        }
+    }
+
+    fn lock_ending(&self) -> std::sync::MutexGuard<'_, HashSet<Uuid>> {
+        self.ending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A sandbox with its E2B fields; `None` when it is gone or going.
+    fn view(&self, sandbox: Sandbox, workspace: &str) -> Option<E2bSandbox> {
+        let state = E2bState::of(sandbox.status)?;
+        let record = self.record_of(&sandbox, workspace);
+        Some(E2bSandbox {
+            sandbox,
+            record,
+            state,
+        })
+    }
+
+    /// The stored E2B fields, or the defaults of a sandbox made through another API:
+    /// template `base`, no metadata, ending when its active runtime runs out.
+    fn record_of(&self, sandbox: &Sandbox, workspace: &str) -> E2bRecord {
+        if let Some(r) = self.records.get(sandbox.id) {
+            return r;
+        }
+        let limit = self.svc.config().limits.active_runtime.as_millis() as i64;
+        let left = (limit - sandbox.active_runtime_ms as i64).max(0);
+        E2bRecord {
+            sandbox_id: sandbox.id,
+            workspace: workspace.to_string(),
+            template_id: match sandbox.snapshot_id {
+                Some(s) => s.to_string(),
+                None => DEFAULT_TEMPLATES[0].to_string(),
+            },
+            metadata: BTreeMap::new(),
+            end_at: Utc::now() + ChronoDuration::milliseconds(left),
+            auto_pause: false,
+            envd_access_token: new_token(),
+            allow_internet_access: sandbox.network.mode != sbx_api_types::NetworkMode::None,
+        }
+    }
+
+    /// Waits until the sandbox is no longer starting, pausing or resuming.
+    async fn settle(&self, workspace: &str, id: Uuid) -> Result<Sandbox> {
+        let deadline = tokio::time::Instant::now() + SETTLE_WAIT;
+        loop {
+            let sandbox = self
+                .svc
+                .get(workspace, id)
+                .await
+                .map_err(not_found_as(id))?;
+            let moving = matches!(
+                sandbox.status,
+                SandboxStatus::Pending
+                    | SandboxStatus::Starting
+                    | SandboxStatus::Pausing
+                    | SandboxStatus::Resuming
+            );
+            if !moving || tokio::time::Instant::now() >= deadline {
+                return Ok(sandbox);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Whether a template id names the default image (`base` or a `--e2b-template` alias).
+    fn is_default_template(&self, template: &str) -> bool {
+        DEFAULT_TEMPLATES.contains(&template)
+            || self
+                .svc
+                .config()
+                .e2b_templates
+                .iter()
+                .any(|t| t == template)
+    }
+
+    /// A timeout must be 1 s up to the active runtime limit (which ends a sandbox anyway).
+    fn check_timeout(&self, secs: u64) -> Result<u64> {
+        let max = self.svc.config().limits.active_runtime.as_secs();
+        if secs == 0 || secs > max {
+            return Err(E2bError::BadRequest(format!(
+                "timeout: must be 1 to {max} seconds (sbxd's --active-runtime-secs)"
+            )));
+        }
+        Ok(secs)
+    }
+}
+
+impl ListFilter {
+    fn matches(&self, s: &E2bSandbox) -> bool {
+        let state_ok = self.states.is_empty() || self.states.contains(&s.state);
+        let meta_ok = self
+            .metadata
+            .iter()
+            .all(|(k, v)| s.record.metadata.get(k) == Some(v));
+        let started_ok = self
+            .started_after
+            .is_none_or(|t| s.sandbox.started_at.unwrap_or(s.sandbox.created_at) > t);
+        let template_ok = self
+            .template
+            .as_ref()
+            .is_none_or(|t| *t == s.record.template_id);
+        state_ok && meta_ok && started_ok && template_ok
+    }
+}
+
+/// Checks metadata sizes (the store keeps them in the E2B record).
+fn check_metadata(metadata: &BTreeMap<String, String>) -> Result<()> {
+    if metadata.len() > MAX_METADATA {
+        return Err(E2bError::BadRequest(format!(
+            "metadata: at most {MAX_METADATA} entries"
+        )));
+    }
+    for (k, v) in metadata {
+        if k.is_empty() || k.len() > MAX_METADATA_KEY || v.len() > MAX_METADATA_VALUE {
+            return Err(E2bError::BadRequest(format!(
+                "metadata: keys must be 1-{MAX_METADATA_KEY} bytes and values at most {MAX_METADATA_VALUE} bytes"
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn secs(s: u64) -> ChronoDuration {
+    ChronoDuration::seconds(s as i64)
+}
+
+/// 64 random hex digits (two v4 UUIDs: 244 random bits).
+fn new_token() -> String {
+    format!("{}{}", Uuid::new_v4().simple(), Uuid::new_v4().simple())
+}
+
+fn not_found(id: Uuid) -> E2bError {
+    E2bError::NotFound(format!("sandbox {id} not found"))
+}
+
+fn not_found_template(template: &str) -> E2bError {
+    E2bError::NotFound(format!("template {template:?} not found"))
+}
+
+/// Maps the service's not-found to E2B's message for this sandbox.
+fn not_found_as(id: Uuid) -> impl Fn(ServiceError) -> E2bError {
+    move |e| match e {
+        ServiceError::SandboxNotFound => not_found(id),
+        other => other.into(),
+    }
+}
+
+/// A page token the service could not read is the caller's mistake.
+fn bad_token(e: ServiceError) -> E2bError {
+    match e {
+        ServiceError::Invalid(_) => {
+            E2bError::BadRequest("nextToken: not a token this server issued".into())
+        }
+        other => other.into(),
+    }
+}
+
+/// A pause refused for the sandbox's state (starting, being snapshotted) is a conflict.
+fn conflict_on_state(e: ServiceError) -> E2bError {
+    match e {
+        ServiceError::WrongState { .. } | ServiceError::Conflict(_) => {
+            E2bError::Conflict(e.to_string())
+        }
+        other => other.into(),
+    }
+}
