@@ -648,10 +648,13 @@ async fn main() -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?;
+    // Its timeout sweep starts here too (E2B sandboxes end at their timeout).
+    let e2b = sbx_daemon::service::e2b::E2b::start(service.clone())
+        .context("opening the E2B sandbox records")?;
     tracing::info!(listen = %config.listen, dev = config.dev, browser_guard = config.http.browser_guard, "sbxd ready");
     sbx_daemon::server::serve(
         listener,
-        sbx_daemon::api::router(service, Some(connect)),
+        sbx_daemon::api::router(service, Some(connect), e2b),
         &config.http,
         shutdown_signal(),
     )

@@ -67,6 +67,7 @@ pub struct Workspace(pub String);
 pub fn router(
     service: Arc<Service>,
     connect: Option<Arc<sbx_connect::service::ConnectService>>,
+    e2b_state: Arc<crate::service::e2b::E2b>,
 ) -> Router {
     let node = &service.config().node;
     let forwarder = Arc::new(forward::Forwarder::new(
@@ -255,8 +256,6 @@ pub fn router(
         .with_state(state);
     // Both APIs on one listener: E2B requests are told apart by their
     // `X-API-KEY` header or an E2B-only path (see `e2b::is_e2b`, docs/e2b.md).
-    let e2b_state = crate::service::e2b::E2b::start(service)
-        .unwrap_or_else(|e| panic!("cannot open the E2B records: {e}"));
     let e2b = e2b::router(e2b_state, guard);
     Router::new().fallback_service(tower::service_fn(move |req: Request| {
         let target = if e2b::is_e2b(req.headers(), req.uri().path()) {
