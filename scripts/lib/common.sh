@@ -9,5 +9,6 @@ SBX_IMAGE_ROOTFS=$SBX_IMAGE_DIR/rootfs
 SBX_AGENT_DIR=${SBX_AGENT_DIR:-$SBX_DATA_DIR/agent}
 # The Connect SDK and runner, mounted read-only at /opt/sbx-connect in job sandboxes.
 SBX_CONNECT_SDK_DIR=${SBX_CONNECT_SDK_DIR:-$SBX_DATA_DIR/connect-sdk}
-SBX_RELEASE_DIR=$SBX_ROOT/target/release
+# Where cargo puts release builds (CARGO_TARGET_DIR when set, as cargo does).
+SBX_RELEASE_DIR=${CARGO_TARGET_DIR:-$SBX_ROOT/target}/release
 export SBX_ROOT SBX_DATA_DIR SBX_LISTEN SBX_IMAGE_DIR SBX_IMAGE_ROOTFS SBX_AGENT_DIR SBX_CONNECT_SDK_DIR

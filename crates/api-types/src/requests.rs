@@ -125,6 +125,10 @@ pub struct CreateSandboxV1Request {
     /// Egress policy; absent means the server's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<crate::network::NetworkPolicy>,
+    /// Placement constraint: only nodes whose labels (`--node-label`) hold
+    /// every pair may run the sandbox.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<BTreeMap<String, String>>,
 }
 
 impl CreateSandboxV1Request {

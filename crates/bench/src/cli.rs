@@ -34,6 +34,8 @@ pub const SCENARIOS: &[&str] = &[
     "store-exec",
     "store-destroy",
     "cluster-exec",
+    "cluster-clone",
+    "cluster-create",
 ];
 
 /// Scenarios that run on the long-lived ("warm") sandbox pair.
@@ -158,9 +160,20 @@ pub struct Args {
     /// store-create-path: timed iterations per store.
     #[arg(long, default_value_t = 1000)]
     pub store_path_iterations: usize,
-    /// cluster-exec: two nodes of one cluster (`scripts/bench` starts them), comma-separated.
+    /// cluster rows: two or three nodes of one cluster (`scripts/bench` starts
+    /// three, snapshots in object storage), comma-separated. cluster-exec and
+    /// cluster-clone use the first two, cluster-create all three.
     #[arg(long, value_delimiter = ',')]
     pub cluster_urls: Vec<String>,
+    /// cluster-clone: timed clones per side (cold and warm cache).
+    #[arg(long, default_value_t = 5)]
+    pub cluster_clone_iterations: usize,
+    /// cluster-create: creates per side (one node, three nodes).
+    #[arg(long, default_value_t = 12)]
+    pub cluster_create_count: usize,
+    /// cluster-create: concurrent clients.
+    #[arg(long, default_value_t = 4)]
+    pub cluster_create_clients: usize,
     /// store-exec and cluster-exec: timed execs per side.
     #[arg(long, default_value_t = 200)]
     pub store_execs: usize,
@@ -223,7 +236,9 @@ mod tests {
                 "store-create-path",
                 "store-exec",
                 "store-destroy",
-                "cluster-exec"
+                "cluster-exec",
+                "cluster-clone",
+                "cluster-create"
             ]
         );
         assert_eq!(

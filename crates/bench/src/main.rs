@@ -13,6 +13,7 @@
 
 mod api;
 mod cli;
+mod cluster;
 mod connect;
 mod cpu;
 mod lifecycle;
@@ -98,6 +99,13 @@ struct Bench {
     /// Two nodes of one cluster (`--cluster-urls`), for `cluster-exec`.
     cluster_pair: Option<[Api; 2]>,
     cluster_rows: Vec<store::StoreRow>,
+    /// Every node of `--cluster-urls`, for `cluster-clone` and `cluster-create`.
+    cluster_nodes: Vec<Api>,
+    cluster_clone_n: usize,
+    cluster_create_count: usize,
+    cluster_create_clients: usize,
+    cluster_clone_row: Option<cluster::CloneRow>,
+    cluster_create_row: Option<cluster::CreateRow>,
     /// The PostgreSQL database of the in-process store row.
     store_path_url: Option<String>,
     store_path_n: usize,
@@ -162,7 +170,7 @@ async fn main() -> Result<()> {
     };
     let cluster_pair = match args.cluster_urls.as_slice() {
         [] => None,
-        [a, b] => {
+        [a, b] | [a, b, _] => {
             let a = Api::new(a, store::POLL, 0)?;
             let b = Api::new(b, store::POLL, 0)?;
             for n in [&a, &b] {
@@ -172,8 +180,13 @@ async fn main() -> Result<()> {
             }
             Some([a, b])
         }
-        _ => bail!("--cluster-urls takes exactly two URLs (two nodes of one cluster)"),
+        _ => bail!("--cluster-urls takes two or three URLs (nodes of one cluster)"),
     };
+    let cluster_nodes = args
+        .cluster_urls
+        .iter()
+        .map(|u| Api::new(u, store::POLL, 0))
+        .collect::<Result<Vec<Api>>>()?;
     let pid_of = |url: &str| {
         reqwest::Url::parse(url)
             .ok()
@@ -255,6 +268,12 @@ async fn main() -> Result<()> {
         store_rows: Vec::new(),
         cluster_pair,
         cluster_rows: Vec::new(),
+        cluster_nodes,
+        cluster_clone_n: args.cluster_clone_iterations.max(1),
+        cluster_create_count: args.cluster_create_count.max(1),
+        cluster_create_clients: args.cluster_create_clients.max(1),
+        cluster_clone_row: None,
+        cluster_create_row: None,
         store_path_url: args.store_path_database_url.clone(),
         store_path_n: args.store_path_iterations.max(1),
     };
@@ -326,6 +345,9 @@ async fn main() -> Result<()> {
         for a in pair {
             leftovers.extend(a.cleanup(&format!("bench-{tag}-")).await);
         }
+    }
+    for a in &bench.cluster_nodes {
+        leftovers.extend(a.cleanup(&format!("bench-{tag}-")).await);
     }
     leftovers.extend(bench.raw.cleanup().await);
     for l in &leftovers {

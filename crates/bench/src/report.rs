@@ -63,6 +63,33 @@ pub fn report(b: &Bench, machine: &str, url: &str, started: &str, interrupted: b
         }
         out.push('\n');
     }
+    if let Some(row) = &b.cluster_clone_row {
+        out.push_str(&format!(
+            "Clone with a cold vs a warm snapshot cache: snapshots in object storage (s3s-fs on \
+             loopback); each of {} iterations takes a new snapshot of a sandbox on node A \
+             (32 MiB written to its /tmp first) and clones it through node B onto B (A drained): \
+             first with B's cache empty (fetched from S3 and verified), then with B's cache \
+             holding it. Until RUNNING.\n\n",
+            b.cluster_clone_n
+        ));
+        out.push_str(crate::cluster::CloneRow::HEADER);
+        out.push('\n');
+        out.push_str(&row.markdown());
+        out.push_str("\n\n");
+    }
+    if let Some(row) = &b.cluster_create_row {
+        out.push_str(&format!(
+            "Create throughput: {} creates (1 vCPU / 1 GiB, until RUNNING) from {} concurrent \
+             clients, against one node (the other two drained) and against three nodes (client i \
+             talks to node i mod 3; placement spreads). All nodes share this machine's cores: a \
+             report, no target.\n\n",
+            row.count, row.clients
+        ));
+        out.push_str(crate::cluster::CreateRow::HEADER);
+        out.push('\n');
+        out.push_str(&row.markdown());
+        out.push_str("\n\n");
+    }
     let mut notes: Vec<String> = Vec::new();
     let sbx_vs_raw: Vec<String> = vec![
         "create: sbx = POST /v2/sandboxes {vcpu 1, memoryMb 1024} until RUNNING (201, or 202 then \

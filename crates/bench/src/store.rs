@@ -21,6 +21,8 @@ pub const SCENARIOS: &[&str] = &[
     "store-exec",
     "store-destroy",
     CLUSTER_EXEC,
+    crate::cluster::CLONE,
+    crate::cluster::CREATE,
 ];
 
 /// Exec through the sandbox's own node vs through another node of a cluster.
@@ -208,7 +210,9 @@ impl Bench {
             Some(pair) => self.store_rows_on(pair).await,
             None => SCENARIOS
                 .iter()
-                .filter(|name| **name != crate::store_path::NAME && **name != CLUSTER_EXEC)
+                .filter(|name| {
+                    **name != crate::store_path::NAME && !name.starts_with("cluster-")
+                })
                 .map(|name| {
                     StoreRow::not_available(
                         name,
@@ -222,12 +226,18 @@ impl Bench {
         }
         let rows: Vec<StoreRow> = rows
             .into_iter()
-            .filter(|r| self.wants(r.name) && r.name != CLUSTER_EXEC)
+            .filter(|r| self.wants(r.name) && !r.name.starts_with("cluster-"))
             .collect();
         self.store_rows.extend(rows);
         if self.wants(CLUSTER_EXEC) {
             let row = self.cluster_exec().await;
             self.cluster_rows.push(row);
+        }
+        if self.wants(crate::cluster::CLONE) {
+            self.cluster_clone_row = Some(self.cluster_clone().await);
+        }
+        if self.wants(crate::cluster::CREATE) {
+            self.cluster_create_row = Some(self.cluster_create().await);
         }
     }
 

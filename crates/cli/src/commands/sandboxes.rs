@@ -29,6 +29,7 @@ pub(super) async fn create(c: &Client, args: CreateArgs) -> anyhow::Result<u8> {
         secrets: req.secrets,
         snapshot_id: None,
         network: Some(network),
+        node_selector: None,
     };
     let sb = c.create_sandbox_v1(&req).await?;
     report_created(c, sb, args.no_wait, args.timeout).await

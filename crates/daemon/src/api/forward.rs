@@ -23,7 +23,7 @@
 
 use super::{ApiError, AppState, Workspace};
 use crate::config::ClusterToken;
-use crate::service::Placement;
+use crate::service::{NodeSelector, Placement};
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
@@ -217,23 +217,29 @@ pub fn check_forwarded(forwarder: &Forwarder, req: &Request) -> Result<(), ApiEr
 #[derive(Debug, PartialEq)]
 enum CreateKind {
     /// A fresh sandbox of (vCPUs, MiB).
-    Fresh(u32, u32),
+    Fresh(u32, u32, NodeSelector),
     /// A clone of this snapshot.
-    Clone(Uuid),
+    Clone(Uuid, NodeSelector),
 }
 
 /// What a create body asks for. A body that does not parse stays on this
 /// node, whose handler answers it.
 fn create_kind(body: &[u8]) -> Option<CreateKind> {
     let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    // Absent or null: any node. Anything but an object of strings is the
+    // handler's to refuse (400).
+    let selector: NodeSelector = match v.get("nodeSelector") {
+        None | Some(serde_json::Value::Null) => NodeSelector::new(),
+        Some(s) => serde_json::from_value(s.clone()).ok()?,
+    };
     if let Some(snap) = v.get("snapshotId").filter(|s| !s.is_null()) {
         return super::parse_id(snap.as_str()?, "snapshotId")
             .ok()
-            .map(CreateKind::Clone);
+            .map(|id| CreateKind::Clone(id, selector));
     }
     let vcpu = u32::try_from(v.get("vcpu")?.as_u64()?).ok()?;
     let memory_mb = u32::try_from(v.get("memoryMb")?.as_u64()?).ok()?;
-    Some(CreateKind::Fresh(vcpu, memory_mb))
+    Some(CreateKind::Fresh(vcpu, memory_mb, selector))
 }
 
 /// Runs a create on the node placement chooses (a clone: where its snapshot's
@@ -263,10 +269,16 @@ async fn place_create(state: AppState, req: Request, next: Next) -> Response {
         .unwrap_or_default();
     let mut tried = Vec::new();
     loop {
-        let placed = match kind {
-            CreateKind::Fresh(vcpu, memory_mb) => state.place(vcpu, memory_mb, &tried).await,
+        let placed = match &kind {
+            CreateKind::Fresh(vcpu, memory_mb, selector) => {
+                state.place(*vcpu, *memory_mb, &tried, selector).await
+            }
             // A clone restores where its snapshot's files are (or can be fetched).
-            CreateKind::Clone(snapshot) => state.place_clone(&tenant, snapshot, &tried).await,
+            CreateKind::Clone(snapshot, selector) => {
+                state
+                    .place_clone(&tenant, *snapshot, &tried, selector)
+                    .await
+            }
         };
         match placed {
             Ok(Placement::Here) => {
@@ -382,16 +394,24 @@ mod tests {
     fn creates_are_told_apart_and_bad_bodies_stay_here() {
         assert_eq!(
             create_kind(br#"{"vcpu": 2, "memoryMb": 2048}"#),
-            Some(CreateKind::Fresh(2, 2048))
+            Some(CreateKind::Fresh(2, 2048, NodeSelector::new()))
+        );
+        let zone: NodeSelector = [("zone".to_string(), "eu-1".to_string())].into();
+        assert_eq!(
+            create_kind(br#"{"vcpu": 2, "memoryMb": 2048, "nodeSelector": {"zone": "eu-1"}}"#),
+            Some(CreateKind::Fresh(2, 2048, zone.clone()))
         );
         let snap = "0b9e6f3a-9d1c-4f6e-8a4e-2f1d3c5b7a90";
         assert_eq!(
             create_kind(format!(r#"{{"name": "c", "snapshotId": "{snap}"}}"#).as_bytes()),
-            Some(CreateKind::Clone(Uuid::parse_str(snap).expect("uuid")))
+            Some(CreateKind::Clone(
+                Uuid::parse_str(snap).expect("uuid"),
+                NodeSelector::new()
+            ))
         );
         assert_eq!(
             create_kind(br#"{"vcpu": 1, "memoryMb": 1024, "snapshotId": null}"#),
-            Some(CreateKind::Fresh(1, 1024))
+            Some(CreateKind::Fresh(1, 1024, NodeSelector::new()))
         );
         for bad in [
             &b"{"[..],
@@ -399,6 +419,8 @@ mod tests {
             br#"{"vcpu": -1, "memoryMb": 1}"#,
             br#"{"vcpu": 1}"#,
             br#"{"snapshotId": "not-a-uuid"}"#,
+            br#"{"vcpu": 1, "memoryMb": 1024, "nodeSelector": {"zone": 1}}"#,
+            br#"{"vcpu": 1, "memoryMb": 1024, "nodeSelector": ["zone"]}"#,
         ] {
             assert_eq!(create_kind(bad), None);
         }

@@ -41,6 +41,11 @@ pub async fn create_v1(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let req: sbx_api_types::CreateSandboxV1Request = parse_body(&body)?;
+    // In a cluster, placement chose this node by the selector; checked here
+    // again for a single node and for a create that reached this node directly.
+    if let Some(selector) = &req.node_selector {
+        svc.check_node_selector(selector)?;
+    }
     let (req, network) = req.split();
     let (record, fresh) = match svc.create_with_network(&ws.0, req, network).await? {
         CreateOutcome::Created(r) => (r, true),

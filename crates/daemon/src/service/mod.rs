@@ -41,7 +41,7 @@ pub use idempotency::{Claim, ClaimKey, CLAIM_LEASE, LEASE_RENEWAL};
 pub use lifecycle::{CreateOutcome, DestroyOutcome, SandboxPage};
 pub use logs::LogChunk;
 pub use nodes::Heartbeat;
-pub use placement::Placement;
+pub use placement::{NodeSelector, Placement};
 pub use pool::PoolShapeStatus;
 pub use secrets::{KeyError, SecretBox, SecretInfo};
 pub use snapshots::{SnapshotPage, SNAPSHOT_UPLOAD_FAILED};

@@ -14,10 +14,32 @@
 //! happen there ([`Service::snapshot_node`]). With snapshots in object storage
 //! any node can do all three: a clone is placed like a fresh create of the
 //! snapshot's shape, preferring the node that took it (its cache is warm).
+//!
+//! A create may carry a `nodeSelector` (`/v1/sandboxes`): only nodes whose
+//! labels (`--node-label`) hold every pair of it are candidates. The node that
+//! runs the create checks its own labels again ([`Service::check_node_selector`]),
+//! which is also the whole check on a single node.
 
 use super::{Result, Service, ServiceError};
 use chrono::Utc;
 use sbx_store::NodeState;
+use std::collections::BTreeMap;
+
+/// A create's `nodeSelector`: label key → required value (empty: any node).
+pub type NodeSelector = BTreeMap<String, String>;
+
+/// Whether `labels` hold every pair of `selector`.
+pub fn labels_match(labels: &BTreeMap<String, String>, selector: &NodeSelector) -> bool {
+    selector
+        .iter()
+        .all(|(k, v)| labels.get(k).is_some_and(|have| have == v))
+}
+
+/// `selector` as the error messages show it: `{zone=eu-1, gpu=yes}`.
+pub fn describe_selector(selector: &NodeSelector) -> String {
+    let pairs: Vec<String> = selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    format!("{{{}}}", pairs.join(", "))
+}
 
 /// How many eligible nodes are sampled per decision.
 const SAMPLES: usize = 2;
@@ -45,10 +67,33 @@ struct Candidate {
 }
 
 impl Service {
-    /// Chooses the node for a create of `vcpu` × `memory_mb`, skipping the nodes
-    /// in `tried` (they refused it). `compute_unavailable` when no node has room.
-    pub async fn place(&self, vcpu: u32, memory_mb: u32, tried: &[String]) -> Result<Placement> {
-        self.place_preferring(vcpu, memory_mb, tried, None).await
+    /// Refuses (`compute_unavailable`) a create whose `selector` this node's
+    /// own labels do not satisfy: a single node, or a cluster node that a
+    /// create reached without placement choosing it.
+    pub fn check_node_selector(&self, selector: &NodeSelector) -> Result<()> {
+        if labels_match(&self.config.node.labels, selector) {
+            return Ok(());
+        }
+        Err(ServiceError::Unavailable(format!(
+            "nodeSelector {}: the labels of node {} ({}) do not match it",
+            describe_selector(selector),
+            self.config.node.id,
+            describe_selector(&self.config.node.labels),
+        )))
+    }
+
+    /// Chooses the node for a create of `vcpu` × `memory_mb` among the nodes
+    /// whose labels match `selector`, skipping the nodes in `tried` (they
+    /// refused it). `compute_unavailable` when no such node has room.
+    pub async fn place(
+        &self,
+        vcpu: u32,
+        memory_mb: u32,
+        tried: &[String],
+        selector: &NodeSelector,
+    ) -> Result<Placement> {
+        self.place_preferring(vcpu, memory_mb, tried, None, selector)
+            .await
     }
 
     /// Like [`Service::place`], taking node `prefer` whenever it has room.
@@ -58,8 +103,10 @@ impl Service {
         memory_mb: u32,
         tried: &[String],
         prefer: Option<&str>,
+        selector: &NodeSelector,
     ) -> Result<Placement> {
         if !self.config.node.cluster {
+            // The create handler checks this node's labels.
             return Ok(Placement::Here);
         }
         let now = Utc::now();
@@ -67,10 +114,21 @@ impl Service {
         let usage = self.store.node_usage().await?;
         let want_cpu = u64::from(vcpu) * 1000;
         let want_mem = u64::from(memory_mb);
+        let selected = nodes
+            .iter()
+            .filter(|n| labels_match(&n.labels, selector))
+            .count();
+        if selected == 0 {
+            return Err(ServiceError::Unavailable(format!(
+                "nodeSelector {}: no node of the cluster has labels that match it",
+                describe_selector(selector)
+            )));
+        }
         let mut candidates: Vec<Candidate> = nodes
             .iter()
             .filter(|n| n.state == NodeState::Active && !n.is_lost(now))
             .filter(|n| !tried.contains(&n.id))
+            .filter(|n| labels_match(&n.labels, selector))
             .filter_map(|n| {
                 let used = usage.iter().find(|u| u.node_id == n.id);
                 let free_memory_mb = n.memory_mb.saturating_sub(used.map_or(0, |u| u.memory_mb));
@@ -85,9 +143,15 @@ impl Service {
                 })
             })
             .collect();
-        if candidates.is_empty() {
+        if candidates.is_empty() && selector.is_empty() {
             return Err(ServiceError::Unavailable(format!(
                 "no node of the cluster has room for {vcpu} vCPU and {memory_mb} MiB"
+            )));
+        }
+        if candidates.is_empty() {
+            return Err(ServiceError::Unavailable(format!(
+                "nodeSelector {}: no live, undrained node that matches it has room for {vcpu} vCPU and {memory_mb} MiB",
+                describe_selector(selector)
             )));
         }
         let chosen = match candidates
@@ -139,12 +203,14 @@ impl Service {
 
     /// Where a clone of snapshot `id` of `tenant` runs, trying nodes not in
     /// `tried`: on the node that holds its files, or, with snapshots in object
-    /// storage, where placement puts its shape, the node that took it first.
+    /// storage, where placement puts its shape among the nodes that match
+    /// `selector`, the node that took it first.
     pub async fn place_clone(
         &self,
         tenant: &str,
         id: uuid::Uuid,
         tried: &[String],
+        selector: &NodeSelector,
     ) -> Result<Placement> {
         if !(self.config.node.cluster && self.snapshots_shared()) {
             return self.snapshot_node(tenant, id).await;
@@ -159,8 +225,14 @@ impl Service {
             .get_sandbox(snap.source_sandbox)
             .await?
             .map(|source| source.node_id);
-        self.place_preferring(snap.vcpu, snap.memory_mb, tried, took_it.as_deref())
-            .await
+        self.place_preferring(
+            snap.vcpu,
+            snap.memory_mb,
+            tried,
+            took_it.as_deref(),
+            selector,
+        )
+        .await
     }
 
     /// Where a request about snapshot `id` of `tenant` that needs its files (a
@@ -240,6 +312,35 @@ mod tests {
         assert_eq!(counts.get("a"), None, "{counts:?}");
         let (b, c) = (counts["b"], counts["c"]);
         assert!(c > b && b > 500, "{counts:?}");
+    }
+
+    #[test]
+    fn a_selector_needs_every_pair_with_the_same_value() {
+        let labels: BTreeMap<String, String> = [("zone", "eu-1"), ("gpu", "no")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let sel = |pairs: &[(&str, &str)]| -> NodeSelector {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert!(labels_match(&labels, &sel(&[])));
+        assert!(labels_match(&labels, &sel(&[("zone", "eu-1")])));
+        assert!(labels_match(
+            &labels,
+            &sel(&[("zone", "eu-1"), ("gpu", "no")])
+        ));
+        assert!(!labels_match(&labels, &sel(&[("zone", "eu-2")])));
+        assert!(!labels_match(
+            &labels,
+            &sel(&[("zone", "eu-1"), ("ssd", "yes")])
+        ));
+        assert_eq!(
+            describe_selector(&sel(&[("zone", "eu-1"), ("gpu", "no")])),
+            "{gpu=no, zone=eu-1}"
+        );
     }
 
     #[test]
