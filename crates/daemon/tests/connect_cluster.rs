@@ -9,6 +9,7 @@
 mod common;
 mod connect_host;
 
+use common::cluster::{self, database, TOKEN};
 use common::Daemon;
 use connect_host::flow::{records, wait_finished};
 use connect_host::tarball_in;
@@ -19,44 +20,18 @@ use std::time::{Duration, Instant};
 /// lets it be this short).
 const INTERVAL_SECS: i64 = 5;
 
-/// The cluster token both nodes share.
-const TOKEN: &str = "0123456789abcdef0123456789abcdef-connect-cluster";
-
-fn database() -> sbx_store::TestDatabase {
-    let url = std::env::var("SBX_TEST_DATABASE_URL").unwrap_or_else(|_| {
-        panic!("SBX_TEST_DATABASE_URL is not set: run ./scripts/test, which starts PostgreSQL")
-    });
-    sbx_store::TestDatabase::create(&url)
-        .unwrap_or_else(|e| panic!("creating a test database: {e}"))
-}
-
 /// A cluster node with a 3 s lease that allows a 5 s schedule. Nodes share the secret key
 /// (credentials sealed through one are opened by the node that runs the sync).
-async fn node(
-    url: &str,
-    id: &str,
-    token_file: &std::path::Path,
-    key_file: &std::path::Path,
-) -> Daemon {
-    let token = token_file.to_str().expect("utf-8 path");
+async fn node(url: &str, id: &str, key_file: &std::path::Path) -> Daemon {
     let key = key_file.to_str().expect("utf-8 path");
     let min = INTERVAL_SECS.to_string();
-    Daemon::start(&[
-        "--cluster",
-        "--database-url",
-        url,
-        "--cluster-token-file",
-        token,
-        "--node-id",
-        id,
-        "--node-lease-secs",
-        "3",
+    let extra = [
         "--connect-test-min-schedule-secs",
-        &min,
+        min.as_str(),
         "--secret-key-file",
         key,
-    ])
-    .await
+    ];
+    cluster::node_with(url, id, TOKEN, &extra).await
 }
 
 /// A package with one sync that commits one record per run and reaches no network.
@@ -142,13 +117,11 @@ fn succeeded_after(runs: &[Value], after_ms: i64) -> usize {
 #[ignore = "needs root, runsc, the image, the npm registry and PostgreSQL; run ./scripts/test"]
 async fn a_schedule_runs_once_per_interval_across_nodes_and_survives_a_kill() {
     let db = database();
-    let token = tempfile::NamedTempFile::new().expect("token file");
-    std::fs::write(token.path(), TOKEN).expect("write token");
     let key = tempfile::NamedTempFile::new().expect("key file");
     let bytes: [u8; 32] = std::array::from_fn(|i| (i as u8).wrapping_mul(37).wrapping_add(11));
     std::fs::write(key.path(), bytes).expect("write key");
-    let mut a = node(db.url(), "node-a", token.path(), key.path()).await;
-    let b = node(db.url(), "node-b", token.path(), key.path()).await;
+    let mut a = node(db.url(), "node-a", key.path()).await;
+    let b = node(db.url(), "node-b", key.path()).await;
 
     // Uploaded and built through node a only.
     let parent = tempfile::tempdir().expect("tmp");

@@ -15,59 +15,15 @@
 
 mod common;
 
+use common::cluster::{self, created_on, database, TOKEN};
 use common::Daemon;
 use futures::StreamExt;
-use sbx_store::TestDatabase;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
-/// The cluster token every node of these tests shares.
-const TOKEN: &str = "0123456789abcdef0123456789abcdef-test-faults!";
-
-/// A fresh database on the test PostgreSQL server.
-fn database() -> TestDatabase {
-    let url = std::env::var("SBX_TEST_DATABASE_URL").unwrap_or_else(|_| {
-        panic!("SBX_TEST_DATABASE_URL is not set: run ./scripts/test, which starts PostgreSQL")
-    });
-    TestDatabase::create(&url).unwrap_or_else(|e| panic!("creating a test database: {e}"))
-}
-
 /// A cluster node on `url` with a 3 s lease, the shared token and `extra` flags.
 async fn node(url: &str, id: &str, extra: &[&str]) -> Daemon {
-    let file = tempfile::NamedTempFile::new().expect("token file");
-    std::fs::write(file.path(), format!("{TOKEN}\n")).expect("write token");
-    let path = file.path().to_str().expect("utf-8 path").to_string();
-    let mut args = vec![
-        "--cluster",
-        "--database-url",
-        url,
-        "--cluster-token-file",
-        &path,
-        "--node-id",
-        id,
-        "--node-lease-secs",
-        "3",
-    ];
-    args.extend_from_slice(extra);
-    let d = Daemon::start(&args).await;
-    // Read at start only; a restart would need it again.
-    std::mem::forget(file);
-    d
-}
-
-/// Creates `name` through `d` while node `other_id` (reached as `other`) is
-/// drained, so that placement puts it on `d`'s node; undrains it again.
-async fn created_on(d: &Daemon, other: &Daemon, other_id: &str, name: &str) -> String {
-    let (status, body) = other
-        .call("POST", &format!("/v1/nodes/{other_id}/drain"), None)
-        .await;
-    assert_eq!(status, 200, "{body}");
-    let id = d.create_running(name).await;
-    let (status, body) = other
-        .call("POST", &format!("/v1/nodes/{other_id}/undrain"), None)
-        .await;
-    assert_eq!(status, 200, "{body}");
-    id
+    cluster::node_with(url, id, TOKEN, extra).await
 }
 
 /// The node a sandbox is recorded on.

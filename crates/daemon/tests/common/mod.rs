@@ -5,6 +5,7 @@
 //! `SBX_TEST_IMAGE_ROOTFS`.
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod disks;
 pub mod hostile;
 pub mod netns;
