@@ -237,9 +237,21 @@ impl AgentConn {
         request: Request,
         limit: Duration,
     ) -> Result<Answer, AgentCallError> {
+        self.call_with_payload(request, Vec::new(), limit).await
+    }
+
+    /// Like [`AgentConn::call_within`], with bytes in the request frame's
+    /// payload (the input of [`Request::ProcessInput`]).
+    pub async fn call_with_payload(
+        &self,
+        request: Request,
+        payload: Vec<u8>,
+        limit: Duration,
+    ) -> Result<Answer, AgentCallError> {
         let id = self.next_id();
         let rx = self.register_once(id);
-        self.exchange(id, Body::Request(request), rx, limit).await
+        self.exchange(id, Body::Request(request), payload, rx, limit)
+            .await
     }
 
     /// Sends `body` on request `id` and waits for the answer registered as
@@ -248,11 +260,12 @@ impl AgentConn {
         &self,
         id: u64,
         body: Body,
+        payload: Vec<u8>,
         rx: oneshot::Receiver<Result<Answer, AgentError>>,
         limit: Duration,
     ) -> Result<Answer, AgentCallError> {
         let exchange = async {
-            self.send(id, body, Vec::new()).await?;
+            self.send(id, body, payload).await?;
             Self::await_once(rx).await
         };
         match tokio::time::timeout(limit, exchange).await {
@@ -365,7 +378,9 @@ impl Upload {
     pub async fn finish(mut self) -> Result<Answer, AgentCallError> {
         let rx = self.answer.take().ok_or(AgentCallError::Closed)?;
         let end = Body::Request(Request::FileWriteEnd);
-        self.conn.exchange(self.id, end, rx, IO_CALL_TIMEOUT).await
+        self.conn
+            .exchange(self.id, end, Vec::new(), rx, IO_CALL_TIMEOUT)
+            .await
     }
 }
 

@@ -18,7 +18,7 @@ pub use direct::*;
 pub use messages::*;
 
 /// Protocol version announced in [`messages::Reply::Hello`]; bump on incompatible change.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Name of the agent's listening socket inside the sandbox, in the abstract
 /// unix socket namespace: unlike a file under `/run`, the guest cannot unlink

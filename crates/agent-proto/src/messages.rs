@@ -71,6 +71,26 @@ pub enum Request {
         /// What to run.
         #[serde(flatten)]
         command: CommandSpec,
+        /// User, stdin, terminal, tag and lifetime; all off by default.
+        #[serde(flatten, default)]
+        options: ProcessOptions,
+    },
+    /// Write the payload to a process's stdin pipe (or its terminal); answered with [`Reply::Ok`].
+    ProcessInput {
+        /// Process id.
+        process: Uuid,
+    },
+    /// Close a process's stdin pipe (EOF); refused for a terminal process.
+    ProcessCloseStdin {
+        /// Process id.
+        process: Uuid,
+    },
+    /// Resize a terminal process's pseudo-terminal (`TIOCSWINSZ`).
+    ProcessResize {
+        /// Process id.
+        process: Uuid,
+        /// New size.
+        size: PtySize,
     },
     /// All processes the agent still has metadata for, sorted by id.
     ProcessList,
@@ -120,6 +140,10 @@ pub enum Request {
         mode: u32,
         /// Abort with `too_large` past this many bytes.
         max_bytes: u64,
+        /// Guest user (name in `/etc/passwd`) who owns the file and any
+        /// parent directories created for it; `None`: root.
+        #[serde(default)]
+        owner: Option<String>,
     },
     /// Upload bytes (in the payload) for the upload with the same id.
     FileWriteData,
@@ -139,15 +163,22 @@ pub enum Request {
         /// Absolute path.
         path: String,
     },
-    /// Entries of a directory, sorted by name.
+    /// Entries of a directory, sorted by path; with `depth` > 1 also the
+    /// entries of subdirectories down to that many levels (symlinks not followed).
     ListDir {
         /// Absolute path.
         path: String,
+        /// Levels to descend; 0 and 1 both mean the direct children only.
+        #[serde(default)]
+        depth: u32,
     },
     /// Create a directory (and its parents).
     Mkdir {
         /// Absolute path.
         path: String,
+        /// Guest user (name in `/etc/passwd`) who owns the directories created; `None`: root.
+        #[serde(default)]
+        owner: Option<String>,
     },
     /// Remove a file, symlink or (empty, or with `recursive`) directory.
     Remove {
@@ -162,6 +193,18 @@ pub enum Request {
         from: String,
         /// New path; replaced if it is a file.
         to: String,
+        /// Create missing parents of `to`, owned by this guest user (`None`: parents must exist).
+        #[serde(default)]
+        parents_owner: Option<String>,
+    },
+    /// Long-lived: report changes under a directory as [`Event::FsChange`]
+    /// events until the request is cancelled. Answers `not_found` for a
+    /// missing path and `invalid_argument` for one that is not a directory.
+    Watch {
+        /// Absolute path of a directory.
+        path: String,
+        /// Also watch every subdirectory, including ones created later.
+        recursive: bool,
     },
     /// Flush filesystem buffers (before a snapshot).
     Sync,
@@ -293,6 +336,13 @@ pub enum Event {
         /// Where the bytes sit in the process's output.
         chunk: ChunkMeta,
     },
+    /// Something changed under a watched directory.
+    FsChange {
+        /// Path relative to the watched directory.
+        name: String,
+        /// What happened.
+        change: FsChangeKind,
+    },
     /// First event of a download.
     FileMeta {
         /// The file being sent.
@@ -372,6 +422,59 @@ pub enum StreamKind {
     Stdout,
     /// Standard error.
     Stderr,
+    /// The pseudo-terminal of a process started with a `pty` (stdout and stderr merged).
+    Pty,
+}
+
+/// What happened to a path under a watched directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FsChangeKind {
+    /// Created (or moved in).
+    Create,
+    /// Written to.
+    Write,
+    /// Removed (or moved out).
+    Remove,
+    /// Renamed (the old name; the new one is reported as `create`).
+    Rename,
+    /// Permissions or ownership changed.
+    Chmod,
+}
+
+/// Size of a pseudo-terminal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PtySize {
+    /// Columns.
+    pub cols: u16,
+    /// Rows.
+    pub rows: u16,
+}
+
+/// How a process is started beyond its command; the default is a root
+/// process with stdin on `/dev/null`, separate stdout and stderr pipes, no
+/// tag and no deadline.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct ProcessOptions {
+    /// Run as this guest user (a name in the guest's `/etc/passwd`): its
+    /// uid, gid and groups, with `HOME`, `USER` and `LOGNAME` set and the
+    /// working directory defaulting to its home. Unknown → `invalid_argument`.
+    #[serde(default)]
+    pub user: Option<String>,
+    /// Keep a stdin pipe open for [`Request::ProcessInput`].
+    #[serde(default)]
+    pub stdin: bool,
+    /// Run on a new pseudo-terminal of this size (its controlling
+    /// terminal, in a new session); output arrives as [`StreamKind::Pty`]
+    /// and input goes to the terminal.
+    #[serde(default)]
+    pub pty: Option<PtySize>,
+    /// Free-form label reported in [`ProcessInfo::tag`].
+    #[serde(default)]
+    pub tag: Option<String>,
+    /// Kill the process group (SIGKILL) this long after the start.
+    #[serde(default)]
+    pub kill_after_ms: Option<u64>,
 }
 
 /// A run of output bytes; the bytes travel in the frame payload.
@@ -441,6 +544,24 @@ pub struct ProcessInfo {
     pub ended_at_ms: Option<u64>,
     /// False once the output ring was evicted.
     pub output_retained: bool,
+    /// The per-call environment it was started with (not the sandbox's).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// The working directory as requested.
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// Its tag, if started with one.
+    #[serde(default)]
+    pub tag: Option<String>,
+    /// The guest user it runs as, if started with one.
+    #[serde(default)]
+    pub user: Option<String>,
+    /// Whether it runs on a pseudo-terminal.
+    #[serde(default)]
+    pub pty: bool,
+    /// Whether its stdin pipe is still open for input.
+    #[serde(default)]
+    pub stdin_open: bool,
     /// Total bytes of output produced so far (the next chunk's offset).
     pub output_bytes: u64,
 }
@@ -474,6 +595,24 @@ pub struct FileStat {
     pub mode: u32,
     /// Modification time, ms since the epoch.
     pub mtime_ms: u64,
+    /// Owner's uid.
+    #[serde(default)]
+    pub uid: u32,
+    /// Owner's gid.
+    #[serde(default)]
+    pub gid: u32,
+    /// Owner's name from the guest's `/etc/passwd`, if it has one.
+    #[serde(default)]
+    pub owner: Option<String>,
+    /// Group's name from the guest's `/etc/group`, if it has one.
+    #[serde(default)]
+    pub group: Option<String>,
+    /// For a symlink: where it points, resolved to an absolute path.
+    #[serde(default)]
+    pub symlink_target: Option<String>,
+    /// For a symlink: the kind of what it points to (`None` when dangling).
+    #[serde(default)]
+    pub target_kind: Option<FileKind>,
 }
 
 /// Stable error codes returned by the agent.

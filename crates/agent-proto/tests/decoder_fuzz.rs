@@ -14,8 +14,8 @@
 
 use sbx_agent_proto::{
     read_frame, AgentError, AgentErrorCode, Body, ChunkMeta, CodecError, CommandSpec, Event,
-    FileKind, FileStat, Frame, Header, ProcessInfo, ProcessState, Reply, Request, StreamKind,
-    MAX_FRAME_BYTES, MAX_HEADER_BYTES,
+    FileKind, FileStat, Frame, FsChangeKind, Header, ProcessInfo, ProcessOptions, ProcessState,
+    PtySize, Reply, Request, StreamKind, MAX_FRAME_BYTES, MAX_HEADER_BYTES,
 };
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -89,16 +89,51 @@ fn stat(rng: &mut Rng) -> FileStat {
         size: rng.u64_edge(),
         mode: rng.next() as u32 & 0o7777,
         mtime_ms: rng.u64_edge(),
+        uid: rng.next() as u32,
+        gid: rng.next() as u32,
+        owner: maybe_string(rng, 8),
+        group: maybe_string(rng, 8),
+        symlink_target: maybe_string(rng, 12),
+        target_kind: if rng.chance(2) {
+            Some(FileKind::Dir)
+        } else {
+            None
+        },
+    }
+}
+
+fn maybe_string(rng: &mut Rng, len: usize) -> Option<String> {
+    if rng.chance(2) {
+        Some(rng.string(len))
+    } else {
+        None
+    }
+}
+
+fn options(rng: &mut Rng) -> ProcessOptions {
+    ProcessOptions {
+        user: maybe_string(rng, 6),
+        stdin: rng.chance(2),
+        pty: if rng.chance(2) {
+            Some(PtySize {
+                cols: rng.next() as u16,
+                rows: rng.next() as u16,
+            })
+        } else {
+            None
+        },
+        tag: maybe_string(rng, 6),
+        kill_after_ms: if rng.chance(2) {
+            Some(rng.u64_edge())
+        } else {
+            None
+        },
     }
 }
 
 fn chunk(rng: &mut Rng) -> ChunkMeta {
     ChunkMeta {
-        stream: if rng.chance(2) {
-            StreamKind::Stdout
-        } else {
-            StreamKind::Stderr
-        },
+        stream: [StreamKind::Stdout, StreamKind::Stderr, StreamKind::Pty][rng.below(3)],
         offset: rng.u64_edge(),
         len: rng.next() % 70_000,
         at_ms: rng.u64_edge(),
@@ -165,12 +200,20 @@ fn process(rng: &mut Rng) -> ProcessInfo {
         },
         output_retained: rng.chance(2),
         output_bytes: rng.u64_edge(),
+        env: (0..rng.below(3))
+            .map(|_| (rng.string(6), rng.string(10)))
+            .collect(),
+        cwd: maybe_string(rng, 6),
+        tag: maybe_string(rng, 6),
+        user: maybe_string(rng, 6),
+        pty: rng.chance(2),
+        stdin_open: rng.chance(2),
     }
 }
 
 fn request(rng: &mut Rng) -> Request {
     let path = |rng: &mut Rng| format!("/{}", rng.string(16));
-    match rng.below(22) {
+    match rng.below(26) {
         0 => Request::Ping,
         1 => Request::Hello,
         2 => Request::Configure {
@@ -185,6 +228,7 @@ fn request(rng: &mut Rng) -> Request {
         },
         4 => Request::ProcessStart {
             command: command(rng),
+            options: options(rng),
         },
         5 => Request::ProcessList,
         6 => Request::ProcessGet { process: uuid(rng) },
@@ -214,6 +258,7 @@ fn request(rng: &mut Rng) -> Request {
             path: path(rng),
             mode: rng.next() as u32,
             max_bytes: rng.u64_edge(),
+            owner: maybe_string(rng, 6),
         },
         12 => Request::FileWriteData,
         13 => Request::FileWriteEnd,
@@ -223,8 +268,14 @@ fn request(rng: &mut Rng) -> Request {
             max_bytes: rng.u64_edge(),
         },
         16 => Request::Stat { path: path(rng) },
-        17 => Request::ListDir { path: path(rng) },
-        18 => Request::Mkdir { path: path(rng) },
+        17 => Request::ListDir {
+            path: path(rng),
+            depth: rng.next() as u32,
+        },
+        18 => Request::Mkdir {
+            path: path(rng),
+            owner: maybe_string(rng, 6),
+        },
         19 => Request::Remove {
             path: path(rng),
             recursive: rng.chance(2),
@@ -232,6 +283,20 @@ fn request(rng: &mut Rng) -> Request {
         20 => Request::Rename {
             from: path(rng),
             to: path(rng),
+            parents_owner: maybe_string(rng, 6),
+        },
+        21 => Request::ProcessInput { process: uuid(rng) },
+        22 => Request::ProcessCloseStdin { process: uuid(rng) },
+        23 => Request::ProcessResize {
+            process: uuid(rng),
+            size: PtySize {
+                cols: rng.next() as u16,
+                rows: rng.next() as u16,
+            },
+        },
+        24 => Request::Watch {
+            path: path(rng),
+            recursive: rng.chance(2),
         },
         _ => Request::Sync,
     }
@@ -299,9 +364,19 @@ fn body(rng: &mut Rng) -> Body {
             CODES[rng.below(CODES.len())],
             rng.string(30),
         )),
-        3 => Body::Event(match rng.below(3) {
+        3 => Body::Event(match rng.below(4) {
             0 => Event::Chunk { chunk: chunk(rng) },
             1 => Event::FileMeta { stat: stat(rng) },
+            2 => Event::FsChange {
+                name: rng.string(10),
+                change: [
+                    FsChangeKind::Create,
+                    FsChangeKind::Write,
+                    FsChangeKind::Remove,
+                    FsChangeKind::Rename,
+                    FsChangeKind::Chmod,
+                ][rng.below(5)],
+            },
             _ => Event::FileData,
         }),
         _ => Body::Cancel,

@@ -122,6 +122,12 @@ pub fn file_stat(path: &Path, meta: &Metadata) -> FileStat {
         size: meta.size(),
         mode: meta.permissions().mode() & 0o7777,
         mtime_ms,
+        uid: meta.uid(),
+        gid: meta.gid(),
+        owner: None,
+        group: None,
+        symlink_target: None,
+        target_kind: None,
     }
 }
 

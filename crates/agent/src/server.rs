@@ -405,6 +405,7 @@ impl Connection {
                 path,
                 mode,
                 max_bytes,
+                ..
             } => {
                 let sink = Sink::new(id, self.tx.clone());
                 self.uploads
@@ -482,7 +483,7 @@ pub async fn dispatch(agent: &Arc<Agent>, req: Request, sink: &Sink) -> Outcome 
             timeout_ms,
             max_output_bytes,
         } => exec::exec(agent, command, timeout_ms, max_output_bytes).await,
-        Request::ProcessStart { command } => procs::start(agent, command).await,
+        Request::ProcessStart { command, .. } => procs::start(agent, command).await,
         Request::ProcessList => reply(Reply::Processes {
             processes: agent.table.list(),
         }),
@@ -509,13 +510,22 @@ pub async fn dispatch(agent: &Arc<Agent>, req: Request, sink: &Sink) -> Outcome 
         } => procs::stream(agent, process, tail_bytes, from_offset, sink).await,
         Request::FileRead { path, max_bytes } => files::read(path, max_bytes, sink).await,
         Request::Stat { path } => files::blocking(move || files::stat(&path)).await,
-        Request::ListDir { path } => files::blocking(move || files::list_dir(&path)).await,
-        Request::Mkdir { path } => files::blocking(move || files::mkdir(&path)).await,
+        Request::ListDir { path, .. } => files::blocking(move || files::list_dir(&path)).await,
+        Request::Mkdir { path, .. } => files::blocking(move || files::mkdir(&path)).await,
         Request::Remove { path, recursive } => {
             files::blocking(move || files::remove(&path, recursive)).await
         }
-        Request::Rename { from, to } => files::blocking(move || files::rename(&from, &to)).await,
+        Request::Rename { from, to, .. } => {
+            files::blocking(move || files::rename(&from, &to)).await
+        }
         Request::Sync => files::blocking(files::sync).await,
+        Request::ProcessInput { .. }
+        | Request::ProcessCloseStdin { .. }
+        | Request::ProcessResize { .. }
+        | Request::Watch { .. } => Err(AgentError::new(
+            AgentErrorCode::InvalidArgument,
+            "not supported by this agent yet",
+        )),
         Request::Quiesce => {
             agent.net.quiesce().await;
             reply(Reply::Ok)

@@ -174,6 +174,12 @@ impl Table {
             ended_at_ms: None,
             output_retained: true,
             output_bytes: 0,
+            env: Default::default(),
+            cwd: None,
+            tag: None,
+            user: None,
+            pty: false,
+            stdin_open: false,
         };
         let mut proc = Proc {
             info: info.clone(),
@@ -216,6 +222,12 @@ impl Table {
             ended_at_ms: Some(now),
             output_retained: true,
             output_bytes: 0,
+            env: Default::default(),
+            cwd: None,
+            tag: None,
+            user: None,
+            pty: false,
+            stdin_open: false,
         };
         let mut inner = self.lock();
         inner.procs.insert(

@@ -188,6 +188,7 @@ async fn relay_bridges_stdio_to_the_socket() {
                 path: path.clone(),
                 mode: 0o644,
                 max_bytes: 10 << 20,
+                owner: None,
             }),
         }),
         Frame::with_payload(

@@ -26,6 +26,7 @@ async fn begin(c: &mut Client, path: &str, mode: u32, max_bytes: u64) -> u64 {
             path: path.to_string(),
             mode,
             max_bytes,
+            owner: None,
         },
     )
     .await;
@@ -214,8 +215,16 @@ async fn stat_list_mkdir_remove_rename() {
     let agent = TestAgent::start();
     let mut c = agent.connect().await;
     let d = agent.path("x/y/z");
-    c.ok(Request::Mkdir { path: d.clone() }).await;
-    c.ok(Request::Mkdir { path: d.clone() }).await; // already a directory: fine
+    c.ok(Request::Mkdir {
+        path: d.clone(),
+        owner: None,
+    })
+    .await;
+    c.ok(Request::Mkdir {
+        path: d.clone(),
+        owner: None,
+    })
+    .await; // already a directory: fine
     match c.ok(Request::Stat { path: d.clone() }).await.0 {
         Reply::Stat { stat } => {
             assert_eq!((stat.kind, stat.name.as_str()), (FileKind::Dir, "z"));
@@ -229,11 +238,19 @@ async fn stat_list_mkdir_remove_rename() {
     let e = c
         .call(Request::Mkdir {
             path: format!("{d}/a.txt"),
+            owner: None,
         })
         .await
         .unwrap_err();
     assert_eq!(e.code, AgentErrorCode::Io);
-    match c.ok(Request::ListDir { path: d.clone() }).await.0 {
+    match c
+        .ok(Request::ListDir {
+            path: d.clone(),
+            depth: 1,
+        })
+        .await
+        .0
+    {
         Reply::Dir { entries } => {
             let got: Vec<_> = entries
                 .iter()
@@ -254,6 +271,7 @@ async fn stat_list_mkdir_remove_rename() {
     c.ok(Request::Rename {
         from: format!("{d}/b.txt"),
         to: format!("{d}/renamed.txt"),
+        parents_owner: None,
     })
     .await;
     assert_eq!(
@@ -267,6 +285,7 @@ async fn stat_list_mkdir_remove_rename() {
         .call(Request::Rename {
             from: format!("{d}/renamed.txt"),
             to: to.clone(),
+            parents_owner: None,
         })
         .await
         .unwrap_err();
@@ -277,6 +296,7 @@ async fn stat_list_mkdir_remove_rename() {
         .call(Request::Rename {
             from: from.clone(),
             to: format!("{d}/other.txt"),
+            parents_owner: None,
         })
         .await
         .unwrap_err();
@@ -323,6 +343,7 @@ async fn stat_list_mkdir_remove_rename() {
     let e = c
         .call(Request::ListDir {
             path: agent.path("nope"),
+            depth: 1,
         })
         .await
         .unwrap_err();
@@ -342,6 +363,7 @@ async fn list_a_large_directory() {
     match c
         .ok(Request::ListDir {
             path: agent.path("many"),
+            depth: 1,
         })
         .await
         .0

@@ -217,6 +217,7 @@ impl Client {
         match self
             .ok(Request::ProcessStart {
                 command: spec(argv),
+                options: Default::default(),
             })
             .await
         {

@@ -113,7 +113,8 @@ pub fn process(p: &ProcessInfo) -> Process {
 pub fn chunk(meta: &ChunkMeta, bytes: &[u8]) -> OutputChunk {
     OutputChunk {
         stream: match meta.stream {
-            StreamKind::Stdout => OutputStream::Stdout,
+            // A terminal merges both streams; /v1 reports it as stdout.
+            StreamKind::Stdout | StreamKind::Pty => OutputStream::Stdout,
             StreamKind::Stderr => OutputStream::Stderr,
         },
         data: b64(bytes),

@@ -121,7 +121,13 @@ impl Service {
     ) -> Result<ProcessInfo> {
         let command = command_spec(req.command, req.environment, req.cwd)?;
         let conn = self.agent(workspace, id).await?;
-        match conn.call(Request::ProcessStart { command }).await {
+        match conn
+            .call(Request::ProcessStart {
+                command,
+                options: Default::default(),
+            })
+            .await
+        {
             Ok((Reply::Process { process }, _)) if process.state == ProcessState::Failed => {
                 Err(ServiceError::Invalid(ValidationError::Format {
                     field: "command",

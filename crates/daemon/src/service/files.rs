@@ -224,6 +224,7 @@ impl Service {
                 path: path.to_string(),
                 mode,
                 max_bytes: limit,
+                owner: None,
             })
             .await
             .map_err(|e| file_error(path, e, limit))?;
@@ -468,7 +469,15 @@ impl Service {
     ) -> Result<Vec<FileStat>> {
         validate::file_path(path)?;
         match self
-            .fs_call(workspace, id, path, Request::ListDir { path: path.into() })
+            .fs_call(
+                workspace,
+                id,
+                path,
+                Request::ListDir {
+                    path: path.into(),
+                    depth: 1,
+                },
+            )
             .await?
         {
             Reply::Dir { entries } => Ok(entries),
@@ -481,8 +490,16 @@ impl Service {
     /// `POST /v1/sandboxes/{id}/fs/mkdir`.
     pub async fn mkdir(self: &Arc<Self>, workspace: &str, id: Uuid, path: &str) -> Result<()> {
         validate::file_path(path)?;
-        self.fs_call(workspace, id, path, Request::Mkdir { path: path.into() })
-            .await?;
+        self.fs_call(
+            workspace,
+            id,
+            path,
+            Request::Mkdir {
+                path: path.into(),
+                owner: None,
+            },
+        )
+        .await?;
         Ok(())
     }
 
@@ -528,6 +545,7 @@ impl Service {
             Request::Rename {
                 from: from.into(),
                 to: to.into(),
+                parents_owner: None,
             },
         )
         .await?;

@@ -106,6 +106,7 @@ impl GvisorJobs {
                 env: Default::default(),
                 cwd: Some("/tmp".into()),
             },
+            options: Default::default(),
         };
         match conn.call(start).await {
             Ok((Reply::Process { process }, _)) => job.process = Some(process.id),

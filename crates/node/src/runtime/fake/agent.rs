@@ -195,6 +195,12 @@ fn stat(path: &str, mode: u32, size: u64) -> FileStat {
         size,
         mode,
         mtime_ms: now_ms(),
+        uid: 0,
+        gid: 0,
+        owner: Some("root".into()),
+        group: Some("root".into()),
+        symlink_target: None,
+        target_kind: None,
     }
 }
 
@@ -260,7 +266,7 @@ impl Session {
                 };
                 vec![Frame::with_payload(header, [stdout, stderr].concat())]
             }
-            Request::ProcessStart { command } => {
+            Request::ProcessStart { command, options } => {
                 // Every fake process exits at once with code 0; it answers RUNNING
                 // (as the real agent does once it has started).
                 let pid = self.guest.data().processes.len() as i32 + 2;
@@ -276,6 +282,12 @@ impl Session {
                     ended_at_ms: None,
                     output_retained: true,
                     output_bytes: 0,
+                    env: command.env,
+                    cwd: command.cwd,
+                    tag: options.tag,
+                    user: options.user,
+                    pty: options.pty.is_some(),
+                    stdin_open: options.stdin,
                 };
                 let exited = ProcessInfo {
                     state: ProcessState::Exited,
@@ -296,6 +308,24 @@ impl Session {
                     None => not_found("no such process"),
                 }
             }
+            // Fake processes have already exited: there is no stdin or
+            // terminal left to write to, as with a real one that ended.
+            Request::ProcessInput { process }
+            | Request::ProcessCloseStdin { process }
+            | Request::ProcessResize { process, .. } => {
+                if self.guest.data().processes.contains_key(&process) {
+                    vec![error(
+                        id,
+                        AgentErrorCode::InvalidArgument,
+                        "the process has ended",
+                    )]
+                } else {
+                    not_found("no such process")
+                }
+            }
+            // The tiny file system never changes behind the daemon's back:
+            // a watch reports nothing until it is cancelled.
+            Request::Watch { .. } => Vec::new(),
             Request::ProcessSignal { process, .. } => {
                 if self.guest.data().processes.contains_key(&process) {
                     vec![reply(id, Reply::Ok)]
@@ -313,6 +343,7 @@ impl Session {
                 path,
                 mode,
                 max_bytes,
+                ..
             } => {
                 let upload = Upload {
                     path,
@@ -387,7 +418,7 @@ impl Session {
                 Some(_) => vec![reply(id, Reply::Ok)],
                 None => not_found("no such file"),
             },
-            Request::Rename { from, to } => {
+            Request::Rename { from, to, .. } => {
                 let mut data = self.guest.data();
                 match data.files.remove(&from) {
                     Some(file) => {
@@ -399,7 +430,7 @@ impl Session {
             }
             // Directories are implicit in the tiny file system.
             Request::Mkdir { .. } => vec![reply(id, Reply::Ok)],
-            Request::ListDir { path } => {
+            Request::ListDir { path, .. } => {
                 let prefix = format!("{}/", path.trim_end_matches('/'));
                 let entries = self
                     .guest
