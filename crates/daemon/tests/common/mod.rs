@@ -52,6 +52,21 @@ pub fn run_node_script(dir: &Path, script: &str, envs: &[(&str, &str)]) -> (bool
     (out.status.success(), stdout)
 }
 
+/// Runs `script` in `dir` with the Python of the venv `dir/.venv` (made by
+/// `tests/e2b/python/install.sh`) and `envs`, prints what it wrote, and
+/// returns (success, stdout): run_node_script for the Python SDK's scripts.
+pub fn run_python_script(dir: &Path, script: &str, envs: &[(&str, &str)]) -> (bool, String) {
+    let out = Command::new(dir.join(".venv/bin/python"))
+        .arg(script)
+        .current_dir(dir)
+        .envs(envs.iter().copied())
+        .output()
+        .expect("the venv's python");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    println!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), stdout)
+}
+
 /// The test S3 server (`scripts/lib/s3.sh`, started by `./scripts/test`):
 /// its endpoint and bucket.
 pub fn test_s3() -> (String, String) {
