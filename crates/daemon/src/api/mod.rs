@@ -8,6 +8,7 @@ mod connect_runs;
 mod connect_views;
 mod console;
 pub mod e2b;
+pub mod envd;
 mod envelope;
 mod error;
 mod files;
@@ -256,9 +257,14 @@ pub fn router(
         .with_state(state);
     // Both APIs on one listener: E2B requests are told apart by their
     // `X-API-KEY` header or an E2B-only path (see `e2b::is_e2b`, docs/e2b.md).
+    // envd (the E2B SDK's in-sandbox API) is told apart first, by the
+    // `E2b-Sandbox-Id` header every envd request carries (see `envd::is_envd`).
+    let envd = envd::router(crate::service::envd::Envd::new(e2b_state.clone()));
     let e2b = e2b::router(e2b_state, guard);
     Router::new().fallback_service(tower::service_fn(move |req: Request| {
-        let target = if e2b::is_e2b(req.headers(), req.uri().path()) {
+        let target = if envd::is_envd(req.headers()) {
+            envd.clone()
+        } else if e2b::is_e2b(req.headers(), req.uri().path()) {
             e2b.clone()
         } else {
             inngest.clone()

@@ -192,6 +192,24 @@ impl Service {
         S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
         E: std::fmt::Display,
     {
+        self.upload_as(workspace, id, path, mode, None, body).await
+    }
+
+    /// [`Service::upload`], with the file and the parents it creates owned
+    /// by the guest user `owner` (envd's uploads; `None`: root).
+    pub async fn upload_as<S, E>(
+        self: &Arc<Self>,
+        workspace: &str,
+        id: Uuid,
+        path: &str,
+        mode: Option<&str>,
+        owner: Option<&str>,
+        body: S,
+    ) -> Result<u64>
+    where
+        S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
+        E: std::fmt::Display,
+    {
         validate::file_path(path)?;
         let mode = validate::file_mode(mode)?;
         let limit = self.config.limits.file_bytes;
@@ -216,7 +234,7 @@ impl Service {
         }
         if !ended {
             return self
-                .upload_direct(id, path, mode, limit, prefix, body)
+                .upload_direct(id, path, (mode, owner), limit, prefix, body)
                 .await;
         }
         let mut upload = conn
@@ -224,7 +242,7 @@ impl Service {
                 path: path.to_string(),
                 mode,
                 max_bytes: limit,
-                owner: None,
+                owner: owner.map(str::to_string),
             })
             .await
             .map_err(|e| file_error(path, e, limit))?;
@@ -256,7 +274,7 @@ impl Service {
         &self,
         id: Uuid,
         path: &str,
-        mode: u32,
+        (mode, owner): (u32, Option<&str>),
         limit: u64,
         prefix: Vec<u8>,
         mut body: S,
@@ -265,13 +283,14 @@ impl Service {
         S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
         E: std::fmt::Display,
     {
-        let argv = vec![
+        let mut argv = vec![
             AGENT_BINARY_PATH.to_string(),
             "write-file".to_string(),
             path.to_string(),
             format!("{mode:o}"),
             limit.to_string(),
         ];
+        argv.extend(owner.map(str::to_string));
         let mut child = self
             .runtime
             .spawn_exec(id, argv)

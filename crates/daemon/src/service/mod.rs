@@ -17,6 +17,7 @@ mod admission;
 mod commands;
 mod create;
 pub mod e2b;
+pub mod envd;
 mod error;
 mod files;
 mod idempotency;

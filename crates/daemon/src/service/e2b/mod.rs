@@ -174,6 +174,22 @@ impl E2b {
         &self.svc
     }
 
+    /// The E2B record of a sandbox, if it has one (envd's access token lives there).
+    pub fn envd_record(&self, id: Uuid) -> Option<E2bRecord> {
+        self.records.get(id)
+    }
+
+    /// Tenant, id and envd access token of every E2B sandbox of this node
+    /// (a signed `/files` URL without a sandbox id names its sandbox only
+    /// through the token that signed it).
+    pub fn envd_tokens(&self) -> Vec<(String, Uuid, String)> {
+        self.records
+            .all()
+            .into_iter()
+            .map(|r| (r.workspace, r.sandbox_id, r.envd_access_token))
+            .collect()
+    }
+
     /// `POST /v2/sandboxes`: boots a sandbox from a template (the default image) or a
     /// snapshot id, and waits until it runs.
     pub async fn create(&self, workspace: &str, spec: CreateSpec) -> Result<E2bSandbox> {
