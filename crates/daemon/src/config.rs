@@ -43,6 +43,52 @@ pub struct Config {
     pub snapshot_store: sbx_node::snapshot_store::StoreConfig,
     /// E2B template ids that name the default image besides `base` (`--e2b-template`).
     pub e2b_templates: Vec<String>,
+    /// The E2B sandbox domain (`--e2b-domain`): `{port}-{id}.{domain}` hosts
+    /// route to sandboxes, and E2B create/connect answers name it.
+    pub e2b_domain: Option<String>,
+}
+
+/// E2B's own domains: an answer naming one would send the SDKs to E2B's
+/// cloud (`https://sandbox.e2b.app`), contract §1.3.
+const E2B_CLOUD_DOMAINS: &[&str] = &[
+    "e2b.app",
+    "e2b.dev",
+    "e2b.pro",
+    "e2b-staging.dev",
+    "e2b-tango.dev",
+    "e2b-juliett.dev",
+    "foxtrot-2.e2b.dev",
+];
+
+/// Checks `--e2b-domain`: a DNS name (lower-cased), optionally with `:port`,
+/// not one of E2B's own domains.
+pub fn parse_e2b_domain(value: &str) -> Result<String, String> {
+    let v = value.trim().to_ascii_lowercase();
+    let (name, port) = match v.rsplit_once(':') {
+        Some((n, p)) => (n, Some(p)),
+        None => (v.as_str(), None),
+    };
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    };
+    if name.is_empty() || name.len() > 200 || !name.split('.').all(label_ok) {
+        return Err(format!(
+            "--e2b-domain {value:?}: expected a DNS name such as sbx.example.com"
+        ));
+    }
+    if port.is_some_and(|p| p.parse::<u16>().map_or(true, |p| p == 0)) {
+        return Err(format!("--e2b-domain {value:?}: the port must be 1-65535"));
+    }
+    if E2B_CLOUD_DOMAINS.contains(&name) {
+        return Err(format!(
+            "--e2b-domain {value:?} is E2B's own domain: the SDKs would send sandbox traffic to E2B's cloud"
+        ));
+    }
+    Ok(v)
 }
 
 /// Parses `--e2b-template NAME=IMAGE` values into the template names. IMAGE
@@ -468,6 +514,7 @@ impl Config {
             image_rootfs: "/nonexistent".into(),
             image_ref: "default".into(),
             e2b_templates: Vec::new(),
+            e2b_domain: None,
             limits: Limits {
                 start_timeout: Duration::from_secs(3),
                 create_sync_wait: Duration::from_secs(5),
@@ -551,6 +598,23 @@ pub fn parse_warm_pool(
 mod tests {
     use super::*;
 
+    #[test]
+    fn e2b_domains_are_dns_names_and_not_e2bs_own() {
+        assert_eq!(
+            parse_e2b_domain("Sbx.Example.com").unwrap(),
+            "sbx.example.com"
+        );
+        assert_eq!(
+            parse_e2b_domain("sbx.localhost:8731").unwrap(),
+            "sbx.localhost:8731"
+        );
+        for bad in [
+            "", "e2b.app", "E2B.dev", "a..b", "-a.b", "a_b.c", "x:0", "x:99999", "a/b", "a@b",
+        ] {
+            assert!(parse_e2b_domain(bad).is_err(), "{bad:?}");
+        }
+    }
+
     fn base() -> Config {
         Config {
             listen: "127.0.0.1:8731".parse().unwrap(),
@@ -562,6 +626,7 @@ mod tests {
             image_rootfs: "/tmp".into(),
             image_ref: "default".into(),
             e2b_templates: Vec::new(),
+            e2b_domain: None,
             limits: Limits::default(),
             runsc_extra_flags: vec![],
             default_network: sbx_api_types::NetworkMode::Public,

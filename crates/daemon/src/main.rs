@@ -70,6 +70,11 @@ struct Args {
         value_delimiter = ','
     )]
     e2b_templates: Vec<String>,
+    /// The E2B sandbox domain: `{port}-{sandboxId}.DOMAIN` hosts are routed to
+    /// sandboxes (envd on port 49983), and E2B answers tell the SDKs to use it
+    /// (wildcard DNS and TLS in front: see docs/e2b.md).
+    #[arg(long = "e2b-domain", env = "SBX_E2B_DOMAIN")]
+    e2b_domain: Option<String>,
     /// Active runtime limit per sandbox, seconds.
     #[arg(long, env = "SBX_ACTIVE_RUNTIME_SECS", default_value_t = 3600)]
     active_runtime_secs: u64,
@@ -452,6 +457,13 @@ async fn main() -> anyhow::Result<()> {
         image_rootfs: std::fs::canonicalize(&args.image_rootfs).context("image rootfs")?,
         image_ref: "default".into(),
         e2b_templates: sbx_daemon::config::parse_e2b_templates(&args.e2b_templates)
+            .map_err(anyhow::Error::msg)?,
+        e2b_domain: args
+            .e2b_domain
+            .as_deref()
+            .filter(|d| !d.is_empty())
+            .map(sbx_daemon::config::parse_e2b_domain)
+            .transpose()
             .map_err(anyhow::Error::msg)?,
         limits: Limits {
             active_runtime: Duration::from_secs(args.active_runtime_secs),

@@ -259,15 +259,28 @@ pub fn router(
     // `X-API-KEY` header or an E2B-only path (see `e2b::is_e2b`, docs/e2b.md).
     // envd (the E2B SDK's in-sandbox API) is told apart first, by the
     // `E2b-Sandbox-Id` header every envd request carries (see `envd::is_envd`).
+    // With `--e2b-domain`, the Host `{port}-{id}.{domain}` routes first.
+    let domain = service.config().e2b_domain.clone();
     let envd = envd::router(crate::service::envd::Envd::new(e2b_state.clone()));
     let e2b = e2b::router(e2b_state, guard);
-    Router::new().fallback_service(tower::service_fn(move |req: Request| {
-        let target = if envd::is_envd(req.headers()) {
-            envd.clone()
-        } else if e2b::is_e2b(req.headers(), req.uri().path()) {
-            e2b.clone()
-        } else {
-            inngest.clone()
+    Router::new().fallback_service(tower::service_fn(move |mut req: Request| {
+        let target = match envd::host::route(req.headers(), req.uri(), domain.as_deref()) {
+            envd::host::HostRoute::Api => {
+                if envd::is_envd(req.headers(), req.uri()) {
+                    envd.clone()
+                } else if e2b::is_e2b(req.headers(), req.uri().path()) {
+                    e2b.clone()
+                } else {
+                    inngest.clone()
+                }
+            }
+            envd::host::HostRoute::Sandbox { port, id } => {
+                match envd::routed_by_host(req.headers_mut(), port, &id) {
+                    Ok(()) => envd.clone(),
+                    Err(refused) => envd::refusal(refused),
+                }
+            }
+            envd::host::HostRoute::Refused(why) => envd::refusal(why),
         };
         tower::ServiceExt::oneshot(target, req)
     }))

@@ -346,7 +346,7 @@ pub struct SandboxOut {
     envd_version: &'static str,
     envd_access_token: String,
     traffic_access_token: Option<String>,
-    /// Always null: the SDK then uses its own `E2B_DOMAIN`/`E2B_SANDBOX_URL` (§1.3).
+    /// `--e2b-domain`, else null: the SDK then uses its own `E2B_DOMAIN`/`E2B_SANDBOX_URL` (§1.3).
     domain: Option<String>,
     alias: Option<String>,
 }
@@ -360,7 +360,7 @@ impl From<&E2bSandbox> for SandboxOut {
             envd_version: ENVD_VERSION,
             envd_access_token: s.record.envd_access_token.clone(),
             traffic_access_token: None,
-            domain: None,
+            domain: s.domain.clone(),
             alias: alias(&s.record.template_id),
         }
     }
@@ -430,7 +430,7 @@ impl SandboxDetailOut {
             state: s.state.as_str(),
             metadata: s.record.metadata.clone(),
             envd_access_token: detail.then(|| s.record.envd_access_token.clone()),
-            domain: None,
+            domain: s.domain.clone(),
             allow_internet_access: detail.then_some(s.record.allow_internet_access),
             lifecycle: detail.then_some(Lifecycle {
                 on_timeout: if s.record.auto_pause { "pause" } else { "kill" },

@@ -10,6 +10,7 @@
 mod connect;
 mod files;
 mod filesystem;
+pub mod host;
 mod process;
 mod wire;
 
@@ -27,9 +28,55 @@ pub const SANDBOX_HEADER: &str = "e2b-sandbox-id";
 /// envd's port in E2B sandboxes (the only port envd requests name).
 pub const ENVD_PORT: u16 = 49983;
 
-/// Does this request belong to envd?
-pub fn is_envd(headers: &HeaderMap) -> bool {
+/// Does this request belong to envd? Those with `E2b-Sandbox-Id`, and
+/// pre-signed file URLs (`/files?…&signature=…`, which a browser or curl
+/// fetches without any header; no other API has a `/files` route).
+pub fn is_envd(headers: &HeaderMap, uri: &axum::http::Uri) -> bool {
     headers.contains_key(SANDBOX_HEADER)
+        || (uri.path() == "/files"
+            && uri
+                .query()
+                .is_some_and(|q| q.split('&').any(|p| p.starts_with("signature="))))
+}
+
+/// Makes a request routed by its Host name its sandbox in `E2b-Sandbox-Id`
+/// (what the envd routes read); a header that names another sandbox, or a
+/// port other than envd's (preview URLs are not built yet), is refused.
+pub fn routed_by_host(headers: &mut HeaderMap, port: u16, id: &str) -> Result<(), String> {
+    if port != ENVD_PORT {
+        return Err(format!(
+            "port {port} is not open: preview URLs are not served by this sbxd yet"
+        ));
+    }
+    match sandbox_of(headers) {
+        Some(named) if !named.eq_ignore_ascii_case(id) => {
+            Err("E2b-Sandbox-Id and the Host name different sandboxes".into())
+        }
+        _ => {
+            let value = axum::http::HeaderValue::from_str(id)
+                .map_err(|_| "the sandbox id is not a header value".to_string())?;
+            headers.insert(SANDBOX_HEADER, value);
+            Ok(())
+        }
+    }
+}
+
+/// A router that answers every request with a 400 (a refused Host) or a
+/// 502 (a closed port) in envd's plain error shape.
+pub fn refusal(why: String) -> Router {
+    let status = if why.contains("is not open") {
+        StatusCode::BAD_GATEWAY
+    } else {
+        StatusCode::BAD_REQUEST
+    };
+    Router::new().fallback(move || {
+        let why = why.clone();
+        async move {
+            tracing::info!(reason = %why, "refused a request by its Host");
+            let body = serde_json::json!({"code": status.as_u16(), "message": why});
+            (status, axum::Json(body)).into_response()
+        }
+    })
 }
 
 /// The envd router.
@@ -151,6 +198,18 @@ impl IntoResponse for PlainError {
 mod tests {
     use super::*;
     use axum::http::HeaderValue;
+
+    #[test]
+    fn envd_requests_are_told_apart() {
+        let mut h = HeaderMap::new();
+        let uri = |u: &str| u.parse::<axum::http::Uri>().unwrap();
+        assert!(!is_envd(&h, &uri("/files?path=a")));
+        assert!(!is_envd(&h, &uri("/v2/sandboxes")));
+        assert!(is_envd(&h, &uri("/files?path=a&signature=v1_x")));
+        assert!(!is_envd(&h, &uri("/v2/files?signature=v1_x")));
+        h.insert(SANDBOX_HEADER, HeaderValue::from_static("x"));
+        assert!(is_envd(&h, &uri("/process.Process/Start")));
+    }
 
     #[test]
     fn the_user_comes_from_basic_auth() {

@@ -448,8 +448,7 @@ mod tests {
         let w: WatchRequest =
             serde_json::from_str(r#"{"path":"/a","recursive":true,"include_entry":true}"#).unwrap();
         assert!(w.recursive && w.include_entry);
-        let w: WatchRequest =
-            serde_json::from_str(r#"{"path":"/a","includeEntry":true}"#).unwrap();
+        let w: WatchRequest = serde_json::from_str(r#"{"path":"/a","includeEntry":true}"#).unwrap();
         assert!(!w.recursive && w.include_entry);
         let w: WatcherRequest = serde_json::from_str(r#"{"watcherId":"w1"}"#).unwrap();
         assert_eq!(w.watcher_id, "w1");

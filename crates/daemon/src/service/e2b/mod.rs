@@ -135,6 +135,8 @@ pub struct E2bSandbox {
     pub record: E2bRecord,
     /// Its E2B state.
     pub state: E2bState,
+    /// The domain its hosts are under (`--e2b-domain`), if one is configured.
+    pub domain: Option<String>,
 }
 
 /// The E2B face of the service.
@@ -258,6 +260,7 @@ impl E2b {
             sandbox,
             record,
             state: E2bState::Running,
+            domain: self.svc.config().e2b_domain.clone(),
         })
     }
 
@@ -294,6 +297,7 @@ impl E2b {
                 sandbox,
                 record,
                 state,
+                domain: self.svc.config().e2b_domain.clone(),
             },
             resumed,
         ))
@@ -454,6 +458,7 @@ impl E2b {
             sandbox,
             record,
             state,
+            domain: self.svc.config().e2b_domain.clone(),
         })
     }
 
