@@ -21,8 +21,11 @@ pub use signing::FileOp;
 
 use super::e2b::E2b;
 use super::{Service, ServiceError};
+use crate::runtime::{AgentConn, StreamItem};
+use sbx_agent_proto::{Event, Request};
 use sbx_api_types::SandboxStatus;
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 use subtle::ConstantTimeEq;
 use uuid::Uuid;
 use watchers::Watchers;
@@ -48,6 +51,9 @@ pub struct Caller {
 pub struct Envd {
     e2b: Arc<E2b>,
     watchers: Watchers,
+    /// Users already found in a sandbox's `/etc/passwd` (found once, a user
+    /// stays: only misses are looked up again).
+    known_users: Mutex<HashSet<(Uuid, String)>>,
 }
 
 impl Envd {
@@ -56,6 +62,7 @@ impl Envd {
         Arc::new(Envd {
             e2b,
             watchers: Watchers::default(),
+            known_users: Mutex::new(HashSet::new()),
         })
     }
 
@@ -129,6 +136,34 @@ impl Envd {
         Ok((record.workspace, id, record.envd_access_token))
     }
 
+    /// The sandbox's agent, once the caller's user is known to exist in the
+    /// guest (an unknown user is `unauthenticated` for every call, reads too).
+    pub(super) async fn conn(&self, caller: &Caller) -> Result<AgentConn> {
+        let conn = self
+            .svc()
+            .agent(&caller.workspace, caller.sandbox)
+            .await
+            .map_err(EnvdError::from)?;
+        let key = (caller.sandbox, caller.user.name().to_string());
+        let known = |set: &Mutex<HashSet<(Uuid, String)>>| {
+            set.lock().unwrap_or_else(|p| p.into_inner()).contains(&key)
+        };
+        if known(&self.known_users) {
+            return Ok(conn);
+        }
+        if !passwd_names(&conn).await?.contains(caller.user.name()) {
+            return Err(EnvdError::Unauthenticated(format!(
+                "invalid username: '{}'",
+                caller.user.name()
+            )));
+        }
+        self.known_users
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key);
+        Ok(conn)
+    }
+
     /// `GET /health`: whether the sandbox runs (its agent is reachable then).
     pub async fn health(&self, sandbox: &str) -> Result<()> {
         let gone = || EnvdError::SandboxGone(format!("The sandbox {sandbox} was not found"));
@@ -157,4 +192,33 @@ pub struct FileAuth<'a> {
     pub op: FileOp,
     /// `username` query parameter, if sent.
     pub user: Option<&'a str>,
+}
+
+/// The user names in the guest's `/etc/passwd`.
+async fn passwd_names(conn: &AgentConn) -> Result<HashSet<String>> {
+    let failed =
+        |e: String| EnvdError::Unavailable(format!("reading the guest's /etc/passwd: {e}"));
+    let mut stream = conn
+        .stream(Request::FileRead {
+            path: "/etc/passwd".into(),
+            max_bytes: 4 << 20,
+        })
+        .await
+        .map_err(|e| failed(e.to_string()))?;
+    let mut text = Vec::new();
+    loop {
+        match stream.next().await {
+            Some(StreamItem::Event(Event::FileData, bytes)) => text.extend_from_slice(&bytes),
+            Some(StreamItem::Event(..)) => {}
+            Some(StreamItem::End(..)) => break,
+            Some(StreamItem::Failed(e)) => return Err(failed(e.to_string())),
+            None => return Err(failed("the agent connection closed".into())),
+        }
+    }
+    Ok(String::from_utf8_lossy(&text)
+        .lines()
+        .filter_map(|l| l.split(':').next())
+        .filter(|n| !n.is_empty())
+        .map(str::to_string)
+        .collect())
 }

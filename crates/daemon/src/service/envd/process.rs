@@ -241,14 +241,6 @@ impl Envd {
         .map(|_| ())
         .map_err(|e| from_agent(e, &describe(selector)))
     }
-
-    /// The sandbox's agent, if it runs.
-    pub(super) async fn conn(&self, caller: &Caller) -> Result<AgentConn> {
-        self.svc()
-            .agent(&caller.workspace, caller.sandbox)
-            .await
-            .map_err(EnvdError::from)
-    }
 }
 
 fn describe(selector: &Selector) -> String {
