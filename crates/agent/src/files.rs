@@ -3,14 +3,16 @@
 //! Every path must be absolute. Symlinks are followed where the request says
 //! so (download); the sandbox is its own kernel, so a link cannot escape it.
 
+use crate::owner::{self, Owner};
 use crate::server::{Outcome, Sink};
+use crate::users::{Names, UserDb, UserError};
 use sbx_agent_proto::{
     AgentError, AgentErrorCode, DirectDownloadHeader, Event, FileKind, FileStat, Reply,
 };
 use std::fs::Metadata;
 use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Component, Path, PathBuf};
 use std::time::UNIX_EPOCH;
 
 /// Largest payload of one `FileData` event.
@@ -41,6 +43,17 @@ pub enum FileError {
         /// Limit.
         max: u64,
     },
+    /// A listing over [`crate::listing::MAX_LIST_ENTRIES`] entries.
+    #[error("{path}: more than {max} entries")]
+    TooManyEntries {
+        /// The listed directory.
+        path: String,
+        /// Limit.
+        max: usize,
+    },
+    /// An unknown owner (or an unreadable user database).
+    #[error(transparent)]
+    User(#[from] UserError),
     /// A system call failed.
     #[error("{path}: {source}")]
     Io {
@@ -57,7 +70,11 @@ impl From<FileError> for AgentError {
             FileError::NotAbsolute(_) | FileError::Root => AgentErrorCode::InvalidArgument,
             FileError::NotRegular(_) => AgentErrorCode::NotRegularFile,
             FileError::NotDirectory(_) => AgentErrorCode::Io,
-            FileError::TooLarge { .. } => AgentErrorCode::TooLarge,
+            FileError::TooLarge { .. } | FileError::TooManyEntries { .. } => {
+                AgentErrorCode::TooLarge
+            }
+            FileError::User(UserError::Unknown(_)) => AgentErrorCode::InvalidArgument,
+            FileError::User(UserError::Read { .. }) => AgentErrorCode::Io,
             FileError::Io { source, .. } => io_code(source),
         };
         AgentError::new(code, e.to_string())
@@ -94,10 +111,8 @@ pub fn absolute(path: &str) -> Result<&Path, FileError> {
     }
 }
 
-/// Builds a [`FileStat`] from metadata.
-pub fn file_stat(path: &Path, meta: &Metadata) -> FileStat {
-    let ft = meta.file_type();
-    let kind = if ft.is_file() {
+fn kind_of(ft: std::fs::FileType) -> FileKind {
+    if ft.is_file() {
         FileKind::File
     } else if ft.is_dir() {
         FileKind::Dir
@@ -105,7 +120,59 @@ pub fn file_stat(path: &Path, meta: &Metadata) -> FileStat {
         FileKind::Symlink
     } else {
         FileKind::Other
-    };
+    }
+}
+
+/// `path` with `.` and `..` resolved lexically (for links that resolve to nothing).
+fn lexical(path: &Path) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    for c in path.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(n) => out.push(n),
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+    out
+}
+
+/// Where the symlink at `path` points (canonical when it resolves, else
+/// its raw target made absolute) and the kind of the final target.
+fn symlink_target(path: &Path) -> (Option<String>, Option<FileKind>) {
+    if let Ok(target) = std::fs::canonicalize(path) {
+        let kind = std::fs::metadata(&target)
+            .ok()
+            .map(|m| kind_of(m.file_type()));
+        return (Some(target.to_string_lossy().into_owned()), kind);
+    }
+    match std::fs::read_link(path) {
+        Ok(raw) => {
+            let dir = path.parent().unwrap_or(Path::new("/"));
+            (
+                Some(lexical(&dir.join(raw)).to_string_lossy().into_owned()),
+                None,
+            )
+        }
+        Err(_) => (None, None),
+    }
+}
+
+/// [`file_stat`] plus owner and group names and, for a symlink, its target.
+pub fn full_stat(path: &Path, meta: &Metadata, names: &Names) -> FileStat {
+    let mut stat = file_stat(path, meta);
+    stat.owner = names.user(stat.uid);
+    stat.group = names.group(stat.gid);
+    if stat.kind == FileKind::Symlink {
+        (stat.symlink_target, stat.target_kind) = symlink_target(path);
+    }
+    stat
+}
+
+/// Builds a [`FileStat`] from metadata (ids but no names, no link target).
+pub fn file_stat(path: &Path, meta: &Metadata) -> FileStat {
+    let kind = kind_of(meta.file_type());
     let mtime_ms = meta
         .modified()
         .ok()
@@ -151,42 +218,21 @@ pub fn stat(path: &str) -> Result<Reply, FileError> {
     let p = absolute(path)?;
     let meta = std::fs::symlink_metadata(p).map_err(|e| io_err(path, e))?;
     Ok(Reply::Stat {
-        stat: file_stat(p, &meta),
+        stat: full_stat(p, &meta, &UserDb::default().names()),
     })
 }
 
-/// `ListDir`: entries sorted by name.
-pub fn list_dir(path: &str) -> Result<Reply, FileError> {
-    let p = absolute(path)?;
-    let meta = std::fs::metadata(p).map_err(|e| io_err(path, e))?;
-    if !meta.is_dir() {
-        return Err(FileError::NotDirectory(path.to_string()));
-    }
-    let mut entries = Vec::new();
-    for entry in std::fs::read_dir(p).map_err(|e| io_err(path, e))? {
-        let entry = entry.map_err(|e| io_err(path, e))?;
-        let full = entry.path();
-        // An entry removed while listing is skipped.
-        if let Ok(m) = std::fs::symlink_metadata(&full) {
-            entries.push(file_stat(&full, &m));
-        }
-    }
-    entries.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(Reply::Dir { entries })
-}
-
-/// `Mkdir`: create the directory and its parents; fine if it already is one.
-pub fn mkdir(path: &str) -> Result<Reply, FileError> {
+/// `Mkdir`: create the directory and its missing parents (given to `owner`);
+/// fine, and untouched, if it already is one.
+pub fn mkdir(path: &str, owner: Option<&str>) -> Result<Reply, FileError> {
     let p = absolute(path)?;
     match std::fs::metadata(p) {
         Ok(m) if m.is_dir() => return Ok(Reply::Ok),
         Ok(_) => return Err(FileError::NotDirectory(path.to_string())),
         Err(_) => {}
     }
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .create(p)
-        .map_err(|e| io_err(path, e))?;
+    let owner = owner::resolve(owner)?;
+    owner::create_dirs(p, 0o777, owner)?;
     Ok(Reply::Ok)
 }
 
@@ -210,10 +256,19 @@ pub fn remove(path: &str, recursive: bool) -> Result<Reply, FileError> {
     Ok(Reply::Ok)
 }
 
-/// `Rename`.
-pub fn rename(from: &str, to: &str) -> Result<Reply, FileError> {
+/// `Rename`; with `parents_owner`, the missing parents of `to` are created
+/// first, owned by that user.
+pub fn rename(from: &str, to: &str, parents_owner: Option<&str>) -> Result<Reply, FileError> {
     let f = absolute(from)?;
     let t = absolute(to)?;
+    if parents_owner.is_some() {
+        // A missing source is reported before anything is created.
+        f.symlink_metadata().map_err(|e| io_err(from, e))?;
+        let owner: Option<Owner> = owner::resolve(parents_owner)?;
+        if let Some(parent) = t.parent() {
+            owner::create_dirs(parent, 0o755, owner)?;
+        }
+    }
     std::fs::rename(f, t).map_err(|e| {
         // ENOENT with the source in place means the destination's directory is missing.
         let blamed = if e.kind() == std::io::ErrorKind::NotFound && f.symlink_metadata().is_ok() {
@@ -253,7 +308,7 @@ fn open_for_read(path: &str, max_bytes: u64) -> Result<(std::fs::File, FileStat)
             max: max_bytes,
         });
     }
-    Ok((file, file_stat(p, &meta)))
+    Ok((file, full_stat(p, &meta, &UserDb::default().names())))
 }
 
 /// Bytes copied per system call by [`read_file_to`].

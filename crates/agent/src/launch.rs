@@ -30,6 +30,67 @@ pub fn set_task_limit(limit: u64) {
     let _ = TASK_LIMIT.set(limit);
 }
 
+/// Why a child could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    /// The child could not enter its working directory (as its user).
+    #[error("cannot enter the working directory: {0}")]
+    Cwd(io::Error),
+    /// Anything else: the program could not be run, or a setup step failed.
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}
+
+/// Identity a child runs as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Credentials {
+    /// User id.
+    pub uid: u32,
+    /// Primary group id.
+    pub gid: u32,
+    /// Supplementary groups.
+    pub groups: Vec<u32>,
+}
+
+/// How a managed child is started beyond [`spawn`]'s defaults.
+#[derive(Debug, Default, Clone)]
+pub struct Options {
+    /// stdin is a pipe whose write end the caller keeps.
+    pub stdin_pipe: bool,
+    /// Run on a new pseudo-terminal of this size, in a new session.
+    pub pty: Option<sbx_agent_proto::PtySize>,
+    /// Switch to this identity before the exec.
+    pub creds: Option<Credentials>,
+}
+
+/// The agent's ends of a started child's standard streams.
+#[derive(Debug)]
+pub enum ChildIo {
+    /// Separate pipes; `stdin` is the write end when a stdin pipe was asked for.
+    Pipes {
+        /// Read end of stdout.
+        stdout: OwnedFd,
+        /// Read end of stderr.
+        stderr: OwnedFd,
+        /// Write end of stdin.
+        stdin: Option<OwnedFd>,
+    },
+    /// The terminal's master side (output and input).
+    Pty {
+        /// Master of the pseudo-terminal.
+        master: OwnedFd,
+    },
+}
+
+/// A started managed child.
+#[derive(Debug)]
+pub struct Started {
+    /// Process id (also its process group id).
+    pub pid: i32,
+    /// Its streams.
+    pub io: ChildIo,
+}
+
 /// A started child: its pid and the read ends of its stdout and stderr pipes.
 #[derive(Debug)]
 pub struct Spawned {
@@ -56,7 +117,7 @@ fn check(rc: libc::c_int) -> io::Result<()> {
 /// A close-on-exec copy of `fd` numbered 3 or above: a pipe that landed on
 /// 0–2 (the agent's own stdio closed) would otherwise be `dup2`ed onto
 /// itself, which keeps close-on-exec set and loses the stream in the child.
-fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
+pub(crate) fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
     if fd.as_raw_fd() > 2 {
         return Ok(fd);
     }
@@ -70,7 +131,7 @@ fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
 }
 
 /// A pipe as (read end, write end), both close-on-exec and above 2.
-fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+pub(crate) fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0 as libc::c_int; 2];
     // SAFETY: pipe2 fills two fds on success.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -117,23 +178,83 @@ impl Drop for SpawnSetup {
 /// stderr piped, an empty signal mask and default signal dispositions.
 /// A missing or non-executable program fails here with its errno.
 pub fn spawn(p: &Prepared) -> io::Result<Spawned> {
-    let program = cstring(p.program.as_os_str().as_bytes())?;
-    let argv: Vec<CString> = p
-        .argv
-        .iter()
-        .map(|a| cstring(a.as_bytes()))
-        .collect::<io::Result<_>>()?;
-    let envp: Vec<CString> = p
-        .env
-        .iter()
-        .map(|(k, v)| cstring(format!("{k}={v}").as_bytes()))
-        .collect::<io::Result<_>>()?;
-    let cwd = cstring(p.cwd.as_os_str().as_bytes())?;
-    let mut argv_ptrs: Vec<*mut libc::c_char> = argv.iter().map(|a| a.as_ptr() as *mut _).collect();
-    argv_ptrs.push(std::ptr::null_mut());
-    let mut envp_ptrs: Vec<*mut libc::c_char> = envp.iter().map(|e| e.as_ptr() as *mut _).collect();
-    envp_ptrs.push(std::ptr::null_mut());
+    posix(p, None)
+}
 
+/// Starts a managed child. Plain children (and ones that only want a stdin
+/// pipe) go through posix_spawn; a user switch or a terminal needs steps
+/// posix_spawn cannot express (setgroups/setuid, `TIOCSCTTY`), done by
+/// [`crate::forkexec`] with the same vfork-style clone.
+pub fn start(p: &Prepared, opts: &Options) -> Result<Started, LaunchError> {
+    if opts.pty.is_none() && opts.creds.is_none() {
+        let stdin = opts.stdin_pipe.then(pipe).transpose()?;
+        let (stdin_r, stdin_w) = match stdin {
+            Some((r, w)) => (Some(r), Some(w)),
+            None => (None, None),
+        };
+        let s = posix(p, stdin_r)?;
+        return Ok(Started {
+            pid: s.pid,
+            io: ChildIo::Pipes {
+                stdout: s.stdout,
+                stderr: s.stderr,
+                stdin: stdin_w,
+            },
+        });
+    }
+    // The child sets its own task limit before the exec there.
+    crate::forkexec::start(p, opts, TASK_LIMIT.get().copied())
+}
+
+/// The C strings of a command, kept alive while their pointers are used.
+pub(crate) struct CCommand {
+    /// Resolved program.
+    pub program: CString,
+    /// Working directory.
+    pub cwd: CString,
+    _argv: Vec<CString>,
+    _envp: Vec<CString>,
+    /// NULL-terminated pointers into the argv strings.
+    pub argv_ptrs: Vec<*mut libc::c_char>,
+    /// NULL-terminated pointers into the `KEY=value` strings.
+    pub envp_ptrs: Vec<*mut libc::c_char>,
+}
+
+impl CCommand {
+    pub(crate) fn new(p: &Prepared) -> io::Result<CCommand> {
+        let program = cstring(p.program.as_os_str().as_bytes())?;
+        let argv: Vec<CString> = p
+            .argv
+            .iter()
+            .map(|a| cstring(a.as_bytes()))
+            .collect::<io::Result<_>>()?;
+        let envp: Vec<CString> = p
+            .env
+            .iter()
+            .map(|(k, v)| cstring(format!("{k}={v}").as_bytes()))
+            .collect::<io::Result<_>>()?;
+        let cwd = cstring(p.cwd.as_os_str().as_bytes())?;
+        let mut argv_ptrs: Vec<*mut libc::c_char> =
+            argv.iter().map(|a| a.as_ptr() as *mut _).collect();
+        argv_ptrs.push(std::ptr::null_mut());
+        let mut envp_ptrs: Vec<*mut libc::c_char> =
+            envp.iter().map(|e| e.as_ptr() as *mut _).collect();
+        envp_ptrs.push(std::ptr::null_mut());
+        Ok(CCommand {
+            program,
+            cwd,
+            _argv: argv,
+            _envp: envp,
+            argv_ptrs,
+            envp_ptrs,
+        })
+    }
+}
+
+/// posix_spawn with stdin from `stdin` (a pipe read end) or `/dev/null`.
+fn posix(p: &Prepared, stdin: Option<OwnedFd>) -> io::Result<Spawned> {
+    // Kept whole: the pointers below point into its strings.
+    let cmd = CCommand::new(p)?;
     let (out_r, out_w) = pipe()?;
     let (err_r, err_w) = pipe()?;
     let mut setup = SpawnSetup::new()?;
@@ -144,13 +265,20 @@ pub fn spawn(p: &Prepared) -> io::Result<Spawned> {
     // here); sigset functions only write into the local sets.
     unsafe {
         let s = &mut *setup;
-        check(libc::posix_spawn_file_actions_addopen(
-            &mut s.actions,
-            0,
-            devnull.as_ptr(),
-            libc::O_RDONLY,
-            0,
-        ))?;
+        match &stdin {
+            Some(fd) => check(libc::posix_spawn_file_actions_adddup2(
+                &mut s.actions,
+                fd.as_raw_fd(),
+                0,
+            ))?,
+            None => check(libc::posix_spawn_file_actions_addopen(
+                &mut s.actions,
+                0,
+                devnull.as_ptr(),
+                libc::O_RDONLY,
+                0,
+            ))?,
+        }
         // dup2 onto 1 and 2 clears close-on-exec on the child's copies.
         check(libc::posix_spawn_file_actions_adddup2(
             &mut s.actions,
@@ -164,7 +292,7 @@ pub fn spawn(p: &Prepared) -> io::Result<Spawned> {
         ))?;
         check(libc::posix_spawn_file_actions_addchdir_np(
             &mut s.actions,
-            cwd.as_ptr(),
+            cmd.cwd.as_ptr(),
         ))?;
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);
@@ -180,15 +308,16 @@ pub fn spawn(p: &Prepared) -> io::Result<Spawned> {
         check(libc::posix_spawnattr_setflags(&mut s.attr, flags as _))?;
         check(libc::posix_spawn(
             &mut pid,
-            program.as_ptr(),
+            cmd.program.as_ptr(),
             &s.actions,
             &s.attr,
-            argv_ptrs.as_ptr(),
-            envp_ptrs.as_ptr(),
+            cmd.argv_ptrs.as_ptr(),
+            cmd.envp_ptrs.as_ptr(),
         ))?;
     }
-    // The child has its copies; ours must close so the readers see EOF.
-    drop((out_w, err_w));
+    // The child has its copies; ours must close so the readers see EOF
+    // (and, for stdin, so that closing the write end gives the child EOF).
+    drop((out_w, err_w, stdin));
     if let Some(limit) = TASK_LIMIT.get() {
         limit_tasks(pid, *limit);
     }

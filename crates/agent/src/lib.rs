@@ -10,6 +10,10 @@
 //! * [`table`]: process table, the zombie reaper, output retention.
 //! * [`ring`]: per-process output ring buffer.
 //! * [`spawn`]: environment merging, `argv[0]` resolution, spawning.
+//! * [`launch`], [`forkexec`]: starting children (posix_spawn, or a
+//!   vfork-style clone for a user switch or a terminal); [`pty`] terminals.
+//! * [`input`], [`control`]: stdin/terminal input, close and resize.
+//! * [`users`]: the guest's `/etc/passwd` and `/etc/group`.
 //! * [`exec`]: run-to-completion commands.
 //! * [`procs`]: background process requests (start, wait, output, stream...).
 //! * [`files`]: stat, list, mkdir, remove, rename, download.
@@ -18,19 +22,26 @@
 //! * [`proxy`]: the HTTP and SOCKS5 egress proxies carried over `net_serve`.
 //! * [`dns`]: the DNS responder on 127.0.0.1:53, answered over `net_serve`.
 
+pub mod control;
 pub mod dns;
 pub mod exec;
 pub mod files;
+pub mod forkexec;
+pub mod input;
 pub mod launch;
+pub mod listing;
+pub mod owner;
 pub mod pipes;
 pub mod procs;
 pub mod proxy;
+pub mod pty;
 pub mod relay;
 pub mod ring;
 pub mod server;
 pub mod spawn;
 pub mod table;
 pub mod upload;
+pub mod users;
 
 use std::io::Write;
 use std::sync::Arc;
@@ -70,6 +81,8 @@ pub struct Agent {
     pub boot_id: Uuid,
     /// Egress proxies (started by the first `net_serve`).
     pub net: Arc<proxy::Net>,
+    /// The guest's users and groups.
+    pub users: users::UserDb,
 }
 
 impl Agent {
@@ -80,6 +93,7 @@ impl Agent {
             env: spawn::Environment::from_process(),
             boot_id: Uuid::new_v4(),
             net: Arc::default(),
+            users: users::UserDb::default(),
         })
     }
 }

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-const USAGE: &str = "usage: sbx-agent init [--task-limit N] | serve --socket PATH | relay [--socket PATH] | write-file PATH MODE MAX_BYTES | read-file PATH MAX_BYTES | version";
+const USAGE: &str = "usage: sbx-agent init [--task-limit N] | serve --socket PATH | relay [--socket PATH] | write-file PATH MODE MAX_BYTES [OWNER] | read-file PATH MAX_BYTES | version";
 
 #[derive(PartialEq)]
 enum Mode {
@@ -61,15 +61,18 @@ fn not_dumpable_helper() {
     }
 }
 
-/// `write-file PATH MODE MAX_BYTES` (MODE in octal): the direct upload path.
+/// `write-file PATH MODE MAX_BYTES [OWNER]` (MODE in octal): the direct
+/// upload path; OWNER (a guest user) owns the file and the parents created.
 /// The outcome is the JSON line on stdout; the exit code is 0 either way.
 fn write_file(args: &[String]) -> Result<(), String> {
-    let [path, mode, max] = args else {
-        return Err(USAGE.to_string());
+    let (path, mode, max, owner) = match args {
+        [path, mode, max] => (path, mode, max, None),
+        [path, mode, max, owner] => (path, mode, max, Some(owner.as_str())),
+        _ => return Err(USAGE.to_string()),
     };
     let mode = u32::from_str_radix(mode, 8).map_err(|_| format!("bad mode {mode:?}"))?;
     let max: u64 = max.parse().map_err(|_| format!("bad byte limit {max:?}"))?;
-    let result = match sbx_agent::upload::write_file_from_stdin(path, mode, max) {
+    let result = match sbx_agent::upload::write_file_from_stdin(path, mode, max, owner) {
         Ok(n) => sbx_agent_proto::DirectUploadResult::Written { bytes_written: n },
         Err(e) => sbx_agent_proto::DirectUploadResult::Failed(e.into()),
     };

@@ -7,7 +7,7 @@
 //! processes, their output and the process table live on.
 
 use crate::upload::Upload;
-use crate::{console, exec, files, procs, Agent};
+use crate::{console, exec, files, listing, procs, Agent};
 use sbx_agent_proto::{
     AgentError, AgentErrorCode, Body, CodecError, Event, Frame, Header, Reply, Request,
     MAX_FRAME_BYTES, PROTOCOL_VERSION,
@@ -405,51 +405,59 @@ impl Connection {
                 path,
                 mode,
                 max_bytes,
-                ..
+                owner,
             } => {
                 let sink = Sink::new(id, self.tx.clone());
-                self.uploads
-                    .insert(id, Upload::begin(path, mode, max_bytes, sink));
+                let upload = Upload::begin(path, mode, max_bytes, owner, sink);
+                self.uploads.insert(id, upload);
             }
             Request::NetServe => {
                 let serving = self.agent.net.register(&Sink::new(id, self.tx.clone()));
                 self.spawn_serving(id, serving);
             }
+            // Queued here, in the order the frames arrive, so that input is
+            // never reordered; the answer waits (in its own task) for the write.
+            Request::ProcessInput { process } => match self.agent.table.input(process, payload) {
+                Ok(written) => self.spawn_task(id, move |_| procs::input_written(process, written)),
+                Err(e) => Sink::new(id, self.tx.clone()).finish(Err(e)).await,
+            },
+            Request::ProcessCloseStdin { process } => match self.agent.table.close_stdin(process) {
+                Ok(closed) => self.spawn_task(id, move |_| procs::stdin_closed(closed)),
+                Err(e) => Sink::new(id, self.tx.clone()).finish(Err(e)).await,
+            },
             req => self.spawn_request(id, req),
         }
     }
 
     /// Like `spawn_request` for an already registered `net_serve`.
     fn spawn_serving(&mut self, id: u64, serving: crate::proxy::Serving) {
-        self.next_seq += 1;
-        let seq = self.next_seq;
-        let sink = Sink::new(id, self.tx.clone());
-        let tasks = Arc::clone(&self.tasks);
-        let mut map = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
-        let task = tokio::spawn(async move {
-            let outcome = serving.wait().await;
-            {
-                let mut map = tasks.lock().unwrap_or_else(|e| e.into_inner());
-                if map.get(&id).is_some_and(|(s, _)| *s == seq) {
-                    map.remove(&id);
-                }
-            }
-            sink.finish(outcome).await;
-        });
-        map.insert(id, (seq, task.abort_handle()));
+        self.spawn_task(id, move |_| serving.wait());
     }
 
     fn spawn_request(&mut self, id: u64, req: Request) {
+        let agent = Arc::clone(&self.agent);
+        self.spawn_task(
+            id,
+            move |sink| async move { dispatch(&agent, req, &sink).await },
+        );
+    }
+
+    /// Runs `work` as request `id`'s task: registered so that a cancel or
+    /// the connection's end aborts it, and its outcome is the final frame.
+    fn spawn_task<F, Fut>(&mut self, id: u64, work: F)
+    where
+        F: FnOnce(Sink) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = Outcome> + Send + 'static,
+    {
         self.next_seq += 1;
         let seq = self.next_seq;
         let sink = Sink::new(id, self.tx.clone());
-        let agent = Arc::clone(&self.agent);
         let tasks = Arc::clone(&self.tasks);
         // Hold the map lock across spawn + insert so a fast task cannot try
         // to deregister before it is registered.
         let mut map = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
         let task = tokio::spawn(async move {
-            let outcome = dispatch(&agent, req, &sink).await;
+            let outcome = work(sink.clone()).await;
             {
                 let mut map = tasks.lock().unwrap_or_else(|e| e.into_inner());
                 if map.get(&id).is_some_and(|(s, _)| *s == seq) {
@@ -483,7 +491,11 @@ pub async fn dispatch(agent: &Arc<Agent>, req: Request, sink: &Sink) -> Outcome 
             timeout_ms,
             max_output_bytes,
         } => exec::exec(agent, command, timeout_ms, max_output_bytes).await,
-        Request::ProcessStart { command, .. } => procs::start(agent, command).await,
+        Request::ProcessStart { command, options } => procs::start(agent, command, options).await,
+        Request::ProcessResize { process, size } => {
+            agent.table.resize(process, size)?;
+            reply(Reply::Ok)
+        }
         Request::ProcessList => reply(Reply::Processes {
             processes: agent.table.list(),
         }),
@@ -510,21 +522,26 @@ pub async fn dispatch(agent: &Arc<Agent>, req: Request, sink: &Sink) -> Outcome 
         } => procs::stream(agent, process, tail_bytes, from_offset, sink).await,
         Request::FileRead { path, max_bytes } => files::read(path, max_bytes, sink).await,
         Request::Stat { path } => files::blocking(move || files::stat(&path)).await,
-        Request::ListDir { path, .. } => files::blocking(move || files::list_dir(&path)).await,
-        Request::Mkdir { path, .. } => files::blocking(move || files::mkdir(&path)).await,
+        Request::ListDir { path, depth } => {
+            files::blocking(move || listing::list_dir(&path, depth)).await
+        }
+        Request::Mkdir { path, owner } => {
+            files::blocking(move || files::mkdir(&path, owner.as_deref())).await
+        }
         Request::Remove { path, recursive } => {
             files::blocking(move || files::remove(&path, recursive)).await
         }
-        Request::Rename { from, to, .. } => {
-            files::blocking(move || files::rename(&from, &to)).await
-        }
+        Request::Rename {
+            from,
+            to,
+            parents_owner,
+        } => files::blocking(move || files::rename(&from, &to, parents_owner.as_deref())).await,
         Request::Sync => files::blocking(files::sync).await,
         Request::ProcessInput { .. }
         | Request::ProcessCloseStdin { .. }
-        | Request::ProcessResize { .. }
         | Request::Watch { .. } => Err(AgentError::new(
-            AgentErrorCode::InvalidArgument,
-            "not supported by this agent yet",
+            AgentErrorCode::Protocol,
+            "input, close-stdin and watch requests are handled by the connection",
         )),
         Request::Quiesce => {
             agent.net.quiesce().await;

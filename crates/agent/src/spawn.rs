@@ -103,7 +103,22 @@ impl Environment {
 
     /// guest defaults, overridden by the base environment, overridden by `call`.
     pub fn merged(&self, call: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+        self.merged_for(None, call)
+    }
+
+    /// Like [`Environment::merged`], with the `user`'s `HOME`, `USER` and
+    /// `LOGNAME` between the guest defaults and the base environment.
+    pub fn merged_for(
+        &self,
+        user: Option<&crate::users::User>,
+        call: &BTreeMap<String, String>,
+    ) -> BTreeMap<String, String> {
         let mut env = self.guest.clone();
+        if let Some(u) = user {
+            env.insert("HOME".into(), u.home.clone());
+            env.insert("USER".into(), u.name.clone());
+            env.insert("LOGNAME".into(), u.name.clone());
+        }
         let base = self.base.lock().unwrap_or_else(|e| e.into_inner());
         env.extend(base.iter().map(|(k, v)| (k.clone(), v.clone())));
         env.extend(call.iter().map(|(k, v)| (k.clone(), v.clone())));
@@ -266,5 +281,21 @@ mod tests {
         assert_eq!(m["A"], "g");
         assert_eq!(m["B"], "base");
         assert_eq!(m["C"], "call");
+        // A user's variables sit between the guest defaults and the base.
+        let user = crate::users::User {
+            name: "u".into(),
+            uid: 1,
+            gid: 1,
+            home: "/home/u".into(),
+            groups: vec![1],
+        };
+        e.configure([("USER".to_string(), "base".to_string())].into());
+        let m = e.merged_for(
+            Some(&user),
+            &[("LOGNAME".to_string(), "call".to_string())].into(),
+        );
+        assert_eq!(m["HOME"], "/home/u");
+        assert_eq!(m["USER"], "base");
+        assert_eq!(m["LOGNAME"], "call");
     }
 }

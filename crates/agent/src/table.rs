@@ -5,13 +5,15 @@
 //! exits immediately can never be reaped before it is registered. Statuses of
 //! pids the table does not know (orphans reparented to the agent) are dropped.
 
-use crate::launch::{self, Spawned};
+use crate::input::Input;
+use crate::launch::{self, ChildIo, LaunchError, Spawned};
 use crate::pipes::PipeReader;
 use crate::ring::{Chunk, Ring};
 use crate::spawn::Prepared;
 use crate::{console, now_ms};
 use sbx_agent_proto::{AgentError, AgentErrorCode, ProcessInfo, ProcessState, StreamKind};
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
@@ -68,22 +70,42 @@ enum Owner {
 }
 
 /// One managed process.
-struct Proc {
-    info: ProcessInfo,
+pub(crate) struct Proc {
+    pub(crate) info: ProcessInfo,
     ring: Option<Ring>,
     /// Collected exit status (the process may still be draining its pipes).
-    status: Option<Exit>,
+    pub(crate) status: Option<Exit>,
     /// The last signal sent to the whole group: sent again once the leader is
     /// reaped, for members forked while the first one was being delivered.
     group_signal: Option<i32>,
     open_pipes: u8,
     readers: Vec<AbortHandle>,
-    changed: watch::Sender<()>,
+    pub(crate) changed: watch::Sender<()>,
+    /// Writer of the stdin pipe or terminal, while input is open.
+    pub(crate) input: Option<Input>,
+    /// The terminal's master (for resizing), while the process runs.
+    pub(crate) master: Option<OwnedFd>,
+}
+
+impl Proc {
+    fn new(info: ProcessInfo, ring: Ring) -> Proc {
+        Proc {
+            info,
+            ring: Some(ring),
+            status: None,
+            group_signal: None,
+            open_pipes: 0,
+            readers: Vec::new(),
+            changed: watch::Sender::new(()),
+            input: None,
+            master: None,
+        }
+    }
 }
 
 #[derive(Default)]
-struct Inner {
-    procs: BTreeMap<Uuid, Proc>,
+pub(crate) struct Inner {
+    pub(crate) procs: BTreeMap<Uuid, Proc>,
     by_pid: HashMap<i32, Owner>,
     /// Finished processes still holding an output ring, oldest first.
     finished_output: VecDeque<Uuid>,
@@ -121,7 +143,7 @@ pub struct Table {
     inner: Mutex<Inner>,
 }
 
-fn not_found(id: Uuid) -> AgentError {
+pub(crate) fn not_found(id: Uuid) -> AgentError {
     AgentError::new(AgentErrorCode::NotFound, format!("no process {id}"))
 }
 
@@ -145,103 +167,88 @@ impl Table {
         Self::default()
     }
 
-    fn lock(&self) -> MutexGuard<'_, Inner> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Spawns a managed background process and records it as RUNNING.
+    /// Spawns a managed background process and records it as RUNNING;
+    /// `info` carries what the caller knows (argv, env, cwd, tag, user, pty).
     ///
     /// Must run inside the tokio runtime (pipe readers are tasks).
     pub fn spawn_managed(
         self: &Arc<Self>,
         prepared: &Prepared,
-        argv: Vec<String>,
-    ) -> std::io::Result<ProcessInfo> {
+        opts: &launch::Options,
+        mut info: ProcessInfo,
+    ) -> Result<ProcessInfo, LaunchError> {
         let mut inner = self.lock();
-        let child = launch::spawn(prepared)?;
+        let child = launch::start(prepared, opts)?;
         let pid = child.pid;
         let id = Uuid::new_v4();
-        let pipes = take_pipes(child);
-        let info = ProcessInfo {
-            id,
-            argv,
-            pid: Some(pid),
-            state: ProcessState::Running,
-            exit_code: None,
-            signal: None,
-            error: None,
-            started_at_ms: Some(now_ms()),
-            ended_at_ms: None,
-            output_retained: true,
-            output_bytes: 0,
-            env: Default::default(),
-            cwd: None,
-            tag: None,
-            user: None,
-            pty: false,
-            stdin_open: false,
+        info.id = id;
+        info.pid = Some(pid);
+        info.state = ProcessState::Running;
+        info.started_at_ms = Some(now_ms());
+        info.output_retained = true;
+        let mut proc = Proc::new(info, Ring::new());
+        let outputs = match child.io {
+            ChildIo::Pipes {
+                stdout,
+                stderr,
+                stdin,
+            } => {
+                proc.input = stdin.map(Input::spawn);
+                vec![
+                    (StreamKind::Stdout, Ok(stdout)),
+                    (StreamKind::Stderr, Ok(stderr)),
+                ]
+            }
+            ChildIo::Pty { master } => {
+                // Separate fds for the reader and writer threads; the
+                // original stays here for resizing.
+                match master.try_clone() {
+                    Ok(w) => proc.input = Some(Input::spawn(w)),
+                    Err(e) => console!("process {id}: cannot write to its terminal: {e}"),
+                }
+                let reader = master.try_clone();
+                proc.master = Some(master);
+                vec![(StreamKind::Pty, reader)]
+            }
         };
-        let mut proc = Proc {
-            info: info.clone(),
-            ring: Some(Ring::new()),
-            status: None,
-            group_signal: None,
-            open_pipes: 0,
-            readers: Vec::new(),
-            changed: watch::Sender::new(()),
-        };
-        match pipes {
-            Ok((out, err)) => {
-                proc.open_pipes = 2;
-                for (stream, rx) in [(StreamKind::Stdout, out), (StreamKind::Stderr, err)] {
+        proc.info.stdin_open = proc.input.is_some();
+        for (stream, fd) in outputs {
+            match fd.and_then(PipeReader::spawn) {
+                Ok(rx) => {
+                    proc.open_pipes += 1;
                     let table = Arc::clone(self);
                     let task = tokio::spawn(async move { table.read_pipe(id, stream, rx).await });
                     proc.readers.push(task.abort_handle());
                 }
+                Err(e) => console!("process {id}: cannot read output: {e}"),
             }
-            Err(e) => console!("process {id}: cannot read output: {e}"),
         }
+        let info = proc.info.clone();
         inner.by_pid.insert(pid, Owner::Managed(id));
         inner.procs.insert(id, proc);
         Ok(info)
     }
 
-    /// Records a process that could not be started.
-    pub fn insert_failed(&self, argv: Vec<String>, error: String) -> ProcessInfo {
+    /// Records a process that could not be started; `info` as for [`Table::spawn_managed`].
+    pub fn insert_failed(&self, mut info: ProcessInfo, error: String) -> ProcessInfo {
         let id = Uuid::new_v4();
         let now = now_ms();
-        let info = ProcessInfo {
-            id,
-            argv,
-            pid: None,
-            state: ProcessState::Failed,
-            exit_code: None,
-            signal: None,
-            error: Some(error),
-            started_at_ms: Some(now),
-            ended_at_ms: Some(now),
-            output_retained: true,
-            output_bytes: 0,
-            env: Default::default(),
-            cwd: None,
-            tag: None,
-            user: None,
-            pty: false,
-            stdin_open: false,
-        };
+        info.id = id;
+        info.pid = None;
+        info.state = ProcessState::Failed;
+        info.error = Some(error);
+        info.started_at_ms = Some(now);
+        info.ended_at_ms = Some(now);
+        info.output_retained = true;
+        info.stdin_open = false;
         let mut inner = self.lock();
-        inner.procs.insert(
-            id,
-            Proc {
-                info: info.clone(),
-                ring: Some(Ring::with_capacity(0)),
-                status: None,
-                group_signal: None,
-                open_pipes: 0,
-                readers: Vec::new(),
-                changed: watch::Sender::new(()),
-            },
-        );
+        inner
+            .procs
+            .insert(id, Proc::new(info.clone(), Ring::with_capacity(0)));
         inner.finished_all.push_back(id);
         inner.evict_metadata();
         info
@@ -354,6 +361,14 @@ impl Table {
         };
         p.status = Some(exit);
         p.info.ended_at_ms = Some(now_ms());
+        // Nothing reads input any more: the writer closes its fd (once a
+        // write blocked by a grandchild holding the pipe returns).
+        p.input = None;
+        p.master = None;
+        if p.info.stdin_open {
+            p.info.stdin_open = false;
+            p.changed.send_replace(());
+        }
         if let (Some(signal), Some(pid)) = (p.group_signal, p.info.pid) {
             // A member forked while the group signal was being delivered can miss
             // it (gVisor does not hold back a fork racing a group kill the way

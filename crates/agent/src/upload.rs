@@ -8,11 +8,12 @@
 //! abort, cancel, error, over-size, or the connection dropping.
 
 use crate::files::{absolute, io_err, FileError};
+use crate::owner;
 use crate::server::{Outcome, Sink};
 use sbx_agent_proto::{AgentError, AgentErrorCode, Reply};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use tokio::sync::mpsc;
 
@@ -59,10 +60,17 @@ pub struct Upload {
 
 impl Upload {
     /// Starts an upload task; its final reply or error goes to `sink`.
-    pub fn begin(path: String, mode: u32, max_bytes: u64, sink: Sink) -> Upload {
+    /// `owner` (a guest user name) owns the file and the parents created.
+    pub fn begin(
+        path: String,
+        mode: u32,
+        max_bytes: u64,
+        owner: Option<String>,
+        sink: Sink,
+    ) -> Upload {
         let (tx, rx) = mpsc::channel(UPLOAD_QUEUE);
         tokio::spawn(async move {
-            if let Some(outcome) = run(path, mode, max_bytes, rx).await {
+            if let Some(outcome) = run(path, mode, max_bytes, owner, rx).await {
                 sink.finish(outcome).await;
             }
         });
@@ -128,19 +136,16 @@ fn temp_name(name: &str) -> String {
     }
 }
 
-fn open_temp(path: &str, mode: u32) -> Result<Temp, FileError> {
+fn open_temp(path: &str, mode: u32, owner: Option<&str>) -> Result<Temp, FileError> {
     let dest = absolute(path)?.to_path_buf();
+    let owner = owner::resolve(owner)?;
     let name = match dest.file_name() {
         Some(n) if !path.ends_with('/') => n.to_string_lossy().into_owned(),
         _ => return Err(FileError::NotRegular(path.to_string())),
     };
     check_dest(&dest, path)?;
     let parent = dest.parent().unwrap_or(Path::new("/")).to_path_buf();
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o755)
-        .create(&parent)
-        .map_err(|e| io_err(&parent.to_string_lossy(), e))?;
+    owner::create_dirs(&parent, 0o755, owner)?;
     let temp = parent.join(temp_name(&name));
     let mode = mode & 0o7777;
     let file = OpenOptions::new()
@@ -156,6 +161,11 @@ fn open_temp(path: &str, mode: u32) -> Result<Temp, FileError> {
         dest_str: path.to_string(),
         committed: false,
     };
+    // Before the mode: a chown clears the set-id bits.
+    if let Some(o) = owner {
+        std::os::unix::fs::fchown(&guard.file, Some(o.uid), Some(o.gid))
+            .map_err(|e| io_err(path, e))?;
+    }
     // The umask may have cleared bits: apply the mode exactly.
     guard
         .file
@@ -190,10 +200,11 @@ async fn run(
     path: String,
     mode: u32,
     max_bytes: u64,
+    owner: Option<String>,
     mut rx: mpsc::Receiver<Msg>,
 ) -> Option<Outcome> {
     let p = path.clone();
-    let mut temp = match blocking(move || Ok(open_temp(&p, mode)?)).await {
+    let mut temp = match blocking(move || Ok(open_temp(&p, mode, owner.as_deref())?)).await {
         Ok(t) => t,
         Err(e) => return Some(Err(e.into())),
     };
@@ -245,10 +256,16 @@ const DIRECT_READ_BYTES: usize = 1024 * 1024;
 /// `sbx_agent_proto::direct`). Same temp file, checks and atomic commit as a
 /// framed upload, but the bytes come straight from stdin, not through the
 /// agent's connection.
-pub fn write_file_from_stdin(path: &str, mode: u32, max_bytes: u64) -> Result<u64, UploadError> {
+/// `owner` as for [`Upload::begin`].
+pub fn write_file_from_stdin(
+    path: &str,
+    mode: u32,
+    max_bytes: u64,
+    owner: Option<&str>,
+) -> Result<u64, UploadError> {
     use sbx_agent_proto::{direct_upload_trailer_matches, DIRECT_UPLOAD_TRAILER_BYTES};
     use std::io::Read;
-    let mut temp = open_temp(path, mode)?;
+    let mut temp = open_temp(path, mode, owner)?;
     let mut stdin = std::io::stdin().lock();
     let mut buf = vec![0u8; DIRECT_READ_BYTES + DIRECT_UPLOAD_TRAILER_BYTES];
     // The last bytes seen are held back: they may be the trailer.

@@ -9,6 +9,10 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 fn write_file(dest: &Path, max: u64, input: &[u8]) -> DirectUploadResult {
+    write_file_as(dest, max, input, None)
+}
+
+fn write_file_as(dest: &Path, max: u64, input: &[u8], owner: Option<&str>) -> DirectUploadResult {
     let mut child = Command::new(common::agent_bin())
         .args([
             "write-file",
@@ -16,6 +20,7 @@ fn write_file(dest: &Path, max: u64, input: &[u8]) -> DirectUploadResult {
             "640",
             &max.to_string(),
         ])
+        .args(owner)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -88,4 +93,34 @@ fn over_the_limit_is_refused() {
     }
     assert!(!dest.exists());
     assert!(leftovers(dir.path()).is_empty());
+}
+
+#[test]
+fn an_owner_gets_the_file_and_the_new_parents() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("new/sub/file.txt");
+    let mut input = b"owned".to_vec();
+    input.extend_from_slice(&direct_upload_trailer(5));
+    assert_eq!(
+        write_file_as(&dest, 100, &input, Some("nobody")),
+        DirectUploadResult::Written { bytes_written: 5 }
+    );
+    let nobody = sbx_agent::users::UserDb::default().user("nobody").unwrap();
+    for p in [
+        dest.as_path(),
+        &dir.path().join("new/sub"),
+        &dir.path().join("new"),
+    ] {
+        let m = std::fs::metadata(p).unwrap();
+        assert_eq!((m.uid(), m.gid()), (nobody.uid, nobody.gid), "{p:?}");
+    }
+    assert_eq!(std::fs::metadata(dir.path()).unwrap().uid(), 0);
+    match write_file_as(&dir.path().join("x"), 100, &input, Some("no-such-user-xyz")) {
+        DirectUploadResult::Failed(e) => {
+            assert_eq!(e.code, AgentErrorCode::InvalidArgument, "{e:?}")
+        }
+        other => panic!("committed {other:?}"),
+    }
+    assert!(!dir.path().join("x").exists());
 }

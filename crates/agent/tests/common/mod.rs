@@ -3,7 +3,7 @@
 
 use sbx_agent_proto::{
     read_frame, write_frame, AgentError, Body, CommandSpec, Event, Frame, Header, ProcessInfo,
-    Reply, Request,
+    ProcessOptions, Reply, Request,
 };
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -222,6 +222,85 @@ impl Client {
             .await
         {
             (Reply::Process { process }, _) => process,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    /// `process_start` with options; the start must be answered with a process.
+    pub async fn start_with(
+        &mut self,
+        command: CommandSpec,
+        options: ProcessOptions,
+    ) -> ProcessInfo {
+        match self.ok(Request::ProcessStart { command, options }).await {
+            (Reply::Process { process }, _) => process,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    pub async fn get(&mut self, process: Uuid) -> ProcessInfo {
+        match self.ok(Request::ProcessGet { process }).await {
+            (Reply::Process { process }, _) => process,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    /// Sends `bytes` as input to `process`.
+    pub async fn input(&mut self, process: Uuid, bytes: &[u8]) -> Outcome {
+        let id = self.fresh_id();
+        self.send(
+            id,
+            Body::Request(Request::ProcessInput { process }),
+            bytes.to_vec(),
+        )
+        .await;
+        self.outcome_with_events(id).await.0
+    }
+
+    /// Streams `process`'s output from `from` until it contains `needle`
+    /// (then cancels the stream); returns the text and the offset reached.
+    /// Fails on the 20 s frame deadline or if the process ends first.
+    pub async fn output_until(&mut self, process: Uuid, from: u64, needle: &str) -> (String, u64) {
+        let id = self.fresh_id();
+        self.send_req(
+            id,
+            Request::ProcessStream {
+                process,
+                tail_bytes: 0,
+                from_offset: Some(from),
+            },
+        )
+        .await;
+        let mut text = Vec::new();
+        loop {
+            let f = self.next_for(id).await;
+            match f.header.body {
+                Body::Event(Event::Chunk { chunk }) => {
+                    text.extend_from_slice(&f.payload);
+                    if String::from_utf8_lossy(&text).contains(needle) {
+                        self.send(id, Body::Cancel, Vec::new()).await;
+                        let next = chunk.offset + chunk.len;
+                        return (String::from_utf8_lossy(&text).into_owned(), next);
+                    }
+                }
+                other => panic!(
+                    "stream ended before {needle:?} in {:?}: {other:?}",
+                    String::from_utf8_lossy(&text)
+                ),
+            }
+        }
+    }
+
+    /// Everything `process` printed (retained output).
+    pub async fn output_text(&mut self, process: Uuid) -> String {
+        match self
+            .ok(Request::ProcessOutput {
+                process,
+                tail_bytes: 0,
+            })
+            .await
+        {
+            (Reply::Output { .. }, payload) => String::from_utf8_lossy(&payload).into_owned(),
             other => panic!("unexpected {other:?}"),
         }
     }
