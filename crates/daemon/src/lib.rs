@@ -14,5 +14,6 @@ pub mod secret_keys;
 pub mod server;
 pub mod service;
 pub mod tenants;
+pub mod tls;
 
 pub use sbx_node::{network, reaper, runtime};

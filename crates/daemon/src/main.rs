@@ -75,6 +75,13 @@ struct Args {
     /// (wildcard DNS and TLS in front: see docs/e2b.md).
     #[arg(long = "e2b-domain", env = "SBX_E2B_DOMAIN")]
     e2b_domain: Option<String>,
+    /// PEM certificate chain: sbxd terminates TLS itself (with `--tls-key`).
+    /// For `--e2b-domain` it must cover `*.DOMAIN` (a wildcard certificate).
+    #[arg(long, env = "SBX_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of `--tls-cert`.
+    #[arg(long, env = "SBX_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// Active runtime limit per sandbox, seconds.
     #[arg(long, env = "SBX_ACTIVE_RUNTIME_SECS", default_value_t = 3600)]
     active_runtime_secs: u64,
@@ -431,6 +438,12 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     // Checked first: a node that cannot take part in its cluster must not start at all.
     let node = node_config(&args)?;
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => {
+            Some(sbx_daemon::tls::acceptor(cert, key).context("loading --tls-cert/--tls-key")?)
+        }
+        _ => None,
+    };
     // Checked before anything is opened or started: a production daemon must not come up
     // trusting an extra CA or letting the broker leave port 443, not even for a moment.
     if !args.dev
@@ -663,9 +676,10 @@ async fn main() -> anyhow::Result<()> {
     // Its timeout sweep starts here too (E2B sandboxes end at their timeout).
     let e2b = sbx_daemon::service::e2b::E2b::start(service.clone())
         .context("opening the E2B sandbox records")?;
-    tracing::info!(listen = %config.listen, dev = config.dev, browser_guard = config.http.browser_guard, "sbxd ready");
-    sbx_daemon::server::serve(
+    tracing::info!(listen = %config.listen, dev = config.dev, tls = tls.is_some(), browser_guard = config.http.browser_guard, "sbxd ready");
+    sbx_daemon::server::serve_maybe_tls(
         listener,
+        tls,
         sbx_daemon::api::router(service, Some(connect), e2b),
         &config.http,
         shutdown_signal(),

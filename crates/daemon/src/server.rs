@@ -63,6 +63,18 @@ pub async fn serve(
     config: &HttpConfig,
     shutdown: impl Future<Output = ()>,
 ) {
+    serve_maybe_tls(listener, None, router, config, shutdown).await
+}
+
+/// [`serve`], with TLS on every connection when `tls` is given (the
+/// handshake must finish within the header timeout).
+pub async fn serve_maybe_tls(
+    listener: TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    router: Router,
+    config: &HttpConfig,
+    shutdown: impl Future<Output = ()>,
+) {
     warn_if_descriptors_are_short(config.max_connections);
     let limiter = Arc::new(Limiter::new(
         config.max_connections,
@@ -84,8 +96,9 @@ pub async fn serve(
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => match limiter.try_open(peer.ip()) {
                     Ok(permit) => {
-                        tokio::spawn(serve_connection(
+                        tokio::spawn(accept_connection(
                             stream,
+                            tls.clone(),
                             permit,
                             router.clone(),
                             timeouts.clone(),
@@ -132,17 +145,42 @@ fn is_per_connection_error(e: &std::io::Error) -> bool {
     )
 }
 
-/// Serves one connection until it ends, times out or is drained at shutdown.
-async fn serve_connection(
+/// Completes the TLS handshake, if any, then serves the connection.
+async fn accept_connection(
     stream: TcpStream,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    permit: Permit,
+    router: Router,
+    timeouts: Arc<Timeouts>,
+    stop: watch::Receiver<bool>,
+) {
+    let _ = stream.set_nodelay(true);
+    match tls {
+        None => serve_connection(stream, permit, router, timeouts, stop).await,
+        Some(acceptor) => {
+            // A client that never finishes its handshake holds a connection
+            // slot no longer than one that never sends its request head.
+            match tokio::time::timeout(timeouts.header, acceptor.accept(stream)).await {
+                Ok(Ok(tls)) => serve_connection(tls, permit, router, timeouts, stop).await,
+                Ok(Err(e)) => tracing::debug!(error = %e, "TLS handshake failed"),
+                Err(_) => tracing::debug!("TLS handshake too slow"),
+            }
+        }
+    }
+}
+
+/// Serves one connection until it ends, times out or is drained at shutdown.
+async fn serve_connection<S>(
+    stream: S,
     permit: Permit,
     router: Router,
     timeouts: Arc<Timeouts>,
     mut stop: watch::Receiver<bool>,
-) {
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     // Released when this task ends, however it ends.
     let _permit = permit;
-    let _ = stream.set_nodelay(true);
     let activity = Arc::new(Activity::new());
     let io = TokioIo::new(Tracked {
         stream,
@@ -290,12 +328,12 @@ impl Drop for InFlight {
 }
 
 /// The socket, telling the connection's [`Activity`] when bytes arrive.
-struct Tracked {
-    stream: TcpStream,
+struct Tracked<S> {
+    stream: S,
     activity: Arc<Activity>,
 }
 
-impl AsyncRead for Tracked {
+impl<S: AsyncRead + Unpin> AsyncRead for Tracked<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -310,7 +348,7 @@ impl AsyncRead for Tracked {
     }
 }
 
-impl AsyncWrite for Tracked {
+impl<S: AsyncWrite + Unpin> AsyncWrite for Tracked<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,

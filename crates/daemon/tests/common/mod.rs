@@ -129,6 +129,25 @@ impl Daemon {
     /// Under `SBX_TEST_STORE=postgres` the daemon gets a fresh database of its
     /// own (`--database-url`), unless the test passes a `--database-url` itself.
     pub async fn start_in(dir: tempfile::TempDir, extra_args: &[&str]) -> Daemon {
+        Daemon::start_with(dir, extra_args, None).await
+    }
+
+    /// Like [`Daemon::start`] for an sbxd that terminates TLS itself
+    /// (`--tls-cert`/`--tls-key` in `extra_args`): `http` must trust its
+    /// certificate, which must name `localhost`.
+    pub async fn start_tls(extra_args: &[&str], http: reqwest::Client) -> Daemon {
+        let dir = tempfile::Builder::new()
+            .prefix("sbx-it-")
+            .tempdir_in("/var/tmp")
+            .unwrap();
+        Daemon::start_with(dir, extra_args, Some(http)).await
+    }
+
+    async fn start_with(
+        dir: tempfile::TempDir,
+        extra_args: &[&str],
+        tls_client: Option<reqwest::Client>,
+    ) -> Daemon {
         let port = free_port();
         let mut extra_args: Vec<String> = extra_args.iter().map(|s| s.to_string()).collect();
         let database = if extra_args.iter().any(|a| a == "--database-url") {
@@ -149,8 +168,11 @@ impl Daemon {
             child: None,
             dir,
             port,
-            base: format!("http://127.0.0.1:{port}"),
-            http: reqwest::Client::new(),
+            base: match tls_client {
+                Some(_) => format!("https://localhost:{port}"),
+                None => format!("http://127.0.0.1:{port}"),
+            },
+            http: tls_client.unwrap_or_default(),
             extra_args,
             database,
             probe,
