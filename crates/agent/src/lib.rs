@@ -14,6 +14,7 @@
 //!   vfork-style clone for a user switch or a terminal); [`pty`] terminals.
 //! * [`input`], [`control`]: stdin/terminal input, close and resize.
 //! * [`users`]: the guest's `/etc/passwd` and `/etc/group`.
+//! * [`watch`]: directory watches (inotify).
 //! * [`exec`]: run-to-completion commands.
 //! * [`procs`]: background process requests (start, wait, output, stream...).
 //! * [`files`]: stat, list, mkdir, remove, rename, download.
@@ -42,6 +43,7 @@ pub mod spawn;
 pub mod table;
 pub mod upload;
 pub mod users;
+pub mod watch;
 
 use std::io::Write;
 use std::sync::Arc;

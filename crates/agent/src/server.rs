@@ -7,7 +7,7 @@
 //! processes, their output and the process table live on.
 
 use crate::upload::Upload;
-use crate::{console, exec, files, listing, procs, Agent};
+use crate::{console, exec, files, listing, procs, watch, Agent};
 use sbx_agent_proto::{
     AgentError, AgentErrorCode, Body, CodecError, Event, Frame, Header, Reply, Request,
     MAX_FRAME_BYTES, PROTOCOL_VERSION,
@@ -421,6 +421,23 @@ impl Connection {
                 Ok(written) => self.spawn_task(id, move |_| procs::input_written(process, written)),
                 Err(e) => Sink::new(id, self.tx.clone()).finish(Err(e)).await,
             },
+            // The watches are in place before the next frame is read: a
+            // request sent after this one sees them.
+            Request::Watch { path, recursive } => {
+                let opened =
+                    tokio::task::spawn_blocking(move || watch::Watcher::open(&path, recursive))
+                        .await
+                        .unwrap_or_else(|e| {
+                            Err(AgentError::new(
+                                AgentErrorCode::Io,
+                                format!("worker failed: {e}"),
+                            ))
+                        });
+                match opened {
+                    Ok(w) => self.spawn_task(id, move |sink| async move { w.run(&sink).await }),
+                    Err(e) => Sink::new(id, self.tx.clone()).finish(Err(e)).await,
+                }
+            }
             Request::ProcessCloseStdin { process } => match self.agent.table.close_stdin(process) {
                 Ok(closed) => self.spawn_task(id, move |_| procs::stdin_closed(closed)),
                 Err(e) => Sink::new(id, self.tx.clone()).finish(Err(e)).await,

@@ -50,6 +50,11 @@ impl TestAgent {
         TestAgent { child, dir, socket }
     }
 
+    /// The agent's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// A path inside the agent's temp dir (as a string for requests).
     pub fn path(&self, rel: &str) -> String {
         self.dir.path().join(rel).to_string_lossy().into_owned()
