@@ -101,6 +101,8 @@ impl Upload {
 /// The temp file; removed on drop unless committed.
 struct Temp {
     file: File,
+    /// Permission bits of the final file.
+    mode: u32,
     temp: PathBuf,
     dest: PathBuf,
     dest_str: String,
@@ -156,6 +158,7 @@ fn open_temp(path: &str, mode: u32, owner: Option<&str>) -> Result<Temp, FileErr
         .map_err(|e| io_err(path, e))?;
     let guard = Temp {
         file,
+        mode,
         temp,
         dest,
         dest_str: path.to_string(),
@@ -176,6 +179,11 @@ fn open_temp(path: &str, mode: u32, owner: Option<&str>) -> Result<Temp, FileErr
 
 fn commit(mut t: Temp) -> Result<(), FileError> {
     check_dest(&t.dest, &t.dest_str)?;
+    // Once more after the last write: a write clears the set-id bits (under
+    // gVisor even for root, which Linux exempts).
+    t.file
+        .set_permissions(std::fs::Permissions::from_mode(t.mode))
+        .map_err(|e| io_err(&t.dest_str, e))?;
     t.file.sync_all().map_err(|e| io_err(&t.dest_str, e))?;
     std::fs::rename(&t.temp, &t.dest).map_err(|e| io_err(&t.dest_str, e))?;
     t.committed = true;
