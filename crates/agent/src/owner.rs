@@ -46,7 +46,8 @@ pub fn create_dirs(dir: &Path, mode: u32, owner: Option<Owner>) -> Result<(), Fi
     while let Some(p) = cur {
         match std::fs::metadata(p) {
             Ok(m) if m.is_dir() => break,
-            Ok(_) => return Err(FileError::NotDirectory(p.to_string_lossy().into_owned())),
+            // As mkdir(2) below it would: ENOTDIR (`not_found`, as before owners).
+            Ok(_) => return Err(fail(p, io::Error::from_raw_os_error(libc::ENOTDIR))),
             // ENOTDIR: a file further up, found (and refused) on the way up.
             Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENOTDIR)) => {
                 missing.push(p.to_path_buf())
@@ -97,7 +98,10 @@ mod tests {
         create_dirs(&deep, 0o755, Some(owner)).unwrap();
         std::fs::write(dir.path().join("file"), "x").unwrap();
         let e = create_dirs(&dir.path().join("file/sub"), 0o755, None).unwrap_err();
-        assert!(matches!(e, FileError::NotDirectory(_)), "{e:?}");
+        assert!(
+            matches!(&e, FileError::Io { source, .. } if source.raw_os_error() == Some(libc::ENOTDIR)),
+            "{e:?}"
+        );
     }
 
     #[test]
