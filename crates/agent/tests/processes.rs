@@ -136,8 +136,12 @@ async fn a_member_forked_after_a_group_signal_gets_it_when_the_leader_ends() {
         agent.dir.path().join("ready"),
         agent.dir.path().join("late"),
     );
+    // The trap forks its member after the group signal and waits until it
+    // has exec'd `sleep` (a signal caught between fork and exec is lost in
+    // the shell's child, which made this test flaky under load); only the
+    // signal re-sent when the leader ends can then stop it.
     let script = format!(
-        "trap 'sleep 100 & echo $! > {late}; exit 3' TERM; echo $$ > {ready}; while :; do sleep 0.05; done",
+        "trap 'sleep 100 & echo $! > {late}; while [ \"$(cat /proc/$!/comm 2>/dev/null)\" != sleep ]; do :; done; exit 3' TERM; echo $$ > {ready}; while :; do sleep 0.05; done",
         late = late.display(),
         ready = ready.display()
     );

@@ -148,6 +148,12 @@ impl Envd {
             })
             .await
             .map_err(|e| from_agent(e, &format!("watching '{path}'")))?;
+        // The agent places its inotify watches before it reads the next
+        // frame: once this ping is answered, no change made after the
+        // caller sees `start` can be missed.
+        conn.call(Request::Ping)
+            .await
+            .map_err(|e| from_agent(e, "watching"))?;
         let (tx, rx) = mpsc::channel(WATCH_BUFFER);
         tokio::spawn(async move {
             loop {
