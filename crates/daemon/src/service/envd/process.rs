@@ -18,6 +18,8 @@ use uuid::Uuid;
 
 /// Largest stdin or terminal input accepted in one call.
 pub const MAX_INPUT_BYTES: usize = 4 << 20;
+/// How close to its deadline a killed process counts as killed by it.
+const DEADLINE_SLACK: Duration = Duration::from_millis(500);
 /// Events buffered between the agent and a slow client.
 const EVENT_BUFFER: usize = 16;
 
@@ -293,7 +295,20 @@ fn pump(conn: AgentConn, info: ProcessInfo, from: u64, deadline: Option<Instant>
         }
         let ended = stream_output(&conn, info.id, from, deadline, &tx).await;
         let last = match ended {
-            Ok(()) => end_of(&conn, info.id).await.map(ProcessEvent::End),
+            Ok(()) => match end_of(&conn, info.id).await {
+                // The agent's kill at the deadline can end the stream a
+                // moment before the deadline is seen here: a process killed
+                // then ran out of time, as upstream envd reports it.
+                Ok(end)
+                    if !end.exited
+                        && deadline.is_some_and(|d| Instant::now() + DEADLINE_SLACK >= d) =>
+                {
+                    Err(EnvdError::DeadlineExceeded(
+                        "the process's deadline (Connect-Timeout-Ms) passed".into(),
+                    ))
+                }
+                other => other.map(ProcessEvent::End),
+            },
             Err(e) => Err(e),
         };
         let _ = tx.send(last).await;
