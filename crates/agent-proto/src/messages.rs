@@ -475,6 +475,12 @@ pub struct ProcessOptions {
     /// Kill the process group (SIGKILL) this long after the start.
     #[serde(default)]
     pub kill_after_ms: Option<u64>,
+    /// While a `process_stream` of this process is open and behind, stop
+    /// reading the process's output (so its writes block) instead of
+    /// dropping unsent output from the ring; with no stream open, old output
+    /// is dropped as usual.
+    #[serde(default)]
+    pub backpressure: bool,
 }
 
 /// A run of output bytes; the bytes travel in the frame payload.

@@ -128,6 +128,7 @@ fn options(rng: &mut Rng) -> ProcessOptions {
         } else {
             None
         },
+        backpressure: rng.chance(2),
     }
 }
 

@@ -27,6 +27,7 @@ pub mod control;
 pub mod dns;
 pub mod exec;
 pub mod files;
+pub mod flow;
 pub mod forkexec;
 pub mod input;
 pub mod launch;

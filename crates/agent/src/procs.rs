@@ -99,7 +99,7 @@ pub async fn start(agent: &Agent, command: CommandSpec, options: ProcessOptions)
     let spawned = match spawn::prepare(&spec, env) {
         Ok(p) => agent
             .table
-            .spawn_managed(&p, &launch, info.clone())
+            .spawn_managed(&p, &launch, info.clone(), options.backpressure)
             .map_err(|e| match e {
                 LaunchError::Cwd(io) => SpawnError::BadCwd {
                     cwd: p.cwd.to_string_lossy().into_owned(),
@@ -211,6 +211,10 @@ pub fn output(agent: &Agent, process: Uuid, tail_bytes: u64) -> Outcome {
 ///
 /// A reader slower than the process may find bytes evicted from the ring; it
 /// then continues at the oldest retained chunk, so the gap shows in offsets.
+/// Not so for a process started with `backpressure`: the stream registers
+/// its position and the output readers wait for it (see [`crate::flow`]);
+/// the registration goes when this future ends or is dropped (cancel,
+/// connection gone).
 pub async fn stream(
     agent: &Agent,
     process: Uuid,
@@ -220,6 +224,7 @@ pub async fn stream(
 ) -> Outcome {
     let mut changed = agent.table.subscribe(process)?;
     let mut next = agent.table.stream_start(process, tail_bytes, from_offset)?;
+    let slot = agent.table.stream_open(process, next);
     loop {
         changed.borrow_and_update();
         let view = agent.table.stream_view(process, next)?;
@@ -232,6 +237,9 @@ pub async fn stream(
                 chunk.bytes,
             )
             .await?;
+            if let Some(slot) = &slot {
+                slot.advance(next);
+            }
         }
         if view.terminal {
             return Ok((

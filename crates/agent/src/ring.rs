@@ -122,6 +122,33 @@ impl Ring {
         }
     }
 
+    /// Offset of the oldest retained byte after a [`Ring::push`] of `len`
+    /// bytes from `stream` (what that push would evict, without pushing).
+    pub fn oldest_after_push(&self, stream: StreamKind, len: usize) -> u64 {
+        if len == 0 {
+            return self.oldest_offset();
+        }
+        let merges = self.chunks.back().is_some_and(|last| {
+            last.stream == stream && last.bytes.len() + len <= MERGE_LIMIT_BYTES
+        });
+        let mut bytes = self.bytes + len;
+        let mut count = self.chunks.len() + usize::from(!merges);
+        let mut evicted = 0;
+        while (bytes > self.capacity || count > MAX_RING_CHUNKS) && evicted < self.chunks.len() {
+            bytes -= self.chunks[evicted].bytes.len();
+            count -= 1;
+            evicted += 1;
+        }
+        if evicted < self.chunks.len() {
+            self.chunks[evicted].offset
+        } else if merges || bytes > self.capacity {
+            // The chunk holding the new bytes went too.
+            self.next_offset + len as u64
+        } else {
+            self.next_offset
+        }
+    }
+
     /// All retained chunks, oldest first.
     pub fn chunks(&self) -> impl Iterator<Item = &Chunk> {
         self.chunks.iter()
@@ -211,6 +238,35 @@ mod tests {
         assert_eq!(r.retained_bytes(), 6);
         assert_eq!(r.oldest_offset(), 6);
         assert_eq!(r.next_offset(), 12);
+    }
+
+    #[test]
+    fn oldest_after_push_predicts_eviction() {
+        for (cap, pushes) in [
+            (
+                10usize,
+                vec![(StreamKind::Stdout, 6), (StreamKind::Stderr, 6)],
+            ),
+            (10, vec![(StreamKind::Stdout, 3), (StreamKind::Stdout, 3)]),
+            (
+                10,
+                vec![
+                    (StreamKind::Stdout, 4),
+                    (StreamKind::Stderr, 4),
+                    (StreamKind::Stdout, 2),
+                ],
+            ),
+            (8, vec![(StreamKind::Stdout, 5), (StreamKind::Stdout, 5)]),
+            (100, vec![(StreamKind::Stdout, 7); 20]),
+            (4, vec![(StreamKind::Stdout, 2), (StreamKind::Stderr, 6)]),
+        ] {
+            let mut r = Ring::with_capacity(cap);
+            for (stream, len) in pushes {
+                let predicted = r.oldest_after_push(stream, len);
+                r.push(stream, 1, &vec![b'x'; len]);
+                assert_eq!(predicted, r.oldest_offset(), "cap {cap}");
+            }
+        }
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! exits immediately can never be reaped before it is registered. Statuses of
 //! pids the table does not know (orphans reparented to the agent) are dropped.
 
+use crate::flow::{Flow, StreamSlot};
 use crate::input::Input;
 use crate::launch::{self, ChildIo, LaunchError, Spawned};
 use crate::pipes::PipeReader;
@@ -30,6 +31,10 @@ pub const MAX_PROCESS_RECORDS: usize = 1000;
 pub const PIPE_GRACE: Duration = Duration::from_millis(100);
 /// Read size for output pipes (and so the largest single read).
 pub const PIPE_READ_BYTES: usize = 64 * 1024;
+/// After the exit, output held back for an open stream (backpressure) keeps
+/// the process non-terminal only while some stream sent something within
+/// this long; a stalled stream then no longer holds the process's end.
+pub const EXIT_STALL_LIMIT: Duration = Duration::from_secs(5);
 
 /// How a process ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +90,8 @@ pub(crate) struct Proc {
     pub(crate) input: Option<Input>,
     /// The terminal's master (for resizing), while the process runs.
     pub(crate) master: Option<OwnedFd>,
+    /// Open streams' positions, for a process started with `backpressure`.
+    flow: Option<Flow>,
 }
 
 impl Proc {
@@ -99,6 +106,7 @@ impl Proc {
             changed: watch::Sender::new(()),
             input: None,
             master: None,
+            flow: None,
         }
     }
 }
@@ -173,6 +181,8 @@ impl Table {
 
     /// Spawns a managed background process and records it as RUNNING;
     /// `info` carries what the caller knows (argv, env, cwd, tag, user, pty).
+    /// With `backpressure`, open streams slow the output readers down
+    /// instead of losing output (see [`crate::flow`]).
     ///
     /// Must run inside the tokio runtime (pipe readers are tasks).
     pub fn spawn_managed(
@@ -180,6 +190,7 @@ impl Table {
         prepared: &Prepared,
         opts: &launch::Options,
         mut info: ProcessInfo,
+        backpressure: bool,
     ) -> Result<ProcessInfo, LaunchError> {
         let mut inner = self.lock();
         let child = launch::start(prepared, opts)?;
@@ -191,6 +202,7 @@ impl Table {
         info.started_at_ms = Some(now_ms());
         info.output_retained = true;
         let mut proc = Proc::new(info, Ring::new());
+        proc.flow = backpressure.then(Flow::new);
         let outputs = match child.io {
             ChildIo::Pipes {
                 stdout,
@@ -295,7 +307,7 @@ impl Table {
         loop {
             match rx.read(&mut buf).await {
                 Ok(0) => break,
-                Ok(n) => self.append(id, stream, &buf[..n]),
+                Ok(n) => self.append(id, stream, &buf[..n]).await,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(_) => break,
             }
@@ -313,19 +325,77 @@ impl Table {
         }
     }
 
-    fn append(&self, id: Uuid, stream: StreamKind, data: &[u8]) {
+    /// Pushes output into the ring; with backpressure, first waits while
+    /// the push would evict bytes the slowest open stream has not sent.
+    async fn append(&self, id: Uuid, stream: StreamKind, data: &[u8]) {
+        let mut advanced: Option<watch::Receiver<()>> = None;
+        let mut waiting = false;
+        loop {
+            {
+                let mut inner = self.lock();
+                let Some(p) = inner.procs.get_mut(&id) else {
+                    return;
+                };
+                if p.info.state.is_terminal() {
+                    return;
+                }
+                let blocked = match (p.flow.as_mut(), p.ring.as_ref()) {
+                    (Some(flow), Some(ring)) => {
+                        // Subscribed before looking, so no advance is missed.
+                        match advanced.as_mut() {
+                            Some(rx) => {
+                                rx.borrow_and_update();
+                            }
+                            None => advanced = Some(flow.subscribe()),
+                        }
+                        let blocked = flow.slowest().is_some_and(|slowest| {
+                            ring.oldest_after_push(stream, data.len()) > slowest
+                        });
+                        if blocked && !waiting {
+                            flow.waiting += 1;
+                            waiting = true;
+                        } else if !blocked && waiting {
+                            flow.waiting -= 1;
+                        }
+                        flow.held |= blocked;
+                        blocked
+                    }
+                    _ => false,
+                };
+                if !blocked {
+                    p.info.output_bytes += data.len() as u64;
+                    if let Some(ring) = p.ring.as_mut() {
+                        ring.push(stream, now_ms(), data);
+                    }
+                    p.changed.send_replace(());
+                    return;
+                }
+            }
+            let Some(rx) = advanced.as_mut() else { return };
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Registers a stream of `id` that sends from `position`, when the
+    /// process was started with backpressure.
+    pub fn stream_open(self: &Arc<Self>, id: Uuid, position: u64) -> Option<StreamSlot> {
         let mut inner = self.lock();
-        let Some(p) = inner.procs.get_mut(&id) else {
-            return;
-        };
-        if p.info.state.is_terminal() {
-            return;
+        let flow = inner.procs.get_mut(&id)?.flow.as_mut()?;
+        let token = flow.open(position);
+        Some(StreamSlot {
+            table: Arc::clone(self),
+            id,
+            token,
+        })
+    }
+
+    pub(crate) fn with_flow(&self, id: Uuid, f: impl FnOnce(&mut Flow)) {
+        let mut inner = self.lock();
+        if let Some(flow) = inner.procs.get_mut(&id).and_then(|p| p.flow.as_mut()) {
+            f(flow);
         }
-        p.info.output_bytes += data.len() as u64;
-        if let Some(ring) = p.ring.as_mut() {
-            ring.push(stream, now_ms(), data);
-        }
-        p.changed.send_replace(());
     }
 
     /// Collects every pending child status and routes it; returns after
@@ -384,15 +454,37 @@ impl Table {
             inner.finalize(id);
         } else {
             let table = Arc::clone(self);
+            if let Some(flow) = p.flow.as_mut() {
+                flow.held = false;
+                flow.progressed = false;
+            }
             tokio::spawn(async move {
-                tokio::time::sleep(PIPE_GRACE).await;
-                let mut inner = table.lock();
-                if inner
-                    .procs
-                    .get(&id)
-                    .is_some_and(|p| !p.info.state.is_terminal())
-                {
+                let mut stalled = Duration::ZERO;
+                loop {
+                    tokio::time::sleep(PIPE_GRACE).await;
+                    let mut inner = table.lock();
+                    let Some(p) = inner.procs.get_mut(&id) else {
+                        return;
+                    };
+                    if p.info.state.is_terminal() {
+                        return;
+                    }
+                    // Output held back for a stream is not cut off: wait
+                    // until no reader had to wait for a whole grace period,
+                    // unless the streams stopped sending.
+                    if let Some(flow) = p.flow.as_mut() {
+                        let held = flow.waiting > 0 || flow.held;
+                        flow.held = false;
+                        stalled = match std::mem::take(&mut flow.progressed) {
+                            true => Duration::ZERO,
+                            false => stalled + PIPE_GRACE,
+                        };
+                        if held && stalled < EXIT_STALL_LIMIT {
+                            continue;
+                        }
+                    }
                     inner.finalize(id);
+                    return;
                 }
             });
         }

@@ -128,6 +128,8 @@ impl Envd {
                 pty: spec.pty,
                 tag: spec.tag,
                 kill_after_ms: spec.deadline.map(|d| d.as_millis() as u64),
+                // E2B streams are pipes: a slow reader slows the writer, never loses output.
+                backpressure: true,
             },
         };
         let info = match conn.call(request).await {
