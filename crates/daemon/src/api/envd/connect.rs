@@ -115,6 +115,26 @@ pub fn request_message(headers: &HeaderMap, body: &[u8]) -> Result<Value, Connec
         .map_err(|e| ConnectError::invalid(format!("invalid JSON message: {e}")))
 }
 
+/// Reads a request body (at most [`MAX_MESSAGE_BYTES`]) and its message.
+pub async fn read_message(headers: &HeaderMap, body: Body) -> Result<Value, ConnectError> {
+    let bytes = axum::body::to_bytes(body, MAX_MESSAGE_BYTES)
+        .await
+        .map_err(|e| {
+            ConnectError::new("resource_exhausted", format!("reading the request: {e}"))
+        })?;
+    request_message(headers, &bytes)
+}
+
+/// An error in the shape the call expects: only an end-stream envelope for
+/// a streaming request, an HTTP error for a unary one.
+pub fn error_response(headers: &HeaderMap, e: ConnectError) -> Response {
+    if is_stream(headers) {
+        client_stream_response(Err(e))
+    } else {
+        e.into_response()
+    }
+}
+
 /// Parses a typed message out of a JSON value.
 pub fn parse<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, ConnectError> {
     serde_json::from_value(v).map_err(|e| ConnectError::invalid(format!("invalid message: {e}")))

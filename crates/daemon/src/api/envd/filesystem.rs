@@ -4,7 +4,6 @@ use super::connect::{self, parse, ConnectError};
 use super::rpc_caller;
 use super::wire::{self, ListDirRequest, MoveRequest, PathRequest, WatchRequest, WatcherRequest};
 use crate::service::envd::{Caller, Envd};
-use axum::body::to_bytes;
 use axum::extract::{Path, Request, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
@@ -20,19 +19,13 @@ pub async fn rpc(
 ) -> Response {
     let (parts, body) = req.into_parts();
     let headers = parts.headers;
-    let message = match rpc_caller(&envd, &headers).map_err(ConnectError::from) {
-        Ok(caller) => to_bytes(body, connect::MAX_MESSAGE_BYTES)
-            .await
-            .map_err(|e| {
-                ConnectError::new("resource_exhausted", format!("reading the request: {e}"))
-            })
-            .and_then(|b| connect::request_message(&headers, &b))
-            .map(|m| (caller, m)),
-        Err(e) => Err(e),
+    let caller = match rpc_caller(&envd, &headers) {
+        Ok(c) => c,
+        Err(e) => return connect::error_response(&headers, e.into()),
     };
-    let (caller, message) = match message {
+    let message = match connect::read_message(&headers, body).await {
         Ok(m) => m,
-        Err(e) => return error(&headers, e),
+        Err(e) => return connect::error_response(&headers, e),
     };
     if method == "WatchDir" {
         return watch(&envd, &caller, &headers, message).await;
@@ -45,18 +38,6 @@ pub async fn rpc(
 
 fn keepalive_message() -> Value {
     json!({"keepalive": {}})
-}
-
-fn error(headers: &HeaderMap, e: ConnectError) -> Response {
-    if connect::is_stream(headers) {
-        connect::stream_response(
-            futures::stream::once(async move { Err(e) }),
-            connect::keepalive(headers),
-            keepalive_message(),
-        )
-    } else {
-        e.into_response()
-    }
 }
 
 /// `WatchDir`: `{"start":{}}`, then one message per change, until the
@@ -72,7 +53,7 @@ async fn watch(envd: &Envd, caller: &Caller, headers: &HeaderMap, message: Value
     };
     let (events, deadline) = match opened.await {
         Ok(v) => v,
-        Err(e) => return error(headers, e),
+        Err(e) => return connect::error_response(headers, e),
     };
     let changes = tokio_stream::wrappers::ReceiverStream::new(events).map(|e| {
         e.map(|e| json!({"filesystem": wire::fs_event(&e)}))

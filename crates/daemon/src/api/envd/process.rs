@@ -8,7 +8,7 @@ use super::wire::{
 use super::{rpc_caller, wire::selector};
 use crate::service::envd::process::{ProcessEvents, StartSpec};
 use crate::service::envd::{Caller, Envd};
-use axum::body::{to_bytes, Body};
+use axum::body::Body;
 use axum::extract::{Path, Request, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
@@ -26,46 +26,28 @@ pub async fn rpc(
     let headers = parts.headers;
     let caller = match rpc_caller(&envd, &headers) {
         Ok(c) => c,
-        Err(e) => return error(&headers, e.into()),
+        Err(e) => return connect::error_response(&headers, e.into()),
     };
     if method == "StreamInput" {
         return connect::client_stream_response(stream_input(&envd, &caller, body).await);
     }
-    let message = match to_bytes(body, connect::MAX_MESSAGE_BYTES)
-        .await
-        .map_err(|e| ConnectError::new("resource_exhausted", format!("reading the request: {e}")))
-        .and_then(|b| connect::request_message(&headers, &b))
-    {
+    let message = match connect::read_message(&headers, body).await {
         Ok(m) => m,
-        Err(e) => return error(&headers, e),
+        Err(e) => return connect::error_response(&headers, e),
     };
     match method.as_str() {
         "Start" => match start(&envd, &caller, &headers, message).await {
             Ok(events) => stream(&headers, events),
-            Err(e) => error(&headers, e),
+            Err(e) => connect::error_response(&headers, e),
         },
         "Connect" => match attach(&envd, &caller, &headers, message).await {
             Ok(events) => stream(&headers, events),
-            Err(e) => error(&headers, e),
+            Err(e) => connect::error_response(&headers, e),
         },
         _ => match unary(&envd, &caller, &method, message).await {
             Ok(v) => connect::unary(v),
             Err(e) => e.into_response(),
         },
-    }
-}
-
-/// An error in the shape the call expects: an end-stream envelope for a
-/// streaming request, an HTTP error for a unary one.
-fn error(headers: &HeaderMap, e: ConnectError) -> Response {
-    if connect::is_stream(headers) {
-        connect::stream_response(
-            futures::stream::once(async move { Err(e) }),
-            connect::keepalive(headers),
-            wire::process_keepalive(),
-        )
-    } else {
-        e.into_response()
     }
 }
 
