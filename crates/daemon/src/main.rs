@@ -633,9 +633,10 @@ async fn main() -> anyhow::Result<()> {
                 } else {
                     Vec::new()
                 };
-                // A drained node leaves scheduled syncs to the others (on a single node,
-                // draining stops nothing: there is no other).
-                let schedules = !cluster || sweeper.takes_new_work().await;
+                // Which node starts each due sync: the best of two live, undrained nodes by
+                // free memory, drawn alike on every node (a drained node starts none; a
+                // single node starts all).
+                let placement = sweeper.job_placement().await;
                 // Both read and write the Connect store: off the async workers.
                 let connect = sweeper_connect.clone();
                 let done = tokio::task::spawn_blocking(move || {
@@ -644,8 +645,20 @@ async fn main() -> anyhow::Result<()> {
                             tracing::warn!(error = %e, node, "connect: failing a lost node's runs");
                         }
                     }
-                    if n % 5 == 0 && schedules {
-                        if let Err(e) = connect.scheduler_tick(chrono::Utc::now()) {
+                    if n % 5 == 0 {
+                        let now = chrono::Utc::now();
+                        // The sync and its interval number: a new draw every interval.
+                        let here = |d: &sbx_connect::service::DueSync| {
+                            let interval = d.interval_secs.max(1) as i64;
+                            placement.runs_here(&format!(
+                                "{}/{}/{}/{}",
+                                d.workspace,
+                                d.connection_id,
+                                d.sync,
+                                now.timestamp() / interval
+                            ))
+                        };
+                        if let Err(e) = connect.scheduler_tick_placed(now, here) {
                             tracing::warn!(error = %e, "connect scheduler");
                         }
                     }

@@ -302,8 +302,18 @@ impl ConnectService {
     /// One scheduler tick: starts every due sync in the background; returns the runs this
     /// node started. Every node of a cluster ticks; the store lets one of them start each.
     pub fn scheduler_tick(self: &Arc<Self>, now: DateTime<Utc>) -> Result<Vec<Run>, ServiceError> {
+        self.scheduler_tick_placed(now, |_| true)
+    }
+
+    /// [`ConnectService::scheduler_tick`] for the due syncs that `runs_here` gives to this
+    /// node (the cluster's job placement); the others are left to the nodes it chose.
+    pub fn scheduler_tick_placed(
+        self: &Arc<Self>,
+        now: DateTime<Utc>,
+        runs_here: impl Fn(&DueSync) -> bool,
+    ) -> Result<Vec<Run>, ServiceError> {
         let mut started = Vec::new();
-        for d in self.due_syncs(now)? {
+        for d in self.due_syncs(now)?.into_iter().filter(|d| runs_here(d)) {
             match self.start_scheduled_sync(&d, now) {
                 Ok(Some(run)) => started.push(run),
                 Ok(None) => {}

@@ -191,18 +191,6 @@ impl Service {
         ended
     }
 
-    /// Whether this node takes new work that any node could take (Connect's scheduled
-    /// syncs): not when it is drained. On an error, yes: a node that cannot read the
-    /// store cannot start a run either.
-    pub async fn takes_new_work(&self) -> bool {
-        match self.store.list_nodes().await {
-            Ok(nodes) => !nodes
-                .iter()
-                .any(|n| n.id == self.config.node.id && n.state == sbx_store::NodeState::Draining),
-            Err(_) => true,
-        }
-    }
-
     /// Ids of the nodes that were failed over and have not registered since: work they
     /// held outside sandboxes (Connect runs and builds) is failed by the caller.
     pub async fn failed_over_nodes(&self) -> Vec<String> {

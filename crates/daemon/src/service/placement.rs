@@ -42,7 +42,7 @@ pub fn describe_selector(selector: &NodeSelector) -> String {
 }
 
 /// How many eligible nodes are sampled per decision.
-const SAMPLES: usize = 2;
+pub(super) const SAMPLES: usize = 2;
 
 /// Where a create runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,11 +59,11 @@ pub enum Placement {
 }
 
 /// A node that could take the shape, with what it has left.
-struct Candidate {
-    id: String,
-    url: String,
-    free_memory_mb: u64,
-    free_vcpu_milli: u64,
+pub(super) struct Candidate {
+    pub(super) id: String,
+    pub(super) url: String,
+    pub(super) free_memory_mb: u64,
+    pub(super) free_vcpu_milli: u64,
 }
 
 impl Service {
@@ -263,7 +263,7 @@ fn random() -> u128 {
 
 /// Of up to `k` candidates drawn from `all` with `seed`, the one with the most
 /// free memory, then CPU. `all` must not be empty.
-fn best_of(all: &mut [Candidate], k: usize, mut seed: u128) -> &Candidate {
+pub(super) fn best_of(all: &mut [Candidate], k: usize, mut seed: u128) -> &Candidate {
     let n = all.len();
     let k = k.min(n).max(1);
     // A partial Fisher-Yates shuffle: the first k are a uniform sample.
