@@ -436,17 +436,19 @@ async fn shapes_are_enforced_by_cgroups() {
             )
             .await;
         // A sandbox thrashing at its memory limit can stall past the exec's
-        // own deadline (seen once in a full-suite run on a loaded machine):
-        // then the answer is `operation_ambiguous`, never a success, and what
-        // matters is below: the sandbox lives and answers again.
+        // own deadline (seen in full-suite runs): then the agent stops the
+        // hog at the deadline (`sandbox_exec_timed_out`), or sbxd gives up
+        // waiting for the agent (`operation_ambiguous`); never a success, and
+        // what matters is below: the sandbox lives and answers again.
         if status == 200 {
             assert_ne!(
                 body["data"]["exitCode"], 0,
                 "round {round}: a 1.5 GiB allocation succeeded in a 1 GiB sandbox"
             );
         } else {
-            assert_eq!(
-                body["errors"][0]["code"], "operation_ambiguous",
+            let code = body["errors"][0]["code"].as_str().unwrap_or_default();
+            assert!(
+                code == "operation_ambiguous" || code == "sandbox_exec_timed_out",
                 "round {round}: {status} {body}"
             );
             println!("round {round}: the hog stalled the sandbox past the exec deadline: {body}");
