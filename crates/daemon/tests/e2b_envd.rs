@@ -7,20 +7,8 @@
 mod common;
 mod e2b_common;
 
-use common::Daemon;
-use e2b_common::LEGACY_KEY;
-use std::path::{Path, PathBuf};
-use std::time::Duration;
-
-fn e2b_js_dir() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/e2b");
-    assert!(
-        dir.join("node_modules/e2b/package.json").exists(),
-        "e2b is not installed in {}; run ./scripts/test (npm ci there)",
-        dir.display()
-    );
-    dir
-}
+use e2b_common::{e2b_js_dir, script_passes};
+use std::path::PathBuf;
 
 fn e2b_python_dir() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/e2b/python");
@@ -30,22 +18,6 @@ fn e2b_python_dir() -> PathBuf {
         dir.display()
     );
     dir
-}
-
-type Runner = fn(&Path, &str, &[(&str, &str)]) -> (bool, String);
-
-/// Runs `script` (from `dir`, with `run`) against a fresh sbxd and a tenant
-/// key; it must pass every step and leave no sandbox behind.
-async fn script_passes(run: Runner, dir: PathBuf, script: &str) {
-    let d = Daemon::start(&["--signing-key", LEGACY_KEY]).await;
-    let key = d.create_key("acme", None);
-    let (ok, out) = run(&dir, script, &[("SBX_URL", &d.base), ("SBX_KEY", &key)]);
-    assert!(
-        ok && out.contains("all steps passed"),
-        "{script} failed:\n{out}"
-    );
-    d.assert_no_containers(Duration::from_secs(60), "the SDK test kills what it made")
-        .await;
 }
 
 #[tokio::test]

@@ -6,37 +6,14 @@ mod common;
 mod e2b_common;
 
 use common::Daemon;
-use e2b_common::{assert_e2b_error, create, e2b, LEGACY_KEY};
+use e2b_common::{assert_e2b_error, create, e2b, e2b_js_dir, script_passes};
 use serde_json::{json, Value};
-use std::path::PathBuf;
 use std::time::Duration;
-
-fn e2b_sdk_dir() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/e2b");
-    assert!(
-        dir.join("node_modules/e2b/package.json").exists(),
-        "e2b is not installed in {}; run ./scripts/test (npm ci there)",
-        dir.display()
-    );
-    dir
-}
 
 #[tokio::test]
 #[ignore = "needs root, runsc, the image and node; run ./scripts/test"]
 async fn e2b_sdk_control_plane_and_inngest_sdk_on_one_sbxd() {
-    let d = Daemon::start(&["--signing-key", LEGACY_KEY]).await;
-    let key = d.create_key("acme", None);
-    let (ok, out) = common::run_node_script(
-        &e2b_sdk_dir(),
-        "control-plane.mjs",
-        &[("SBX_URL", &d.base), ("SBX_KEY", &key)],
-    );
-    assert!(
-        ok && out.contains("all steps passed"),
-        "control-plane.mjs failed:\n{out}"
-    );
-    d.assert_no_containers(Duration::from_secs(60), "the SDK test kills what it made")
-        .await;
+    script_passes(common::run_node_script, e2b_js_dir(), "control-plane.mjs").await;
 }
 
 #[tokio::test]
@@ -97,7 +74,7 @@ async fn e2b_dev_mode_takes_any_key_but_needs_one_and_keeps_the_browser_guard() 
     assert_eq!(status, 204, "in dev mode every key is the default tenant");
     // The real SDK through the browser guard, with README's settings.
     let (ok, out) = common::run_node_script(
-        &e2b_sdk_dir(),
+        &e2b_js_dir(),
         "control-plane.mjs",
         &[
             ("SBX_URL", &d.base),

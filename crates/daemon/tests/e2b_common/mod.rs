@@ -4,6 +4,8 @@
 
 use crate::common::Daemon;
 use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// A configured key (workspace `default`), so that sbxd runs without `--dev`.
 pub const LEGACY_KEY: &str = "signkey-prod-0123456789abcdef0123456789abcdef";
@@ -72,4 +74,31 @@ pub fn ids(list: &Value) -> Vec<String> {
         .iter()
         .map(|s| s["sandboxID"].as_str().unwrap().to_string())
         .collect()
+}
+
+/// tests/e2b, where the npm `e2b` SDK (and the inngest SDK) are installed.
+pub fn e2b_js_dir() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/e2b");
+    assert!(
+        dir.join("node_modules/e2b/package.json").exists(),
+        "e2b is not installed in {}; run ./scripts/test (npm ci there)",
+        dir.display()
+    );
+    dir
+}
+
+pub type Runner = fn(&Path, &str, &[(&str, &str)]) -> (bool, String);
+
+/// Runs `script` (from `dir`, with `run`) against a fresh sbxd and a tenant
+/// key; it must pass every step and leave no sandbox behind.
+pub async fn script_passes(run: Runner, dir: PathBuf, script: &str) {
+    let d = Daemon::start(&["--signing-key", LEGACY_KEY]).await;
+    let key = d.create_key("acme", None);
+    let (ok, out) = run(&dir, script, &[("SBX_URL", &d.base), ("SBX_KEY", &key)]);
+    assert!(
+        ok && out.contains("all steps passed"),
+        "{script} failed:\n{out}"
+    );
+    d.assert_no_containers(Duration::from_secs(60), "the SDK test kills what it made")
+        .await;
 }
