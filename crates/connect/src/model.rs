@@ -241,6 +241,8 @@ pub struct Build {
     pub created_at: String,
     /// End time, RFC 3339.
     pub finished_at: Option<String>,
+    /// The node that ran it (cluster mode; none on a single node).
+    pub node_id: Option<String>,
 }
 
 /// Where an API key goes.

@@ -1,6 +1,7 @@
 //! Connect in a cluster: a scheduled sync runs once per interval across two real sbxd
 //! nodes on one PostgreSQL, also while the node that built its package is killed with -9
-//! (the other runs it from the copy in the database), and every run commits exactly once.
+//! (the other runs it from the copy in the database), and every run commits exactly once;
+//! builds and Run now requests are placed on the freer node, whichever node they reach.
 //!
 //! Needs what the other integration tests need (root, runsc, the image, the Connect SDK,
 //! the npm registry for the build), plus the PostgreSQL server whose URL `./scripts/test`
@@ -65,6 +66,28 @@ export default defineConnector({
     tarball_in(parent, "connector-tick")
 }
 
+/// Uploads the tick package through `d` and starts its build there; returns the build id.
+async fn upload_and_build(d: &Daemon, parent: &std::path::Path) -> String {
+    let (status, body) = d
+        .call_with(
+            "POST",
+            "/v1/connect/packages",
+            Some(tick_package(parent)),
+            &[("content-type", "application/gzip")],
+        )
+        .await;
+    assert_eq!(status, 201, "upload: {body}");
+    let (status, body) = d
+        .call(
+            "POST",
+            "/v1/connect/packages/connector-tick/versions/1.0.0/builds",
+            None,
+        )
+        .await;
+    assert_eq!(status, 202, "build: {body}");
+    body["data"]["id"].as_str().expect("build id").to_string()
+}
+
 /// Every run of the connection, oldest first.
 async fn runs(d: &Daemon, conn: &str) -> Vec<Value> {
     let (status, body) = d
@@ -125,24 +148,7 @@ async fn a_schedule_runs_once_per_interval_across_nodes_and_survives_a_kill() {
 
     // Uploaded and built through node a only.
     let parent = tempfile::tempdir().expect("tmp");
-    let (status, body) = a
-        .call_with(
-            "POST",
-            "/v1/connect/packages",
-            Some(tick_package(parent.path())),
-            &[("content-type", "application/gzip")],
-        )
-        .await;
-    assert_eq!(status, 201, "upload: {body}");
-    let (status, body) = a
-        .call(
-            "POST",
-            "/v1/connect/packages/connector-tick/versions/1.0.0/builds",
-            None,
-        )
-        .await;
-    assert_eq!(status, 202, "build: {body}");
-    let build = body["data"]["id"].as_str().expect("build id").to_string();
+    let build = upload_and_build(&a, parent.path()).await;
     let built = wait_finished(&a, &format!("/v1/connect/builds/{build}"), "build").await;
     assert_eq!(built["status"], "succeeded", "{built}");
 
@@ -261,4 +267,75 @@ async fn a_schedule_runs_once_per_interval_across_nodes_and_survives_a_kill() {
         committed >= succeeded as u64 && committed <= succeeded as u64 + in_flight,
         "{committed} records for {succeeded} succeeded runs ({in_flight} in flight)"
     );
+}
+
+#[tokio::test]
+#[ignore = "needs root, runsc, the image, the npm registry and PostgreSQL; run ./scripts/test"]
+async fn builds_and_run_now_through_one_node_are_placed_on_the_freer_one() {
+    let db = database();
+    let key = tempfile::NamedTempFile::new().expect("key file");
+    let bytes: [u8; 32] = std::array::from_fn(|i| (i as u8).wrapping_mul(29).wrapping_add(7));
+    std::fs::write(key.path(), bytes).expect("write key");
+    // A schedule far away: every run here is a manual one.
+    let a = node(db.url(), "node-a", key.path()).await;
+    let b = node(db.url(), "node-b", key.path()).await;
+
+    // Node a holds a 1 GiB sandbox, node b nothing: b is the freer of the two, and with
+    // two nodes best-of-two always compares both.
+    let filler = cluster::created_on(&a, &b, "node-b", "filler").await;
+
+    // Everything below goes through node a; the jobs must run on node b.
+    let parent = tempfile::tempdir().expect("tmp");
+    let build = upload_and_build(&a, parent.path()).await;
+    let built = wait_finished(&a, &format!("/v1/connect/builds/{build}"), "build").await;
+    assert_eq!(built["status"], "succeeded", "{built}");
+    assert_eq!(
+        built["nodeId"], "node-b",
+        "the build ran where the request came in: {built}"
+    );
+
+    let (status, body) = a
+        .call(
+            "POST",
+            "/v1/connect/connections",
+            Some(json!({
+                "name": "manual",
+                "package": "connector-tick",
+                "version": "1.0.0",
+                "config": {},
+                "origin": "https://api.example.com",
+                "credentials": {"type": "bearer", "token": "t-0123456789"},
+            })),
+        )
+        .await;
+    assert_eq!(status, 201, "create connection: {body}");
+    let conn = body["data"]["id"].as_str().expect("id").to_string();
+    let run_now = format!("/v1/connect/connections/{conn}/syncs/ticks/runs");
+    for i in 0..3 {
+        let (status, body) = a.call("POST", &run_now, None).await;
+        assert_eq!(status, 202, "run now #{i}: {body}");
+        let run = body["data"]["id"].as_str().expect("run id").to_string();
+        let done = wait_finished(&a, &format!("/v1/connect/runs/{run}"), "run").await;
+        assert_eq!(done["status"], "succeeded", "{done}");
+        assert_eq!(
+            done["nodeId"], "node-b",
+            "run now #{i} was not placed: {done}"
+        );
+    }
+
+    // Node b drained: the same request runs on node a, the only candidate left.
+    let (status, body) = a.call("POST", "/v1/nodes/node-b/drain", None).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = a.call("POST", &run_now, None).await;
+    assert_eq!(status, 202, "run now on a: {body}");
+    let run = body["data"]["id"].as_str().expect("run id").to_string();
+    let done = wait_finished(&a, &format!("/v1/connect/runs/{run}"), "run").await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    assert_eq!(done["nodeId"], "node-a", "{done}");
+    assert_eq!(records(&a, &conn, "ticks").await.len(), 4);
+
+    let (status, body) = a
+        .call("DELETE", &format!("/v2/sandboxes/{filler}"), None)
+        .await;
+    assert!(status == 202 || status == 204, "{status} {body}");
 }

@@ -58,6 +58,7 @@ pub fn build(b: Build) -> Value {
         "failure": b.failure,
         "createdAt": b.created_at,
         "finishedAt": b.finished_at,
+        "nodeId": b.node_id,
     })
 }
 
@@ -141,9 +142,11 @@ mod tests {
             failure: None,
             created_at: "2026-01-01T00:00:00Z".into(),
             finished_at: None,
+            node_id: Some("node-a".into()),
         };
         let v = build(b);
         assert!(!v.to_string().contains("/var/lib"), "{v}");
         assert_eq!(v["status"], "succeeded");
+        assert_eq!(v["nodeId"], "node-a");
     }
 }

@@ -18,8 +18,11 @@
 //!
 //! Creates are placed (`service::placement`): a fresh create whose shape the
 //! body names goes to the node placement chooses, and to the next choice if
-//! that node refuses it (`503`). Clones stay on the node that receives them
-//! (their snapshot's files are on the node that took it).
+//! that node refuses it (`503`). A clone goes where its snapshot's files are
+//! (or, with snapshots in object storage, is placed like a create). Requests
+//! that start a Connect job sandbox (Run now, a connection test, a package
+//! build) are placed like a create of the job's shape; the run or build then
+//! shows the node that ran it (`nodeId`).
 
 use super::{ApiError, AppState, Workspace};
 use crate::config::ClusterToken;
@@ -242,41 +245,107 @@ fn create_kind(body: &[u8]) -> Option<CreateKind> {
     Some(CreateKind::Fresh(vcpu, memory_mb, selector))
 }
 
+/// What a placed request needs of the node that runs it.
+#[derive(Debug, PartialEq)]
+enum Want {
+    /// A sandbox create or clone.
+    Create(CreateKind),
+    /// A Connect job sandbox (a manual run, a connection test or a package
+    /// build) of this much memory.
+    Job(u32),
+}
+
+/// Whether `path` (of a POST) starts a Connect job sandbox on the node that
+/// answers it: `…/syncs/{sync}/runs` (Run now), `…/connections/{id}/test` and
+/// `…/versions/{version}/builds`.
+fn starts_connect_job(path: &str) -> bool {
+    let parts: Vec<&str> = path.trim_end_matches('/').split('/').collect();
+    matches!(
+        parts.as_slice(),
+        ["", "v1", "connect", "connections", _, "syncs", _, "runs"]
+            | ["", "v1", "connect", "connections", _, "test"]
+            | ["", "v1", "connect", "packages", _, "versions", _, "builds"]
+    )
+}
+
 /// Runs a create on the node placement chooses (a clone: where its snapshot's
 /// files are, see `Service::place_clone`).
 async fn place_create(state: AppState, req: Request, next: Next) -> Response {
-    let limit = state.config().limits.json_body_bytes;
-    let (parts, body) = req.into_parts();
-    let bytes = match axum::body::to_bytes(body, limit).await {
-        Ok(b) => b,
-        Err(_) => {
-            return ApiError::new(ErrorCode::PayloadTooLarge, "request body is too large")
-                .into_response()
-        }
+    let (parts, bytes) = match buffered(&state, req).await {
+        Ok(p) => p,
+        Err(resp) => return resp,
     };
-    let kind = match create_kind(&bytes) {
+    match create_kind(&bytes) {
         None => {
-            return next
-                .run(Request::from_parts(parts, Body::from(bytes)))
+            next.run(Request::from_parts(parts, Body::from(bytes)))
                 .await
         }
-        Some(kind) => kind,
+        Some(kind) => run_placed(state, parts, bytes, next, Want::Create(kind)).await,
+    }
+}
+
+/// Runs a request that starts a Connect job on the node job placement
+/// chooses, like a create of the job's shape: the same best-of-K on free
+/// memory, drained and lost nodes left out, the next choice on a refusal.
+async fn place_connect_job(state: AppState, req: Request, next: Next) -> Response {
+    let Some(memory_mb) = state
+        .connect()
+        .map(|c| u32::try_from(c.limits().memory_mib).unwrap_or(u32::MAX))
+    else {
+        return next.run(req).await;
     };
+    match buffered(&state, req).await {
+        Ok((parts, bytes)) => run_placed(state, parts, bytes, next, Want::Job(memory_mb)).await,
+        Err(resp) => resp,
+    }
+}
+
+/// The request with its (JSON-sized) body read, so that it can be offered to
+/// more than one node.
+async fn buffered(
+    state: &AppState,
+    req: Request,
+) -> Result<(axum::http::request::Parts, axum::body::Bytes), Response> {
+    let limit = state.config().limits.json_body_bytes;
+    let (parts, body) = req.into_parts();
+    match axum::body::to_bytes(body, limit).await {
+        Ok(b) => Ok((parts, b)),
+        Err(_) => Err(
+            ApiError::new(ErrorCode::PayloadTooLarge, "request body is too large").into_response(),
+        ),
+    }
+}
+
+/// Offers the request to the node placement chooses for `want`, then to the
+/// next choice while nodes refuse it (`503`), at most [`PLACEMENT_TRIES`].
+async fn run_placed(
+    state: AppState,
+    parts: axum::http::request::Parts,
+    bytes: axum::body::Bytes,
+    next: Next,
+    want: Want,
+) -> Response {
     let tenant = parts
         .extensions
         .get::<Workspace>()
         .map(|w| w.0.clone())
         .unwrap_or_default();
+    let any_node = NodeSelector::new();
     let mut tried = Vec::new();
     loop {
-        let placed = match &kind {
-            CreateKind::Fresh(vcpu, memory_mb, selector) => {
+        let placed = match &want {
+            Want::Create(CreateKind::Fresh(vcpu, memory_mb, selector)) => {
                 state.place(*vcpu, *memory_mb, &tried, selector).await
             }
             // A clone restores where its snapshot's files are (or can be fetched).
-            CreateKind::Clone(snapshot, selector) => {
+            Want::Create(CreateKind::Clone(snapshot, selector)) => {
                 state
                     .place_clone(&tenant, *snapshot, &tried, selector)
+                    .await
+            }
+            Want::Job(memory_mb) => {
+                state
+                    .place(sbx_node::jobs::JOB_VCPUS, *memory_mb, &tried, &any_node)
                     .await
             }
         };
@@ -294,7 +363,7 @@ async fn place_create(state: AppState, req: Request, next: Next) -> Response {
                 if let Some(rid) = parts.extensions.get::<RequestId>() {
                     copy.extensions_mut().insert(rid.clone());
                 }
-                tracing::debug!(node = %id, "create placed on another node");
+                tracing::debug!(node = %id, ?want, "placed on another node");
                 let resp = state.forwarder.send(&url, copy).await;
                 tried.push(id);
                 // That node refused (full, or not answering): the next choice.
@@ -333,6 +402,9 @@ pub async fn layer(State(state): State<AppState>, req: Request, next: Next) -> R
         && (path == "/v2/sandboxes" || path == "/v1/sandboxes")
     {
         return place_create(state, req, next).await;
+    }
+    if req.method() == axum::http::Method::POST && starts_connect_job(path) {
+        return place_connect_job(state, req, next).await;
     }
     // Deleting a snapshot removes its files: on the node that holds them.
     if req.method() == axum::http::Method::DELETE {
@@ -388,6 +460,29 @@ mod tests {
         assert!(is_resource_path(&format!("/v2/sandboxes/{id}")));
         assert!(!is_resource_path(&format!("/v2/sandboxes/{id}/exec")));
         assert!(!is_resource_path(&format!("/v1/sandboxes/{id}")));
+    }
+
+    #[test]
+    fn only_the_posts_that_start_a_connect_job_are_placed_as_jobs() {
+        for path in [
+            "/v1/connect/connections/c1/syncs/orders/runs",
+            "/v1/connect/connections/c1/test",
+            "/v1/connect/packages/p/versions/1.0.0/builds",
+            "/v1/connect/packages/p/versions/1.0.0/builds/",
+        ] {
+            assert!(starts_connect_job(path), "{path}");
+        }
+        for path in [
+            "/v1/connect/connections/c1/runs",
+            "/v1/connect/connections/c1/syncs/orders/records",
+            "/v1/connect/connections",
+            "/v1/connect/packages",
+            "/v1/connect/packages/p/versions/1.0.0",
+            "/v1/connect/connections/c1/syncs/orders/runs/extra",
+            "/v2/sandboxes",
+        ] {
+            assert!(!starts_connect_job(path), "{path}");
+        }
     }
 
     #[test]

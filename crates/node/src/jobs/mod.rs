@@ -28,7 +28,7 @@ use std::time::Duration;
 use uuid::Uuid;
 
 /// vCPUs of a job or build sandbox.
-const JOB_VCPUS: u32 = 1;
+pub const JOB_VCPUS: u32 = 1;
 /// How long a job or build sandbox may take to boot.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 

@@ -26,7 +26,7 @@ fn version_from_row(row: &Row) -> Result<PackageVersion, StoreError> {
 }
 
 const BUILD_COLUMNS: &str =
-    "id, name, version, log, status, artifact_dir, failure, created_at, finished_at";
+    "id, name, version, log, status, artifact_dir, failure, created_at, finished_at, node_id";
 
 fn build_from_row(row: &Row) -> Result<Build, StoreError> {
     let status: String = row.try_get(4)?;
@@ -40,6 +40,7 @@ fn build_from_row(row: &Row) -> Result<Build, StoreError> {
         failure: row.try_get(6)?,
         created_at: time(row, 7)?,
         finished_at: opt_time(row, 8)?,
+        node_id: row.try_get(9)?,
     })
 }
 

@@ -47,6 +47,7 @@ fn build_from_row(row: &Row<'_>) -> rusqlite::Result<(Build, String)> {
             failure: row.get(6)?,
             created_at: time(row, 7)?,
             finished_at: opt_time(row, 8)?,
+            node_id: row.get(9)?,
         },
         status,
     ))
@@ -58,7 +59,7 @@ fn with_status((mut b, status): (Build, String)) -> Result<Build, StoreError> {
 }
 
 const BUILD_COLUMNS: &str =
-    "id, name, version, log, status, artifact_dir, failure, created_at, finished_at";
+    "id, name, version, log, status, artifact_dir, failure, created_at, finished_at, node_id";
 
 impl super::super::Packages for SqliteStore {
     fn insert_package_version(
