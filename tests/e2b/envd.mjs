@@ -514,6 +514,31 @@ async function sandbox(sbx) {
   });
 }
 
+// ---- network update ---------------------------------------------------------
+
+async function network(sbx) {
+  await step("updateNetwork: no internet, then the default again, for new commands", async () => {
+    const proxy = async () => (await sbx.commands.run('echo "${HTTPS_PROXY:-none}"')).stdout.trim();
+    eq(await proxy(), "http://127.0.0.1:3128", "created with the internet");
+    await sbx.updateNetwork({ allowInternetAccess: false });
+    eq(await proxy(), "none", "no proxy variables without a network");
+    await sbx.updateNetwork({ allowOut: ["api.example.com"], denyOut: ["0.0.0.0/0"] });
+    eq(await proxy(), "http://127.0.0.1:3128", "an allowlist has the proxy");
+    await sbx.updateNetwork({});
+    eq(await proxy(), "http://127.0.0.1:3128", "cleared: the server's default");
+  });
+  await step("updateNetwork: what sbx cannot express is refused", async () => {
+    let refused;
+    try {
+      await sbx.updateNetwork({ denyOut: ["10.0.0.0/8"] });
+    } catch (e) {
+      refused = e;
+    }
+    check(refused && /denyOut/.test(refused.message), "a partial denyOut is refused", refused?.message);
+    eq(await sbx.isRunning(), true, "the sandbox runs on");
+  });
+}
+
 // TODO preview URLs (not served yet; not executed). When sbxd routes
 // `{port}-{sandboxId}.{domain}` (contract §1.5), add steps:
 //   1. commands.run('python -m http.server 8080', {background: true, cwd: DIR});
@@ -534,6 +559,7 @@ try {
   await pty(sbx);
   await files(sbx);
   await sandbox(sbx);
+  await network(sbx);
   await step("kill", async () => {
     eq(await sbx.kill(), true, "kill");
     sbx = undefined;

@@ -49,6 +49,18 @@ pub enum Command {
         /// Sandbox id or name.
         sandbox: String,
     },
+    /// Change a running sandbox's egress policy (for its new connections); prints the new network status.
+    #[command(after_help = network::HELP)]
+    Network {
+        /// Sandbox id or name.
+        sandbox: String,
+        /// Network egress: none, public, https-only or allowlist.
+        #[arg(long, value_name = "MODE", value_parser = network::parse_mode)]
+        network: Option<sbx_client::api::NetworkMode>,
+        /// Allowlist entry host=NAME[:PORT,...] or cidr=ADDR/LEN[:PORT,...] (repeatable).
+        #[arg(long = "allow", value_name = "RULE", value_parser = network::parse_allow)]
+        allow: Vec<sbx_client::api::AllowRule>,
+    },
     /// Destroy a sandbox.
     Destroy {
         /// Sandbox id or name.

@@ -36,6 +36,24 @@ impl Client {
         Self::data(resp).await
     }
 
+    /// `PUT /v1/sandboxes/{id}/network`: a running sandbox's new egress policy.
+    pub async fn update_network(
+        &self,
+        id: Uuid,
+        policy: &crate::api::NetworkPolicy,
+    ) -> Result<SandboxDetail, ClientError> {
+        let resp = self
+            .send(
+                self.request(
+                    Method::PUT,
+                    &["v1", "sandboxes", &id.to_string(), "network"],
+                )
+                .json(policy),
+            )
+            .await?;
+        Self::data(resp).await
+    }
+
     /// `GET /v2/sandboxes/{id}`.
     pub async fn get_sandbox(&self, id: Uuid) -> Result<Sandbox, ClientError> {
         let resp = self

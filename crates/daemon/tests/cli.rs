@@ -64,6 +64,23 @@ async fn cli_create_exec_files_destroy() {
     let get = sbx(&d, &["get", &id]);
     assert!(String::from_utf8_lossy(&get.stdout).contains("RUNNING"));
 
+    // The egress policy of the running sandbox, changed and shown.
+    let net = sbx(
+        &d,
+        &["network", "cli-box", "--allow", "host=api.example.com:443"],
+    );
+    assert!(net.status.success());
+    let shown: serde_json::Value = serde_json::from_slice(&net.stdout).expect("network JSON");
+    assert_eq!(shown["policy"]["mode"], "allowlist", "{shown}");
+    assert_eq!(
+        shown["policy"]["allow"][0]["host"], "api.example.com",
+        "{shown}"
+    );
+    let bare = sbx(&d, &["network", "cli-box"]);
+    assert_eq!(bare.status.code(), Some(1));
+    let get = sbx(&d, &["get", &id]);
+    assert!(String::from_utf8_lossy(&get.stdout).contains("api.example.com"));
+
     // cp both ways, ls, mv, rm.
     let dir = tempfile::tempdir().unwrap();
     let local = dir.path().join("in.txt");

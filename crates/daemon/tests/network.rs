@@ -672,3 +672,100 @@ async fn localhost_resolves_to_the_sandbox_loopback() {
         }
     }
 }
+
+#[tokio::test]
+#[ignore = "needs root, runsc and the image; run ./scripts/test"]
+async fn a_running_sandboxs_policy_changes_for_its_next_connections() {
+    let mut host = TestHost::create();
+    host.serve_http_and_tls(&[]);
+    let d = Daemon::start(&["--network-test-public-cidr", &host.veth.cidr]).await;
+    let id = create_v1(&d, "net-update", json!({"mode": "none"})).await;
+    let url = format!("http://{}/", host.veth.ip);
+    let put = |policy: Value| {
+        let d = &d;
+        let id = id.clone();
+        async move {
+            d.call("PUT", &format!("/v1/sandboxes/{id}/network"), Some(policy))
+                .await
+        }
+    };
+
+    // Created without a network: no proxy to talk to.
+    let (code, _, _) = sh(&d, &id, &curl_proxied(&url, "-x http://127.0.0.1:3128")).await;
+    assert_eq!(code, 7, "connection refused on 3128");
+
+    // Bad policies are refused and change nothing.
+    for (bad, code) in [
+        (json!({"mode": "allowlist"}), "invalid_field_format"),
+        (
+            json!({"mode": "public", "allow": [{"host": "x.example"}]}),
+            "invalid_field_format",
+        ),
+        (json!({"mode": "everything"}), "invalid_request"),
+        (json!({"mode": "public", "extra": 1}), "invalid_request"),
+    ] {
+        let (status, body) = put(bad.clone()).await;
+        assert_eq!(status, 400, "{bad}: {body}");
+        assert_eq!(body["errors"][0]["code"], code, "{bad}: {body}");
+    }
+    let (status, body) = d
+        .call("PUT", &format!("/v1/sandboxes/{id}/network"), None)
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["errors"][0]["code"], "missing_field", "{body}");
+    assert_eq!(network_of(&d, &id).await["policy"]["mode"], "none");
+
+    // none → public: the proxies start, and a new process gets their variables.
+    let (status, body) = put(json!({"mode": "public"})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["data"]["network"]["policy"]["mode"], "public",
+        "{body}"
+    );
+    let (_, env, _) = sh(&d, &id, "env").await;
+    assert!(env.contains("HTTP_PROXY=http://127.0.0.1:3128"), "{env}");
+    let (code, out, err) = sh(&d, &id, &format!("curl -sS --max-time 20 {url}")).await;
+    assert_eq!((code, out.as_str()), (0, "hello-plain\n"), "{err}");
+
+    // public → an allowlist without the host: refused by policy from the next connection.
+    let (status, body) =
+        put(json!({"mode": "allowlist", "allow": [{"host": "only.example"}]})).await;
+    assert_eq!(status, 200, "{body}");
+    let (_, status, _) = sh(&d, &id, &curl_proxied(&url, "")).await;
+    assert_eq!(status, "403");
+    let last = denial_reasons(&network_of(&d, &id).await).pop().unwrap();
+    assert_eq!(last.1, "not-allowlisted");
+
+    // An allowlist with the host's address: allowed again.
+    let cidr = format!("{}/32", host.veth.ip);
+    let (status, body) = put(json!({"mode": "allowlist", "allow": [{"cidr": cidr}]})).await;
+    assert_eq!(status, 200, "{body}");
+    let (code, out, err) = sh(&d, &id, &format!("curl -sS --max-time 20 {url}")).await;
+    assert_eq!((code, out.as_str()), (0, "hello-plain\n"), "{err}");
+
+    // → none: refused, and new processes lose the proxy variables.
+    let (status, body) = put(json!({"mode": "none"})).await;
+    assert_eq!(status, 200, "{body}");
+    let (_, status, _) = sh(&d, &id, &curl_proxied(&url, "-x http://127.0.0.1:3128")).await;
+    assert_eq!(status, "403");
+    let (_, env, _) = sh(&d, &id, "env").await;
+    assert!(!env.contains("127.0.0.1:3128"), "{env}");
+
+    // Only a running sandbox; never another tenant's or an unknown one.
+    let (status, body) = d
+        .call("POST", &format!("/v2/sandboxes/{id}/pause"), None)
+        .await;
+    assert!(status == 200 || status == 202, "{body}");
+    d.wait_status(&id, "PAUSED", Duration::from_secs(120)).await;
+    let (status, body) = put(json!({"mode": "public"})).await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(network_of(&d, &id).await["policy"]["mode"], "none");
+    let (status, body) = d
+        .call(
+            "PUT",
+            "/v1/sandboxes/00000000-0000-4000-8000-000000000001/network",
+            Some(json!({"mode": "public"})),
+        )
+        .await;
+    assert_eq!(status, 404, "{body}");
+}

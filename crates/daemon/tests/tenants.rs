@@ -239,6 +239,9 @@ fn case(method: &str, template: &str, a: &Fixture) -> (String, Option<Vec<u8>>, 
         ("POST", "/v1/sandboxes/{id}/fs/remove") => {
             (format!("{path}?path=/tmp/a.txt"), None, sandbox_nf)
         }
+        ("PUT", "/v1/sandboxes/{id}/network") => {
+            (path, json(json!({"mode": "public"})), sandbox_nf)
+        }
         ("POST", "/v1/sandboxes/{id}/fs/rename") => (
             path,
             json(json!({"from": "/tmp/a.txt", "to": "/tmp/b.txt"})),

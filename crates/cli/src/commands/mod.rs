@@ -32,6 +32,19 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
             let id = resolve::sandbox(c, &sandbox).await?;
             print_json(&c.sandbox_detail(id).await?)
         }
+        Command::Network {
+            sandbox,
+            network,
+            allow,
+        } => {
+            let policy = crate::network::policy(network, allow)
+                .map_err(|e| anyhow::anyhow!(e))?
+                .ok_or_else(|| {
+                    anyhow::anyhow!("give the new policy: --network MODE or --allow RULE")
+                })?;
+            let id = resolve::sandbox(c, &sandbox).await?;
+            print_json(&c.update_network(id, &policy).await?.network)
+        }
         Command::Destroy { sandbox } => {
             let id = resolve::sandbox(c, &sandbox).await?;
             let status = match c.destroy_sandbox(id).await? {

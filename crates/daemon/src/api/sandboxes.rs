@@ -108,16 +108,40 @@ pub async fn detail(
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id, "sandboxId")?;
     let r = svc.get(&ws.0, id).await?;
-    let detail = sbx_api_types::SandboxDetail {
-        sandbox: envelope::sandbox(&r, svc.vpc_id()),
+    Ok(envelope::data(StatusCode::OK, detail_view(&svc, &r)))
+}
+
+/// `PUT /v1/sandboxes/{id}/network`: a running sandbox's new egress policy
+/// (for new connections); answers the detail as `GET` does.
+pub async fn update_network(
+    State(svc): State<AppState>,
+    Extension(ws): Extension<Workspace>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let id = parse_id(&id, "sandboxId")?;
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::new(
+            sbx_api_types::ErrorCode::MissingField,
+            "the body is the new network policy, e.g. {\"mode\": \"public\"}",
+        ));
+    }
+    let policy: sbx_api_types::NetworkPolicy = parse_body(&body)?;
+    let r = svc.update_network(&ws.0, id, policy).await?;
+    Ok(envelope::data(StatusCode::OK, detail_view(&svc, &r)))
+}
+
+/// The `/v1` view of a sandbox: the v2 resource plus sbx extras.
+fn detail_view(svc: &AppState, r: &crate::service::Sandbox) -> sbx_api_types::SandboxDetail {
+    sbx_api_types::SandboxDetail {
+        sandbox: envelope::sandbox(r, svc.vpc_id()),
         environment: r.environment.clone(),
         secrets: r.secrets.clone(),
         snapshot_id: r.snapshot_id,
         active_runtime_ms: r.active_runtime_ms,
         active_runtime_limit_ms: svc.config().limits.active_runtime.as_millis() as u64,
-        network: svc.network_status(&r),
-    };
-    Ok(envelope::data(StatusCode::OK, detail))
+        network: svc.network_status(r),
+    }
 }
 
 /// `DELETE /v2/sandboxes/{id}`

@@ -331,7 +331,7 @@ impl Service {
     }
 
     /// The base environment of a sandbox: configuration plus secret values.
-    async fn sandbox_environment(
+    pub(super) async fn sandbox_environment(
         &self,
         record: &SandboxRecord,
     ) -> Result<BTreeMap<String, String>, String> {

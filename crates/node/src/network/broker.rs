@@ -15,10 +15,9 @@
 use super::limits::{self, ConnPermits, GlobalLimits, SandboxLimits};
 use super::policy::{self, Cidr, Facts};
 use super::relay::{relay, Flow, Inbox};
-use super::SandboxStats;
+use super::{LivePolicy, SandboxStats};
 use crate::runtime::{AgentConn, AgentStream, StreamItem};
 use sbx_agent_proto::{Event, NetError, Request, NET_WINDOW_BYTES};
-use sbx_api_types::NetworkPolicy;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
@@ -39,8 +38,8 @@ const TLS_HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Ctx {
     /// Sandbox id (logs, counters).
     pub sandbox: Uuid,
-    /// Policy in force.
-    pub policy: NetworkPolicy,
+    /// Policy in force (a network update replaces it for what comes next).
+    pub policy: Arc<LivePolicy>,
     /// Ranges marked public (tests only).
     pub test_public: Vec<Cidr>,
     /// Counters.
@@ -64,7 +63,7 @@ impl Ctx {
     /// The context of one `net_serve` of sandbox `sandbox`.
     pub fn new(
         sandbox: Uuid,
-        policy: NetworkPolicy,
+        policy: Arc<LivePolicy>,
         test_public: Vec<Cidr>,
         stats: Arc<SandboxStats>,
         conn: AgentConn,
@@ -340,7 +339,8 @@ pub async fn decide(
     host: &str,
     port: u16,
 ) -> Result<Vec<SocketAddr>, Result<&'static str, NetError>> {
-    let policy = &ctx.policy;
+    let current = ctx.policy.current();
+    let policy = &*current;
     let host = policy::normalize_host(host);
     if port == 0 || host.is_empty() {
         return Err(Ok("bad-destination"));
@@ -384,7 +384,8 @@ pub async fn resolve(
     ipv6: bool,
     slot: OwnedSemaphorePermit,
 ) -> Result<Vec<IpAddr>, Result<&'static str, NetError>> {
-    let policy = &ctx.policy;
+    let current = ctx.policy.current();
+    let policy = &*current;
     let host = policy::normalize_host(name);
     if host.is_empty() {
         return Err(Err(NetError::Resolve));

@@ -329,3 +329,39 @@ async fn a_job_sandbox_gets_its_channel_once_and_nothing_else() {
     agent.dial(3).await;
     assert_eq!(agent.dial_result().await, (3, Some(NetError::Denied)));
 }
+
+#[tokio::test]
+async fn a_network_update_decides_the_next_lookup() {
+    let mut agent = FakeAgent::start(NetworkMode::Public, None, |_| {}).await;
+    let mut answers = Vec::new();
+    for (step, policy) in [
+        (1, None),
+        (2, Some(NetworkMode::None)),
+        (3, Some(NetworkMode::Public)),
+    ] {
+        if let Some(mode) = policy {
+            agent
+                .ctx
+                .policy
+                .set(sbx_api_types::NetworkPolicy::mode(mode));
+        }
+        let name = "198.51.100.7".to_string();
+        let query = step;
+        let event = Event::NetResolve {
+            query,
+            name,
+            ipv6: false,
+        };
+        agent.event(event, Vec::new()).await;
+        match agent.frame().await.unwrap().0 {
+            Body::Request(Request::NetResolveResult {
+                query: got, error, ..
+            }) => {
+                assert_eq!(got, query);
+                answers.push(error);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(answers, vec![None, Some(NetError::Denied), None]);
+}

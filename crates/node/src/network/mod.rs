@@ -109,11 +109,36 @@ impl SandboxStats {
     }
 }
 
+/// A sandbox's policy as its broker reads it: replaced by a network update and
+/// read afresh by every new connection and lookup (a connection already open
+/// keeps the decision it got when it was dialed).
+#[derive(Debug)]
+pub struct LivePolicy(std::sync::RwLock<Arc<NetworkPolicy>>);
+
+impl LivePolicy {
+    /// A policy cell holding `policy`.
+    pub fn new(policy: NetworkPolicy) -> Arc<LivePolicy> {
+        Arc::new(LivePolicy(std::sync::RwLock::new(Arc::new(policy))))
+    }
+
+    /// The policy in force now.
+    pub fn current(&self) -> Arc<NetworkPolicy> {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Puts `policy` in force for what comes next.
+    pub fn set(&self, policy: NetworkPolicy) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(policy);
+    }
+}
+
 /// Server-wide network settings and per-sandbox state.
 pub struct Network {
     default_policy: NetworkPolicy,
     test_public: Vec<Cidr>,
     stats: Mutex<HashMap<Uuid, Arc<SandboxStats>>>,
+    /// The policy cells of the sandboxes whose proxies are served.
+    live: Mutex<HashMap<Uuid, Arc<LivePolicy>>>,
     /// Daemon-wide caps of the brokers (sockets, host lookups).
     global: Arc<GlobalLimits>,
 }
@@ -132,6 +157,7 @@ impl Network {
             default_policy: NetworkPolicy::mode(default_mode),
             test_public,
             stats: Mutex::new(HashMap::new()),
+            live: Mutex::new(HashMap::new()),
             global: Arc::default(),
         })
     }
@@ -150,12 +176,42 @@ impl Network {
             .clone()
     }
 
-    /// Forgets a destroyed sandbox's counters.
+    /// Forgets a destroyed sandbox's counters and policy.
     pub fn forget(&self, id: Uuid) {
         self.stats
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&id);
+        self.live
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
+    }
+
+    /// The sandbox's policy cell, holding `policy` from now on.
+    fn live_policy(&self, id: Uuid, policy: &NetworkPolicy) -> Arc<LivePolicy> {
+        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        let cell = live
+            .entry(id)
+            .or_insert_with(|| LivePolicy::new(policy.clone()));
+        cell.set(policy.clone());
+        cell.clone()
+    }
+
+    /// Puts `policy` in force for a running sandbox's new connections and
+    /// lookups (network update). A sandbox created with `none` has no proxies
+    /// served yet: they start now over `conn`.
+    pub async fn update(self: &Arc<Self>, id: Uuid, policy: &NetworkPolicy, conn: &AgentConn) {
+        let served = self
+            .live
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .cloned();
+        match served {
+            Some(cell) => cell.set(policy.clone()),
+            None => self.serve(id, policy, conn).await,
+        }
     }
 
     /// Policy and counters for `GET /v1/sandboxes/{id}`.
@@ -193,7 +249,7 @@ impl Network {
         };
         let ctx = broker::Ctx::new(
             id,
-            policy.clone(),
+            self.live_policy(id, policy),
             self.test_public.clone(),
             self.stats(id),
             conn.clone(),
@@ -225,7 +281,7 @@ impl Network {
         }
         let ctx = broker::Ctx::new(
             id,
-            policy.clone(),
+            LivePolicy::new(policy.clone()),
             test_public,
             self.stats(id),
             conn.clone(),
@@ -253,7 +309,7 @@ impl Network {
         let (slot, channel) = broker::JobSlot::new();
         let ctx = broker::Ctx::new(
             id,
-            NetworkPolicy::mode(NetworkMode::None),
+            LivePolicy::new(NetworkPolicy::mode(NetworkMode::None)),
             Vec::new(),
             self.stats(id),
             conn.clone(),

@@ -193,7 +193,7 @@ pub(super) async fn relay<R, W>(
     let Flow { inbox, credit } = flow;
     let agent = &ctx.conn;
     let reset = Request::NetClose { conn, reset: true };
-    if ctx.policy.mode == NetworkMode::HttpsOnly {
+    if ctx.policy.current().mode == NetworkMode::HttpsOnly {
         // Nothing reaches the remote end (and nothing comes back) before a whole ClientHello.
         let hello = match client_hello(&inbox, ctx.hello_timeout).await {
             Ok(hello) => hello,

@@ -55,7 +55,7 @@ impl FakeAgent {
         ));
         let mut ctx = Ctx::new(
             Uuid::new_v4(),
-            NetworkPolicy::mode(mode),
+            super::LivePolicy::new(NetworkPolicy::mode(mode)),
             Vec::new(),
             Arc::new(SandboxStats::default()),
             conn,

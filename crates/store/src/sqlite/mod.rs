@@ -301,7 +301,7 @@ impl Store for SqliteStore {
         let n = conn.execute(
             "UPDATE sandboxes SET status = ?2, started_at_ms = ?3, ended_at_ms = ?4, error = ?5, \
              active_ms = ?6, running_since_ms = ?7, active = ?8, environment = ?9, secrets = ?10, \
-             generation = generation + 1 WHERE id = ?1 AND generation = ?11",
+             network = ?12, generation = generation + 1 WHERE id = ?1 AND generation = ?11",
             params![
                 r.id.to_string(),
                 r.status.as_str(),
@@ -314,6 +314,7 @@ impl Store for SqliteStore {
                 json(&r.environment),
                 json(&r.secrets),
                 r.generation as i64,
+                json(&r.network),
             ],
         )?;
         if n == 0 {

@@ -163,6 +163,10 @@ pub fn records_round_trip_every_field(store: &dyn Store, _: Other) {
     r.running_since = None;
     r.environment.insert("NEW".into(), "v".into());
     r.secrets = vec![];
+    // A running sandbox's policy can be changed (network update).
+    r.network =
+        serde_json::from_str(r#"{"mode":"allowlist","allow":[{"host":"api.example.com"}]}"#)
+            .expect("policy");
     store.update_sandbox(&mut r).unwrap();
     assert_eq!(store.get_sandbox(r.id).unwrap().unwrap(), r);
     assert!(store.get_sandbox(Uuid::new_v4()).unwrap().is_none());

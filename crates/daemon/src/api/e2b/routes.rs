@@ -2,8 +2,8 @@
 //! `E2b` function; statuses are those of contract §2.2.
 
 use super::wire::{
-    parse_limit, ConnectBody, ListQuery, NewSandbox, PauseBody, SandboxDetailOut, SandboxOut,
-    SnapshotBody, SnapshotOut, SnapshotQuery, TimeoutBody,
+    parse_limit, ConnectBody, ListQuery, NetworkUpdate, NewSandbox, PauseBody, SandboxDetailOut,
+    SandboxOut, SnapshotBody, SnapshotOut, SnapshotQuery, TimeoutBody,
 };
 use super::{E2bApiError, Tenant};
 use crate::service::e2b::{E2b, E2bError};
@@ -165,18 +165,18 @@ pub async fn metrics(
     Ok(Json(samples).into_response())
 }
 
-/// `PUT /sandboxes/{id}/network` → 501: changing a running sandbox's policy is not built yet.
+/// `PUT /sandboxes/{id}/network` → 204: the running sandbox's new egress policy.
 pub async fn network_update(
     State(e2b): State<Arc<E2b>>,
     Extension(t): Extension<Tenant>,
     Path(id): Path<String>,
+    raw: Bytes,
 ) -> Res {
     let id = sandbox_id(&id)?;
-    e2b.info(&t.0, id).await?;
-    Err(E2bError::NotSupported(
-        "changing the network of a running sandbox is not supported by sbx yet".into(),
-    )
-    .into())
+    let req: NetworkUpdate = body(&raw)?;
+    let policy = req.into_policy()?;
+    e2b.update_network(&t.0, id, policy).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 /// `POST /sandboxes/{id}/snapshots` → 201 `SnapshotInfo`.

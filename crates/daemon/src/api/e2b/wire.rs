@@ -50,6 +50,24 @@ struct Network {
     mask_request_host: Option<String>,
 }
 
+/// Body of `PUT /sandboxes/{id}/network`: the create's `network` keys at the
+/// top level plus `allow_internet_access`; an omitted key clears its setting.
+#[derive(Debug, Default, Deserialize)]
+pub struct NetworkUpdate {
+    #[serde(rename = "allow_internet_access")]
+    allow_internet_access: Option<bool>,
+    #[serde(flatten)]
+    network: Network,
+}
+
+impl NetworkUpdate {
+    /// The new policy (`None`: the server's default, as for a create without
+    /// network settings); what sbx cannot express is refused (400).
+    pub fn into_policy(self) -> Result<Option<NetworkPolicy>, E2bApiError> {
+        network_policy(self.allow_internet_access, Some(self.network))
+    }
+}
+
 #[derive(Debug, Default, Deserialize)]
 struct AutoResume {
     enabled: Option<bool>,
@@ -470,6 +488,27 @@ mod tests {
         assert_eq!(m.len(), 2);
         assert!(parse_metadata_filter("novalue").is_err());
         assert!(parse_metadata_filter("k=%zz").is_err());
+    }
+
+    #[test]
+    fn network_updates_map_like_a_creates_network() {
+        let update = |v: serde_json::Value| -> Result<Option<NetworkPolicy>, E2bApiError> {
+            serde_json::from_value::<NetworkUpdate>(v)
+                .expect("parses")
+                .into_policy()
+        };
+        assert_eq!(update(serde_json::json!({})).expect("clear"), None);
+        assert_eq!(
+            update(serde_json::json!({"allow_internet_access": false})).expect("off"),
+            Some(NetworkPolicy::mode(NetworkMode::None))
+        );
+        let allow = update(serde_json::json!({"allowOut": ["1.1.1.1", "api.example.com"], "denyOut": ["0.0.0.0/0"]}))
+            .expect("allowlist")
+            .expect("a policy");
+        assert_eq!(allow.mode, NetworkMode::Allowlist);
+        assert_eq!(allow.allow.len(), 2);
+        assert!(update(serde_json::json!({"denyOut": ["10.0.0.0/8"]})).is_err());
+        assert!(update(serde_json::json!({"dnsServers": ["1.1.1.1"]})).is_err());
     }
 
     #[test]

@@ -313,6 +313,23 @@ impl E2b {
         self.view(sandbox, workspace).ok_or_else(|| not_found(id))
     }
 
+    /// `PUT /sandboxes/{id}/network`: a new egress policy for a running E2B
+    /// sandbox (`None`: the server's default), for its next connections.
+    pub async fn update_network(
+        &self,
+        workspace: &str,
+        id: Uuid,
+        policy: Option<sbx_api_types::NetworkPolicy>,
+    ) -> Result<()> {
+        self.info(workspace, id).await?;
+        let policy = policy.unwrap_or_else(|| self.svc.default_network_policy());
+        self.svc
+            .update_network(workspace, id, policy)
+            .await
+            .map_err(not_found_as(id))?;
+        Ok(())
+    }
+
     /// `GET /v2/sandboxes`: running and paused sandboxes of the tenant, newest
     /// first, filtered; the token is the cursor after the last item returned.
     pub async fn list(
