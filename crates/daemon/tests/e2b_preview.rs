@@ -428,8 +428,8 @@ fn test_ca(dir: &std::path::Path) -> (String, String, String, String) {
 }
 
 #[tokio::test]
-#[ignore = "needs root, runsc, the image and tests/e2b's node_modules; run ./scripts/test"]
-async fn e2b_sdk_get_host_over_https_with_websockets_and_tokens() {
+#[ignore = "needs root, runsc, the image and tests/e2b's SDKs; run ./scripts/test"]
+async fn e2b_sdks_get_host_over_https_with_websockets_and_tokens() {
     let pki = tempfile::tempdir().unwrap();
     let (ca_path, cert, key, ca_pem) = test_ca(pki.path());
     let client = reqwest::Client::builder()
@@ -468,6 +468,18 @@ async fn e2b_sdk_get_host_over_https_with_websockets_and_tokens() {
         ok && out.contains("all steps passed"),
         "preview.mjs:\n{out}"
     );
+    // The Python SDK's get_host, the same way (tests/e2b/python/.venv).
+    let (ok, out) = common::run_python_script(
+        &dir.join("python"),
+        "preview.py",
+        &[
+            ("SBX_URL", &d.base),
+            ("SBX_KEY", &tenant),
+            ("SBX_CA", &ca_path),
+            ("SSL_CERT_FILE", &ca_path),
+        ],
+    );
+    assert!(ok && out.contains("all steps passed"), "preview.py:\n{out}");
     d.assert_no_containers(Duration::from_secs(60), "the script kills what it made")
         .await;
 }
