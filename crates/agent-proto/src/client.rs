@@ -17,6 +17,9 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, oneshot, watch};
 
+mod port;
+pub use port::PortStream;
+
 /// Why a call to the agent failed.
 #[derive(Debug, thiserror::Error)]
 pub enum AgentCallError {

@@ -259,6 +259,29 @@ pub enum Request {
         #[serde(default)]
         error: Option<NetError>,
     },
+    /// Long-lived: dial `127.0.0.1:port` (then `[::1]:port`) inside the
+    /// sandbox and carry that connection (a preview URL's request): event
+    /// [`Event::PortOpened`] once connected, then [`Event::PortData`],
+    /// [`Event::PortAck`] and [`Event::PortClose`] both ways on this id;
+    /// answered with [`Reply::Ok`] once both directions are closed.
+    /// Nothing listening: `connection_refused`; port 0: `invalid_argument`.
+    PortOpen {
+        /// TCP port inside the sandbox, 1–65535.
+        port: u16,
+    },
+    /// Bytes (payload, ≤ [`NET_CHUNK_BYTES`]) for the guest server, on a `port_open`'s id; no reply.
+    PortData,
+    /// The daemon wrote `bytes` of the guest server's data to its client: more credit.
+    PortAck {
+        /// Bytes consumed.
+        bytes: u64,
+    },
+    /// The daemon's client finished sending (`reset: false`, half-close) or went away (`reset: true`).
+    PortClose {
+        /// Abort both directions at once.
+        #[serde(default)]
+        reset: bool,
+    },
 }
 
 /// Successful final answers.
@@ -388,6 +411,21 @@ pub enum Event {
         /// AAAA (IPv6) rather than A (IPv4).
         #[serde(default)]
         ipv6: bool,
+    },
+    /// A `port_open` connected; data may flow.
+    PortOpened,
+    /// Bytes (payload) the guest server sent on a `port_open`'s connection.
+    PortData,
+    /// The agent wrote `bytes` of the daemon's data to the guest server: more credit.
+    PortAck {
+        /// Bytes consumed.
+        bytes: u64,
+    },
+    /// The guest server finished sending (`reset: false`) or the connection failed (`reset: true`).
+    PortClose {
+        /// Abort both directions at once.
+        #[serde(default)]
+        reset: bool,
     },
 }
 
@@ -651,6 +689,8 @@ pub enum AgentErrorCode {
     Io,
     /// A protocol violation (unknown upload id, frame out of order).
     Protocol,
+    /// Nothing listens on the port a `port_open` named.
+    ConnectionRefused,
 }
 
 /// A failed answer.

@@ -21,6 +21,7 @@
 //! * [`upload`]: chunked uploads finished by an atomic rename.
 //! * [`relay`]: stdio ⇄ socket bridge used by the daemon.
 //! * [`proxy`]: the HTTP and SOCKS5 egress proxies carried over `net_serve`.
+//! * [`port`]: inbound port streams (`port_open`, preview URLs).
 //! * [`dns`]: the DNS responder on 127.0.0.1:53, answered over `net_serve`.
 
 pub mod control;
@@ -34,6 +35,7 @@ pub mod launch;
 pub mod listing;
 pub mod owner;
 pub mod pipes;
+pub mod port;
 pub mod procs;
 pub mod proxy;
 pub mod pty;

@@ -7,7 +7,7 @@
 //! processes, their output and the process table live on.
 
 use crate::upload::Upload;
-use crate::{console, exec, files, listing, procs, watch, Agent};
+use crate::{console, exec, files, listing, port, procs, watch, Agent};
 use sbx_agent_proto::{
     AgentError, AgentErrorCode, Body, CodecError, Event, Frame, Header, Reply, Request,
     MAX_FRAME_BYTES, PROTOCOL_VERSION,
@@ -262,6 +262,8 @@ struct Connection {
     tx: mpsc::Sender<Frame>,
     tasks: Tasks,
     uploads: HashMap<u64, Upload>,
+    /// Open `port_open` streams (their frames are routed by id).
+    ports: port::Ports,
     next_seq: u64,
 }
 
@@ -275,6 +277,7 @@ async fn serve_connection(agent: Arc<Agent>, stream: UnixStream, conn_no: u64) {
         tx,
         tasks: Arc::default(),
         uploads: HashMap::new(),
+        ports: port::Ports::default(),
         next_seq: 0,
     };
     let why = loop {
@@ -393,6 +396,9 @@ impl Connection {
                 addrs,
                 error,
             } => self.agent.net.resolve_result(query, addrs, error),
+            Request::PortData => self.ports.data(id, payload),
+            Request::PortAck { bytes } => self.ports.ack(id, bytes),
+            Request::PortClose { reset } => self.ports.close(id, reset),
             _ if self.busy(id) => {
                 self.error(
                     id,
@@ -411,6 +417,12 @@ impl Connection {
                 let upload = Upload::begin(path, mode, max_bytes, owner, sink);
                 self.uploads.insert(id, upload);
             }
+            // Registered before the next frame is read: the stream's data
+            // frames (sent after `port_opened`) always find it.
+            Request::PortOpen { port } => match self.ports.register(id) {
+                Ok(reg) => self.spawn_task(id, move |sink| port::run(reg, port, sink)),
+                Err(e) => Sink::new(id, self.tx.clone()).finish(Err(e)).await,
+            },
             Request::NetServe => {
                 let serving = self.agent.net.register(&Sink::new(id, self.tx.clone()));
                 self.spawn_serving(id, serving);
@@ -569,9 +581,13 @@ pub async fn dispatch(agent: &Arc<Agent>, req: Request, sink: &Sink) -> Outcome 
         | Request::NetData { .. }
         | Request::NetAck { .. }
         | Request::NetClose { .. }
-        | Request::NetResolveResult { .. } => Err(AgentError::new(
+        | Request::NetResolveResult { .. }
+        | Request::PortOpen { .. }
+        | Request::PortData
+        | Request::PortAck { .. }
+        | Request::PortClose { .. } => Err(AgentError::new(
             AgentErrorCode::Protocol,
-            "net frames are handled by the connection",
+            "net and port frames are handled by the connection",
         )),
         Request::FileWriteBegin { .. }
         | Request::FileWriteData

@@ -98,6 +98,7 @@ pub async fn serve_maybe_tls(
                     Ok(permit) => {
                         tokio::spawn(accept_connection(
                             stream,
+                            peer,
                             tls.clone(),
                             permit,
                             router.clone(),
@@ -148,6 +149,7 @@ fn is_per_connection_error(e: &std::io::Error) -> bool {
 /// Completes the TLS handshake, if any, then serves the connection.
 async fn accept_connection(
     stream: TcpStream,
+    peer: std::net::SocketAddr,
     tls: Option<tokio_rustls::TlsAcceptor>,
     permit: Permit,
     router: Router,
@@ -156,12 +158,18 @@ async fn accept_connection(
 ) {
     let _ = stream.set_nodelay(true);
     match tls {
-        None => serve_connection(stream, permit, router, timeouts, stop).await,
+        None => {
+            let client = ClientConn { peer, tls: false };
+            serve_connection(stream, client, permit, router, timeouts, stop).await
+        }
         Some(acceptor) => {
             // A client that never finishes its handshake holds a connection
             // slot no longer than one that never sends its request head.
             match tokio::time::timeout(timeouts.header, acceptor.accept(stream)).await {
-                Ok(Ok(tls)) => serve_connection(tls, permit, router, timeouts, stop).await,
+                Ok(Ok(tls)) => {
+                    let client = ClientConn { peer, tls: true };
+                    serve_connection(tls, client, permit, router, timeouts, stop).await
+                }
                 Ok(Err(e)) => tracing::debug!(error = %e, "TLS handshake failed"),
                 Err(_) => tracing::debug!("TLS handshake too slow"),
             }
@@ -172,6 +180,7 @@ async fn accept_connection(
 /// Serves one connection until it ends, times out or is drained at shutdown.
 async fn serve_connection<S>(
     stream: S,
+    client: ClientConn,
     permit: Permit,
     router: Router,
     timeouts: Arc<Timeouts>,
@@ -188,8 +197,9 @@ async fn serve_connection<S>(
     });
     let body_timeout = timeouts.body;
     let requests = activity.clone();
-    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+    let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
         let in_flight = requests.begin();
+        req.extensions_mut().insert(client);
         let req = req.map(|body| ProgressBody::new(body, body_timeout));
         let call = router.clone().oneshot(req);
         async move {
@@ -204,9 +214,11 @@ async fn serve_connection<S>(
     });
     // hyper's own header timer also runs between requests, which would make
     // the idle timeout the header timeout: the deadlines are kept here instead.
+    // With upgrades: preview URLs hand a WebSocket's connection to the guest server.
     let conn = http1::Builder::new()
         .header_read_timeout(None)
-        .serve_connection(io, service);
+        .serve_connection(io, service)
+        .with_upgrades();
     let mut conn = std::pin::pin!(conn);
     let mut draining = false;
     loop {
@@ -235,6 +247,16 @@ async fn serve_connection<S>(
             }
         }
     }
+}
+
+/// The connection a request came in on (a request extension): where from,
+/// and whether sbxd terminated TLS on it.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientConn {
+    /// The client's address.
+    pub peer: std::net::SocketAddr,
+    /// Whether the connection is TLS (sbxd's own `--tls-cert`).
+    pub tls: bool,
 }
 
 /// The connection deadlines.

@@ -356,10 +356,15 @@ async fn host_routing_reaches_envd_and_refuses_host_tricks() {
         let resp = host_get(host.clone(), "/health").await.unwrap();
         assert_eq!(resp.status().as_u16(), 400, "{host}");
     }
-    // A preview port: not served yet, and says so the way the SDK expects.
+    // A preview port with nothing listening: 502, saying so (e2b_preview.rs
+    // covers ports that are listening).
     let resp = host_get(format!("8000-{id}.sbx.test"), "/").await.unwrap();
     assert_eq!(resp.status().as_u16(), 502);
-    assert!(resp.text().await.unwrap().contains("is not open"));
+    assert!(resp
+        .text()
+        .await
+        .unwrap()
+        .contains("nothing listens on port 8000"));
     // A header naming another sandbox than the Host: refused, not obeyed.
     let (other_id, _) = sandbox(&d, &acme).await;
     let resp = d

@@ -16,6 +16,7 @@ pub mod forward;
 mod idempotency;
 mod nodes;
 mod pool;
+mod preview;
 mod processes;
 mod sandboxes;
 mod snapshots;
@@ -266,6 +267,7 @@ pub fn router(
     // With `--e2b-domain`, the Host `{port}-{id}.{domain}` routes first.
     let domain = service.config().e2b_domain.clone();
     let envd = envd::router(crate::service::envd::Envd::new(e2b_state.clone()));
+    let previews = crate::service::preview::Preview::new(e2b_state.clone());
     let e2b = e2b::router(e2b_state, guard);
     Router::new().fallback_service(tower::service_fn(move |mut req: Request| {
         let target = match envd::host::route(req.headers(), req.uri(), domain.as_deref()) {
@@ -277,6 +279,9 @@ pub fn router(
                 } else {
                     inngest.clone()
                 }
+            }
+            envd::host::HostRoute::Sandbox { port, id } if port != envd::ENVD_PORT => {
+                preview::router(previews.clone(), port, id)
             }
             envd::host::HostRoute::Sandbox { port, id } => {
                 match envd::routed_by_host(req.headers_mut(), port, &id) {

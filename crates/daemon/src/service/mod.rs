@@ -29,6 +29,7 @@ mod nodes;
 mod pause;
 mod placement;
 mod pool;
+pub mod preview;
 mod reconcile;
 mod secrets;
 mod snapshots;

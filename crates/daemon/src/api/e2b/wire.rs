@@ -42,8 +42,7 @@ struct Network {
     rules: Option<serde_json::Value>,
     egress_proxy: Option<serde_json::Value>,
     dns_servers: Option<Vec<String>>,
-    /// Inbound traffic: sbx has no inbound yet, so both values are safe to accept.
-    #[allow(dead_code)]
+    /// Preview URLs public (default) or behind the traffic access token.
     allow_public_traffic: Option<bool>,
     /// Inbound host rewriting: no inbound yet, nothing to rewrite.
     #[allow(dead_code)]
@@ -94,6 +93,11 @@ impl NewSandbox {
         if self.auto_resume.and_then(|a| a.enabled) == Some(true) {
             return Err(unsupported("autoResume"));
         }
+        let allow_public_traffic = self
+            .network
+            .as_ref()
+            .and_then(|n| n.allow_public_traffic)
+            .unwrap_or(true);
         let network = network_policy(self.allow_internet_access, self.network)?;
         Ok(CreateSpec {
             template_id: self.template_id.unwrap_or_default(),
@@ -102,6 +106,7 @@ impl NewSandbox {
             env_vars: self.env_vars.unwrap_or_default(),
             auto_pause: self.auto_pause.unwrap_or(false),
             network,
+            allow_public_traffic,
         })
     }
 }
@@ -377,7 +382,7 @@ impl From<&E2bSandbox> for SandboxOut {
             client_id: CLIENT_ID,
             envd_version: ENVD_VERSION,
             envd_access_token: s.record.envd_access_token.clone(),
-            traffic_access_token: None,
+            traffic_access_token: s.record.traffic_access_token.clone(),
             domain: s.domain.clone(),
             alias: alias(&s.record.template_id),
         }

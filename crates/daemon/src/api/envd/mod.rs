@@ -41,11 +41,11 @@ pub fn is_envd(headers: &HeaderMap, uri: &axum::http::Uri) -> bool {
 
 /// Makes a request routed by its Host name its sandbox in `E2b-Sandbox-Id`
 /// (what the envd routes read); a header that names another sandbox, or a
-/// port other than envd's (preview URLs are not built yet), is refused.
+/// port other than envd's (those go to the preview proxy first), is refused.
 pub fn routed_by_host(headers: &mut HeaderMap, port: u16, id: &str) -> Result<(), String> {
     if port != ENVD_PORT {
         return Err(format!(
-            "port {port} is not open: preview URLs are not served by this sbxd yet"
+            "port {port} is not open to envd (preview URLs go to the preview proxy)"
         ));
     }
     match sandbox_of(headers) {

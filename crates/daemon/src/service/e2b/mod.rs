@@ -80,6 +80,9 @@ pub struct CreateSpec {
     pub auto_pause: bool,
     /// Egress policy (`None`: the server's default, the internet allowed).
     pub network: Option<NetworkPolicy>,
+    /// Preview URLs open to anyone (E2B's default) rather than to holders
+    /// of the traffic access token.
+    pub allow_public_traffic: bool,
 }
 
 /// Filters of `GET /v2/sandboxes`.
@@ -245,6 +248,7 @@ impl E2b {
             auto_pause: spec.auto_pause,
             envd_access_token: new_token(),
             allow_internet_access,
+            traffic_access_token: (!spec.allow_public_traffic).then(new_token),
         };
         // Written before the wait, so that the timeout applies even if the caller goes away.
         self.records.put(&record)?;
@@ -499,6 +503,9 @@ impl E2b {
             auto_pause: false,
             envd_access_token: new_token(),
             allow_internet_access: sandbox.network.mode != sbx_api_types::NetworkMode::None,
+            // Not made through E2B: its preview URLs are not public unless
+            // its owner said so, so they need the token this answer gives.
+            traffic_access_token: Some(new_token()),
         }
     }
 

@@ -52,6 +52,10 @@ pub struct E2bRecord {
     pub envd_access_token: String,
     /// Whether the sandbox may reach the internet (as created).
     pub allow_internet_access: bool,
+    /// Preview URLs of this sandbox need this in `e2b-traffic-access-token`
+    /// (`network.allowPublicTraffic: false` at create); `None`: public.
+    #[serde(default)]
+    pub traffic_access_token: Option<String>,
 }
 
 /// The records of this node, in memory and on disk.
@@ -174,6 +178,7 @@ mod tests {
             end_at: Utc::now(),
             auto_pause: true,
             envd_access_token: "t".into(),
+            traffic_access_token: None,
             allow_internet_access: true,
         }
     }

@@ -133,6 +133,7 @@ impl E2b {
                 timeout_secs,
                 metadata: source.record.metadata.clone(),
                 auto_pause: source.record.auto_pause,
+                allow_public_traffic: source.record.traffic_access_token.is_none(),
                 ..CreateSpec::default()
             };
             out.push(self.create(workspace, spec).await);

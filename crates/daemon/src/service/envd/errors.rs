@@ -93,8 +93,8 @@ pub fn from_agent(e: AgentCallError, what: &str) -> EnvdError {
             EnvdError::ResourceExhausted(message)
         }
         AgentErrorCode::TimedOut => EnvdError::DeadlineExceeded(message),
-        AgentErrorCode::OutputNotRetained | AgentErrorCode::Protocol => {
-            EnvdError::Internal(message)
-        }
+        AgentErrorCode::OutputNotRetained
+        | AgentErrorCode::Protocol
+        | AgentErrorCode::ConnectionRefused => EnvdError::Internal(message),
     }
 }

@@ -253,7 +253,16 @@ impl Session {
             | Request::NetData { .. }
             | Request::NetAck { .. }
             | Request::NetClose { .. }
-            | Request::NetResolveResult { .. } => Vec::new(),
+            | Request::NetResolveResult { .. }
+            | Request::PortData
+            | Request::PortAck { .. }
+            | Request::PortClose { .. } => Vec::new(),
+            // The fake guest runs no servers: every port is closed.
+            Request::PortOpen { port } => vec![error(
+                id,
+                AgentErrorCode::ConnectionRefused,
+                format!("nothing listens on port {port}"),
+            )],
             Request::Exec { command, .. } => {
                 let (exit_code, stdout, stderr) = self.exec(&command.argv);
                 let header = Header {

@@ -1,0 +1,485 @@
+//! Preview URLs (`{port}-{id}.{domain}`) against a real sbxd, runsc and
+//! agent: HTTP and WebSocket reach servers inside the sandbox over the agent
+//! channel; the traffic token, tenants, sandboxes made elsewhere, paused
+//! sandboxes, closed ports and Host tricks are refused; a sandbox cannot
+//! reach another's preview URL from inside. The SDK's `getHost` over HTTPS
+//! is `tests/e2b/preview.mjs`.
+
+mod common;
+mod e2b_common;
+
+use common::Daemon;
+use e2b_common::LEGACY_KEY;
+use sbx_api_types::signing_key::hashed_signing_key;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const WS_ECHO: &str = include_str!("../../../tests/e2b/ws_echo.py");
+
+/// An E2B sandbox: id and the whole create answer.
+async fn create(d: &Daemon, key: &str, body: Value) -> (String, Value) {
+    let (status, created, _) =
+        e2b_common::e2b(d, Some(key), "POST", "/v2/sandboxes", Some(body)).await;
+    assert_eq!(status, 201, "{created}");
+    (created["sandboxID"].as_str().unwrap().to_string(), created)
+}
+
+/// Starts a background process in the sandbox (through `/v2`, the tenant's key).
+async fn start(d: &Daemon, key: &str, id: &str, argv: &[&str]) -> String {
+    let bearer = format!("Bearer {}", hashed_signing_key(key));
+    let body = json!({ "command": argv }).to_string().into_bytes();
+    let (status, p) = d
+        .call_with(
+            "POST",
+            &format!("/v2/sandboxes/{id}/processes"),
+            Some(body),
+            &[("authorization", &bearer)],
+        )
+        .await;
+    assert!(status == 201 || status == 200, "{status} {p}");
+    p["data"]["id"].as_str().unwrap().to_string()
+}
+
+/// Runs a command to completion in the sandbox; (exit code, stdout).
+async fn exec(d: &Daemon, key: &str, id: &str, argv: &[&str]) -> (i64, String) {
+    let bearer = format!("Bearer {}", hashed_signing_key(key));
+    let body = json!({ "command": argv, "timeout": "30000ms" })
+        .to_string()
+        .into_bytes();
+    let (status, r) = d
+        .call_with(
+            "POST",
+            &format!("/v2/sandboxes/{id}/exec"),
+            Some(body),
+            &[("authorization", &bearer)],
+        )
+        .await;
+    assert_eq!(status, 200, "{argv:?}: {r}");
+    (
+        r["data"]["exitCode"].as_i64().unwrap(),
+        common::b64(&r["data"]["stdout"]),
+    )
+}
+
+/// A process's output so far (stdout and stderr).
+async fn output(d: &Daemon, key: &str, id: &str, pid: &str) -> String {
+    let bearer = format!("Bearer {}", hashed_signing_key(key));
+    let (status, r) = d
+        .call_with(
+            "GET",
+            &format!("/v2/sandboxes/{id}/processes/{pid}/output?tailBytes=0"),
+            None,
+            &[("authorization", &bearer)],
+        )
+        .await;
+    assert_eq!(status, 200, "{r}");
+    r["data"]["chunks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| common::b64(&c["data"]))
+        .collect()
+}
+
+/// GET through the preview URL of `port` of `id`, by Host header.
+async fn get(d: &Daemon, port: u16, id: &str, path: &str, token: Option<&str>) -> (u16, Vec<u8>) {
+    let mut req = d
+        .http
+        .get(d.url(path))
+        .header("host", format!("{port}-{id}.sbx.test"));
+    if let Some(t) = token {
+        req = req.header("e2b-traffic-access-token", t);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.bytes().await.unwrap().to_vec())
+}
+
+/// Waits until the server on `port` answers through the preview URL.
+async fn wait_listening(d: &Daemon, port: u16, id: &str, token: Option<&str>) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (status, body) = get(d, port, id, "/", token).await;
+        if status != 502 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "port {port} never opened: {}",
+            String::from_utf8_lossy(&body)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Sends raw bytes to sbxd and answers the status line's code (0 if none).
+async fn raw(d: &Daemon, request: &str) -> u16 {
+    let mut s = TcpStream::connect(("127.0.0.1", d.port)).await.unwrap();
+    s.write_all(request.as_bytes()).await.unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(20), s.read(&mut buf))
+        .await
+        .expect("an answer")
+        .unwrap_or(0);
+    let text = String::from_utf8_lossy(&buf[..n]);
+    text.split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A masked client WebSocket frame.
+fn ws_frame(op: u8, data: &[u8]) -> Vec<u8> {
+    let mask = [1u8, 2, 3, 4];
+    let mut out = vec![0x80 | op];
+    match data.len() {
+        n if n < 126 => out.push(0x80 | n as u8),
+        n if n < 65536 => {
+            out.push(0x80 | 126);
+            out.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            out.push(0x80 | 127);
+            out.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    out.extend_from_slice(&mask);
+    out.extend(data.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    out
+}
+
+/// Reads one unmasked server frame: (opcode, payload).
+async fn ws_read(s: &mut TcpStream) -> (u8, Vec<u8>) {
+    let mut head = [0u8; 2];
+    s.read_exact(&mut head).await.unwrap();
+    let mut n = (head[1] & 0x7f) as u64;
+    if n == 126 {
+        let mut b = [0u8; 2];
+        s.read_exact(&mut b).await.unwrap();
+        n = u16::from_be_bytes(b) as u64;
+    } else if n == 127 {
+        let mut b = [0u8; 8];
+        s.read_exact(&mut b).await.unwrap();
+        n = u64::from_be_bytes(b);
+    }
+    let mut data = vec![0u8; n as usize];
+    s.read_exact(&mut data).await.unwrap();
+    (head[0] & 0x0f, data)
+}
+
+#[tokio::test]
+#[ignore = "needs root, runsc and the image; run ./scripts/test"]
+async fn preview_urls_reach_guest_servers_behind_their_gates() {
+    let d = Daemon::start(&["--signing-key", LEGACY_KEY, "--e2b-domain", "sbx.test"]).await;
+    let acme = d.create_key("acme", None);
+    let other = d.create_key("other", None);
+    let (open_id, open) = create(&d, &acme, json!({"templateID": "base"})).await;
+    assert!(open["trafficAccessToken"].is_null(), "{open}");
+    let restricted = json!({"templateID": "base", "network": {"allowPublicTraffic": false}});
+    let (locked_id, locked) = create(&d, &acme, restricted.clone()).await;
+    let token = locked["trafficAccessToken"].as_str().unwrap().to_string();
+    assert_eq!(token.len(), 64, "{locked}");
+    let (theirs_id, theirs) = create(&d, &other, restricted).await;
+    let their_token = theirs["trafficAccessToken"].as_str().unwrap().to_string();
+    assert_ne!(token, their_token);
+    // The token is in connect and info answers too.
+    let (_, info, _) = e2b_common::e2b(
+        &d,
+        Some(&acme),
+        "POST",
+        &format!("/v2/sandboxes/{locked_id}/connect"),
+        Some(json!({"timeout": 300})),
+    )
+    .await;
+    assert_eq!(info["trafficAccessToken"], token.as_str(), "{info}");
+
+    // A file server in each sandbox (a logging one: its log shows every
+    // request that reached it), and a WebSocket echo server.
+    let serve = "mkdir -p /tmp/www && cd /tmp/www && echo hello-preview > hello.txt \
+                 && head -c 8388608 /dev/urandom > big.bin && sha256sum big.bin > big.sha \
+                 && exec python3 -m http.server 8000";
+    let server_pid = start(&d, &acme, &open_id, &["sh", "-c", serve]).await;
+    start(&d, &acme, &locked_id, &["sh", "-c", serve]).await;
+    start(&d, &other, &theirs_id, &["sh", "-c", serve]).await;
+    start(&d, &acme, &open_id, &["python3", "-c", WS_ECHO, "8765"]).await;
+    wait_listening(&d, 8000, &open_id, None).await;
+    wait_listening(&d, 8000, &locked_id, Some(&token)).await;
+
+    // HTTP through the preview URL: a small file and an 8 MiB one, intact.
+    let (status, body) = get(&d, 8000, &open_id, "/hello.txt", None).await;
+    assert_eq!((status, body.as_slice()), (200, &b"hello-preview\n"[..]));
+    let (status, big) = get(&d, 8000, &open_id, "/big.bin", None).await;
+    assert_eq!((status, big.len()), (200, 8 << 20));
+    let (_, sums) = exec(&d, &acme, &open_id, &["cat", "/tmp/www/big.sha"]).await;
+    let digest = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(&big))
+    };
+    assert!(sums.starts_with(&digest), "{sums} vs {digest}");
+    // The guest's own status (501 for a POST to http.server) comes back as is.
+    let resp = d
+        .http
+        .post(d.url("/x"))
+        .header("host", format!("8000-{open_id}.sbx.test"))
+        .body("data")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 501);
+
+    // Nothing listening: 502 that says so.
+    let (status, body) = get(&d, 8001, &open_id, "/", None).await;
+    assert_eq!(status, 502);
+    assert!(String::from_utf8_lossy(&body).contains("nothing listens on port 8001"));
+
+    // The traffic token: missing 401, wrong 403, another sandbox's
+    // (another tenant's) 403, its own 200.
+    assert_eq!(get(&d, 8000, &locked_id, "/hello.txt", None).await.0, 401);
+    assert_eq!(
+        get(&d, 8000, &locked_id, "/hello.txt", Some(&"0".repeat(64)))
+            .await
+            .0,
+        403
+    );
+    assert_eq!(
+        get(&d, 8000, &locked_id, "/hello.txt", Some(&their_token))
+            .await
+            .0,
+        403
+    );
+    assert_eq!(
+        get(&d, 8000, &theirs_id, "/hello.txt", Some(&token))
+            .await
+            .0,
+        403
+    );
+    assert_eq!(
+        get(&d, 8000, &locked_id, "/hello.txt", Some(&token))
+            .await
+            .0,
+        200
+    );
+    assert_eq!(
+        get(&d, 8000, &theirs_id, "/hello.txt", Some(&their_token))
+            .await
+            .0,
+        200
+    );
+
+    // WebSocket: upgrade through sbxd, then frames both ways.
+    let mut ws = TcpStream::connect(("127.0.0.1", d.port)).await.unwrap();
+    let handshake = format!(
+        "GET /echo HTTP/1.1\r\nHost: 8765-{open_id}.sbx.test\r\nUpgrade: websocket\r\n\
+         Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+         Sec-WebSocket-Version: 13\r\n\r\n"
+    );
+    ws.write_all(handshake.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut b = [0u8; 1];
+        ws.read_exact(&mut b).await.unwrap();
+        head.push(b[0]);
+    }
+    let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 101"), "{head}");
+    assert!(
+        head.contains("sec-websocket-accept: s3pplmbitxaq9kygzzhzrbk+xoo="),
+        "{head}"
+    );
+    ws.write_all(&ws_frame(1, b"hello over the agent channel"))
+        .await
+        .unwrap();
+    assert_eq!(
+        ws_read(&mut ws).await,
+        (1, b"hello over the agent channel".to_vec())
+    );
+    let blob: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
+    ws.write_all(&ws_frame(2, &blob)).await.unwrap();
+    assert_eq!(ws_read(&mut ws).await, (2, blob));
+    ws.write_all(&ws_frame(8, &[3, 232])).await.unwrap();
+    assert_eq!(ws_read(&mut ws).await.0, 8);
+    drop(ws);
+
+    // Host tricks: refused by sbxd, and nothing reaches the guest (its
+    // request log never shows these paths).
+    let host = format!("8000-{open_id}.sbx.test");
+    for (what, request) in [
+        (
+            "absolute-form target for another host",
+            format!("GET http://other.example/trick-1 HTTP/1.1\r\nHost: {host}\r\n\r\n"),
+        ),
+        (
+            "absolute-form target naming the sandbox, Host another",
+            format!("GET http://{host}/trick-2 HTTP/1.1\r\nHost: other.example\r\n\r\n"),
+        ),
+        (
+            "two Host headers",
+            format!("GET /trick-3 HTTP/1.1\r\nHost: {host}\r\nHost: {host}\r\n\r\n"),
+        ),
+        (
+            "userinfo in Host",
+            format!("GET /trick-4 HTTP/1.1\r\nHost: a@{host}\r\n\r\n"),
+        ),
+        (
+            "port out of range",
+            format!("GET /trick-5 HTTP/1.1\r\nHost: 65536-{open_id}.sbx.test\r\n\r\n"),
+        ),
+        (
+            "port 0",
+            format!("GET /trick-6 HTTP/1.1\r\nHost: 0-{open_id}.sbx.test\r\n\r\n"),
+        ),
+        (
+            "a second dash",
+            format!("GET /trick-7 HTTP/1.1\r\nHost: 8000-{open_id}-x.sbx.test\r\n\r\n"),
+        ),
+    ] {
+        assert_eq!(raw(&d, &request).await, 400, "{what}");
+    }
+    // A last request that does reach it: the log is complete up to here.
+    assert_eq!(get(&d, 8000, &open_id, "/after-tricks", None).await.0, 404);
+    let log = output(&d, &acme, &open_id, &server_pid).await;
+    assert!(log.contains("/after-tricks"), "{log}");
+    assert!(!log.contains("trick-"), "a trick reached the guest: {log}");
+
+    // A sandbox made through /v2 (never through E2B) has no preview URLs.
+    let bearer = format!("Bearer {}", hashed_signing_key(&acme));
+    let (status, v2) = d
+        .call_with(
+            "POST",
+            "/v2/sandboxes",
+            Some(
+                json!({"name": "plain", "vcpu": 1, "memoryMb": 1024})
+                    .to_string()
+                    .into_bytes(),
+            ),
+            &[("authorization", &bearer)],
+        )
+        .await;
+    assert!(status == 201 || status == 202, "{v2}");
+    let v2_id = v2["data"]["id"].as_str().unwrap().to_string();
+    assert_eq!(get(&d, 8000, &v2_id, "/", None).await.0, 404);
+    // An unknown sandbox: 404.
+    let unknown = "00000000-0000-0000-0000-000000000001";
+    assert_eq!(get(&d, 8000, unknown, "/", None).await.0, 404);
+
+    // From inside a sandbox, another sandbox's preview URL is out of reach:
+    // sbxd's port on the host loopback is not an allowed destination.
+    let probe = format!(
+        "import urllib.request, sys\n\
+         for url in ['http://127.0.0.1:{port}/hello.txt', 'http://8000-{locked_id}.sbx.test:{port}/hello.txt']:\n\
+         \x20   try:\n\
+         \x20       r = urllib.request.urlopen(urllib.request.Request(url, headers={{'Host': '8000-{locked_id}.sbx.test', 'e2b-traffic-access-token': '{token}'}}), timeout=10)\n\
+         \x20       print('REACHED', url, r.status)\n\
+         \x20   except Exception as e:\n\
+         \x20       print('refused', url, type(e).__name__)\n",
+        port = d.port
+    );
+    let (_, out) = exec(&d, &acme, &open_id, &["python3", "-c", &probe]).await;
+    assert!(!out.contains("REACHED"), "{out}");
+    assert_eq!(out.matches("refused").count(), 2, "{out}");
+
+    // Paused: a clear 409, not a hang.
+    let (status, _, _) = e2b_common::e2b(
+        &d,
+        Some(&acme),
+        "POST",
+        &format!("/sandboxes/{locked_id}/pause"),
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(status, 204);
+    let (status, body) = get(&d, 8000, &locked_id, "/hello.txt", Some(&token)).await;
+    assert_eq!(status, 409, "{}", String::from_utf8_lossy(&body));
+
+    for (key, id) in [(&acme, &open_id), (&acme, &locked_id), (&other, &theirs_id)] {
+        e2b_common::e2b(&d, Some(key), "DELETE", &format!("/sandboxes/{id}"), None).await;
+    }
+    d.call_with(
+        "DELETE",
+        &format!("/v2/sandboxes/{v2_id}"),
+        None,
+        &[("authorization", &bearer)],
+    )
+    .await;
+}
+
+/// A CA and a certificate for `localhost` and `*.sbx.test` signed by it, as
+/// PEM files in `dir`: (CA path, cert path, key path, CA PEM).
+fn test_ca(dir: &std::path::Path) -> (String, String, String, String) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "sbx preview test CA");
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let params =
+        rcgen::CertificateParams::new(vec!["localhost".to_string(), "*.sbx.test".to_string()])
+            .unwrap();
+    let cert = params.signed_by(&key, &ca, &ca_key).unwrap();
+    let path = |name: &str| dir.join(name).to_string_lossy().into_owned();
+    std::fs::write(path("ca.pem"), ca.pem()).unwrap();
+    std::fs::write(path("cert.pem"), cert.pem()).unwrap();
+    std::fs::write(path("key.pem"), key.serialize_pem()).unwrap();
+    (path("ca.pem"), path("cert.pem"), path("key.pem"), ca.pem())
+}
+
+#[tokio::test]
+#[ignore = "needs root, runsc, the image and tests/e2b's SDKs; run ./scripts/test"]
+async fn e2b_sdks_get_host_over_https_with_websockets_and_tokens() {
+    let pki = tempfile::tempdir().unwrap();
+    let (ca_path, cert, key, ca_pem) = test_ca(pki.path());
+    let client = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(ca_pem.as_bytes()).unwrap())
+        .build()
+        .unwrap();
+    let d = Daemon::start_tls(
+        &[
+            "--signing-key",
+            LEGACY_KEY,
+            "--e2b-domain",
+            "sbx.test",
+            "--tls-cert",
+            &cert,
+            "--tls-key",
+            &key,
+        ],
+        client,
+    )
+    .await;
+    let tenant = d.create_key("acme", None);
+    let dir = e2b_common::e2b_js_dir();
+    let ws_echo = dir.join("ws_echo.py").to_string_lossy().into_owned();
+    let (ok, out) = common::run_node_script(
+        &dir,
+        "preview.mjs",
+        &[
+            ("SBX_URL", &d.base),
+            ("SBX_KEY", &tenant),
+            ("SBX_CA", &ca_path),
+            ("NODE_EXTRA_CA_CERTS", &ca_path),
+            ("SBX_WS_ECHO", &ws_echo),
+        ],
+    );
+    assert!(
+        ok && out.contains("all steps passed"),
+        "preview.mjs:\n{out}"
+    );
+    // The Python SDK's get_host, the same way (tests/e2b/python/.venv).
+    let (ok, out) = common::run_python_script(
+        &dir.join("python"),
+        "preview.py",
+        &[
+            ("SBX_URL", &d.base),
+            ("SBX_KEY", &tenant),
+            ("SBX_CA", &ca_path),
+            ("SSL_CERT_FILE", &ca_path),
+        ],
+    );
+    assert!(ok && out.contains("all steps passed"), "preview.py:\n{out}");
+    d.assert_no_containers(Duration::from_secs(60), "the script kills what it made")
+        .await;
+}
