@@ -360,11 +360,8 @@ async fn host_routing_reaches_envd_and_refuses_host_tricks() {
     // covers ports that are listening).
     let resp = host_get(format!("8000-{id}.sbx.test"), "/").await.unwrap();
     assert_eq!(resp.status().as_u16(), 502);
-    assert!(resp
-        .text()
-        .await
-        .unwrap()
-        .contains("nothing listens on port 8000"));
+    let text = resp.text().await.unwrap();
+    assert!(text.contains("nothing listens on port 8000"), "{text}");
     // A header naming another sandbox than the Host: refused, not obeyed.
     let (other_id, _) = sandbox(&d, &acme).await;
     let resp = d
