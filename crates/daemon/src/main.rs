@@ -299,6 +299,7 @@ fn migrate_store_main(args: MigrateStoreArgs) -> anyhow::Result<()> {
     println!("sandboxes: {}", s.sandboxes);
     println!("snapshots: {}", s.snapshots);
     println!("secrets: {}", s.secrets);
+    println!("E2B records: {}", s.e2b_records);
     println!("{}", report.connect);
     eprintln!(
         "done: start sbxd with --data-dir {} --database-url {}",

@@ -87,15 +87,16 @@ impl Forwarder {
         }
     }
 
-    /// Sends `req` to the node at `base` and streams its answer back.
-    /// The request id goes along from the request's [`RequestId`].
-    async fn send(&self, base: &str, req: Request) -> Response {
+    /// Sends `req` to the node at `base` and streams its answer back. The
+    /// request id goes along from the request's [`RequestId`]. Its own failures
+    /// (no cluster token, the owner not answering) are left for the caller to
+    /// put in its API's error shape.
+    pub async fn try_send(&self, base: &str, req: Request) -> Result<Response, ApiError> {
         let Some(token) = &self.token else {
-            return ApiError::new(
+            return Err(ApiError::new(
                 ErrorCode::InternalError,
                 "this node has no cluster token to forward with",
-            )
-            .into_response();
+            ));
         };
         let (parts, body) = req.into_parts();
         let request_id = parts
@@ -131,11 +132,10 @@ impl Forwarder {
             Ok(a) => a,
             Err(e) => {
                 tracing::warn!(owner = %base, error = %e, "forwarding to the sandbox's node");
-                return ApiError::new(
+                return Err(ApiError::new(
                     ErrorCode::ComputeUnavailable,
                     "the node that runs this sandbox did not answer; retry",
-                )
-                .into_response();
+                ));
             }
         };
         let mut resp = Response::builder().status(answer.status());
@@ -149,9 +149,8 @@ impl Forwarder {
         // The owner dying mid-stream ends this body with an error: the client's
         // connection is cut, it does not hang.
         let stream = answer.bytes_stream().map_err(std::io::Error::other);
-        resp.body(Body::from_stream(stream)).unwrap_or_else(|_| {
-            ApiError::new(ErrorCode::InternalError, "forwarding").into_response()
-        })
+        resp.body(Body::from_stream(stream))
+            .map_err(|_| ApiError::new(ErrorCode::InternalError, "forwarding"))
     }
 }
 
@@ -213,9 +212,47 @@ pub fn check_forwarded(forwarder: &Forwarder, req: &Request) -> Result<(), ApiEr
     ))
 }
 
+/// The id a forwarded request was given by the node that forwarded it, if
+/// the request is forwarded (its token checked by [`check_forwarded`] first)
+/// and the id is a plausible one.
+pub fn forwarded_request_id(req: &Request) -> Option<String> {
+    Forwarder::is_forwarded(req.headers())
+        .then(|| req.headers().get("x-request-id"))
+        .flatten()
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| v.len() <= 64 && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
+        .map(str::to_string)
+}
+
+/// What the inngest router's request context does for the E2B and envd
+/// routers, errors in their own shape (`refused`): a request that claims to
+/// be forwarded without the cluster token is refused; the request runs under
+/// its id (the forwarding node's, for a forwarded one), which goes on to an
+/// owner it is forwarded to and back on the answer.
+pub async fn request_context(
+    forwarder: &Forwarder,
+    mut req: Request,
+    next: Next,
+    refused: fn(ApiError) -> Response,
+) -> Response {
+    use tracing::Instrument;
+    if let Err(e) = check_forwarded(forwarder, &req) {
+        return refused(e);
+    }
+    let id = forwarded_request_id(&req).unwrap_or_else(|| Uuid::new_v4().to_string());
+    req.extensions_mut().insert(RequestId(id.clone()));
+    let span =
+        tracing::info_span!("request", id = %id, method = %req.method(), path = %req.uri().path());
+    let mut resp = next.run(req).instrument(span).await;
+    if let Ok(v) = HeaderValue::from_str(&id) {
+        resp.headers_mut().insert("x-request-id", v);
+    }
+    resp
+}
+
 /// What a create body asks for, as far as placement cares.
 #[derive(Debug, PartialEq)]
-enum CreateKind {
+pub(super) enum CreateKind {
     /// A fresh sandbox of (vCPUs, MiB).
     Fresh(u32, u32, NodeSelector),
     /// A clone of this snapshot.
@@ -245,16 +282,44 @@ fn create_kind(body: &[u8]) -> Option<CreateKind> {
 /// Runs a create on the node placement chooses (a clone: where its snapshot's
 /// files are, see `Service::place_clone`).
 async fn place_create(state: AppState, req: Request, next: Next) -> Response {
+    let tenant = req
+        .extensions()
+        .get::<Workspace>()
+        .map(|w| w.0.clone())
+        .unwrap_or_default();
+    place(
+        state,
+        tenant,
+        req,
+        next,
+        create_kind,
+        IntoResponse::into_response,
+    )
+    .await
+}
+
+/// Runs a create whose body `kind_of` reads on the node placement chooses; the
+/// failures of placement are answered by `refused` (in the API's error shape).
+pub(super) async fn place(
+    state: AppState,
+    tenant: String,
+    req: Request,
+    next: Next,
+    kind_of: fn(&[u8]) -> Option<CreateKind>,
+    refused: fn(ApiError) -> Response,
+) -> Response {
     let limit = state.config().limits.json_body_bytes;
     let (parts, body) = req.into_parts();
     let bytes = match axum::body::to_bytes(body, limit).await {
         Ok(b) => b,
         Err(_) => {
-            return ApiError::new(ErrorCode::PayloadTooLarge, "request body is too large")
-                .into_response()
+            return refused(ApiError::new(
+                ErrorCode::PayloadTooLarge,
+                "request body is too large",
+            ))
         }
     };
-    let kind = match create_kind(&bytes) {
+    let kind = match kind_of(&bytes) {
         None => {
             return next
                 .run(Request::from_parts(parts, Body::from(bytes)))
@@ -262,11 +327,6 @@ async fn place_create(state: AppState, req: Request, next: Next) -> Response {
         }
         Some(kind) => kind,
     };
-    let tenant = parts
-        .extensions
-        .get::<Workspace>()
-        .map(|w| w.0.clone())
-        .unwrap_or_default();
     let mut tried = Vec::new();
     loop {
         let placed = match &kind {
@@ -295,7 +355,10 @@ async fn place_create(state: AppState, req: Request, next: Next) -> Response {
                     copy.extensions_mut().insert(rid.clone());
                 }
                 tracing::debug!(node = %id, "create placed on another node");
-                let resp = state.forwarder.send(&url, copy).await;
+                let resp = match state.forwarder.try_send(&url, copy).await {
+                    Ok(resp) => resp,
+                    Err(e) => refused(e),
+                };
                 tried.push(id);
                 // That node refused (full, or not answering): the next choice.
                 if resp.status().as_u16() == 503 && tried.len() < PLACEMENT_TRIES {
@@ -303,7 +366,7 @@ async fn place_create(state: AppState, req: Request, next: Next) -> Response {
                 }
                 return resp;
             }
-            Err(e) => return ApiError::from(e).into_response(),
+            Err(e) => return refused(ApiError::from(e)),
         }
     }
 }
@@ -311,15 +374,59 @@ async fn place_create(state: AppState, req: Request, next: Next) -> Response {
 /// Runs `req` on the node that holds snapshot `id`'s files.
 async fn on_snapshot_node(state: AppState, id: Uuid, req: Request, next: Next) -> Response {
     let tenant = req.extensions().get::<Workspace>().map(|w| w.0.clone());
-    let placed = match tenant {
-        Some(t) => state.snapshot_node(&t, id).await,
-        None => Ok(Placement::Here),
-    };
-    match placed {
-        Ok(Placement::Here) => next.run(req).await,
-        Ok(Placement::Node { url, .. }) => state.forwarder.send(&url, req).await,
-        Err(e) => ApiError::from(e).into_response(),
+    match tenant {
+        Some(t) => snapshot_node(state, &t, id, req, next, IntoResponse::into_response).await,
+        None => next.run(req).await,
     }
+}
+
+/// Runs `req` of `tenant` on the node that holds snapshot `id`'s files.
+pub(super) async fn snapshot_node(
+    state: AppState,
+    tenant: &str,
+    id: Uuid,
+    req: Request,
+    next: Next,
+    refused: fn(ApiError) -> Response,
+) -> Response {
+    match state.snapshot_node(tenant, id).await {
+        Ok(Placement::Here) => next.run(req).await,
+        Ok(Placement::Node { url, .. }) => state
+            .forwarder
+            .try_send(&url, req)
+            .await
+            .unwrap_or_else(refused),
+        Err(e) => refused(ApiError::from(e)),
+    }
+}
+
+/// Runs `req` about sandbox `id` of `tenant` on the node that runs it when
+/// that is another node (here otherwise); failures are answered by `refused`.
+pub(super) async fn on_owner(
+    state: &AppState,
+    tenant: &str,
+    id: Uuid,
+    req: Request,
+    next: Next,
+    refused: impl FnOnce(ApiError) -> Response,
+) -> Response {
+    match state.remote_owner(tenant, id).await {
+        Ok(None) => next.run(req).await,
+        Ok(Some(base)) => {
+            tracing::debug!(sandbox = %id, owner = %base, "forwarding");
+            match state.forwarder.try_send(&base, req).await {
+                Ok(resp) => resp,
+                Err(e) => refused(e),
+            }
+        }
+        Err(e) => refused(ApiError::from(e)),
+    }
+}
+
+/// Whether this request is one to consider forwarding: in cluster mode, and
+/// not forwarded already (one hop).
+pub(super) fn may_forward(state: &AppState, req: &Request) -> bool {
+    state.config().node.cluster && !Forwarder::is_forwarded(req.headers())
 }
 
 /// Middleware, after authentication: sends a request about another node's
@@ -354,14 +461,7 @@ pub async fn layer(State(state): State<AppState>, req: Request, next: Next) -> R
     let Some(Workspace(tenant)) = req.extensions().get::<Workspace>().cloned() else {
         return next.run(req).await;
     };
-    match state.remote_owner(&tenant, id).await {
-        Ok(None) => next.run(req).await,
-        Ok(Some(base)) => {
-            tracing::debug!(sandbox = %id, owner = %base, "forwarding");
-            state.forwarder.send(&base, req).await
-        }
-        Err(e) => ApiError::from(e).into_response(),
-    }
+    on_owner(&state, &tenant, id, req, next, IntoResponse::into_response).await
 }
 
 #[cfg(test)]
