@@ -186,7 +186,7 @@ impl E2b {
                     let Some(e2b) = weak.upgrade() else { return };
                     e2b.enforce_timeouts().await;
                     n += 1;
-                    if n % FORGET_EVERY == 0 {
+                    if n.is_multiple_of(FORGET_EVERY) {
                         e2b.forget_ended().await;
                     }
                 }
