@@ -9,7 +9,7 @@
 // node A: the list through A must show both. Prints `sandbox <id>` once the
 // sandbox exists, `ok   <step>` per step and `all steps passed` at the end.
 
-import { Sandbox } from "e2b";
+import { FileNotFoundError, Sandbox } from "e2b";
 
 const url = process.env.SBX_URL;
 const key = process.env.SBX_KEY;
@@ -48,11 +48,17 @@ async function counter(sbx) {
   return Number((await sbx.files.read("/tmp/counter")).trim());
 }
 
-/** Reads the counter until it is past `than` (it counts every 100 ms). */
+/** Reads the counter until it is past `than` (it counts every 100 ms; the
+ * file appears once the background loop has started). */
 async function counterPast(sbx, than) {
   const deadline = Date.now() + 30_000;
   for (;;) {
-    const now = await counter(sbx);
+    let now = -1;
+    try {
+      now = await counter(sbx);
+    } catch (e) {
+      check(e instanceof FileNotFoundError && Date.now() < deadline, "reading the counter", e?.message);
+    }
     if (now > than) return now;
     check(Date.now() < deadline, "the counter does not count", [than, now]);
     await new Promise((r) => setTimeout(r, 100));
