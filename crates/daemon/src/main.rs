@@ -299,6 +299,7 @@ fn migrate_store_main(args: MigrateStoreArgs) -> anyhow::Result<()> {
     println!("sandboxes: {}", s.sandboxes);
     println!("snapshots: {}", s.snapshots);
     println!("secrets: {}", s.secrets);
+    println!("E2B records: {}", s.e2b_records);
     println!("{}", report.connect);
     eprintln!(
         "done: start sbxd with --data-dir {} --database-url {}",
@@ -686,9 +687,11 @@ async fn main() -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?;
-    // Its timeout sweep starts here too (E2B sandboxes end at their timeout).
+    // E2B fields are store rows; the files an earlier sbxd kept in DATA_DIR/e2b/
+    // are imported once here. Its timeout sweep starts here too (E2B sandboxes
+    // end at their timeout; each node sweeps its own).
     let e2b = sbx_daemon::service::e2b::E2b::start(service.clone())
-        .context("opening the E2B sandbox records")?;
+        .context("importing the E2B record files of an earlier sbxd into the store")?;
     tracing::info!(listen = %config.listen, dev = config.dev, tls = tls.is_some(), browser_guard = config.http.browser_guard, "sbxd ready");
     sbx_daemon::server::serve_maybe_tls(
         listener,

@@ -535,3 +535,64 @@ async fn e2b_fields_survive_an_sbxd_kill_9() {
     d.assert_no_containers(Duration::from_secs(60), "killed")
         .await;
 }
+
+#[tokio::test]
+#[ignore = "needs root, runsc and the image; run ./scripts/test"]
+async fn e2b_record_files_of_an_earlier_sbxd_are_imported_into_the_store_once() {
+    // An sbxd from before the store table kept E2B fields in DATA_DIR/e2b/<id>.json:
+    // a sandbox whose fields are only in such a file.
+    let mut d = Daemon::start(&["--signing-key", LEGACY_KEY]).await;
+    let key = d.create_key("acme", None);
+    let id = create(&d, &key, json!({"timeout": 600})).await;
+    let workspace = d.sql(&format!(
+        "SELECT workspace FROM e2b_sandboxes WHERE id = '{id}'"
+    ));
+    assert_eq!(workspace.trim(), "acme/production");
+    d.kill9();
+    d.sql(&format!("DELETE FROM e2b_sandboxes WHERE id = '{id}'"));
+    let token = "ab".repeat(32);
+    let end = chrono::Utc::now() + chrono::Duration::seconds(900);
+    let file = json!({
+        "sandboxId": id, "workspace": "acme/production", "templateId": "base",
+        "metadata": {"from": "file"}, "endAt": end.to_rfc3339(), "autoPause": true,
+        "envdAccessToken": token, "allowInternetAccess": true,
+    });
+    let dir = d.data_dir().join("e2b");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join(format!("{id}.json")), file.to_string()).unwrap();
+    std::fs::write(dir.join("garbage.json"), b"{").unwrap();
+
+    // The next start imports it and renames the directory.
+    d.spawn().await;
+    let (status, got, _) = e2b(&d, Some(&key), "GET", &format!("/sandboxes/{id}"), None).await;
+    assert_eq!(status, 200, "{got}");
+    assert_eq!(got["metadata"]["from"], "file", "{got}");
+    assert_eq!(got["envdAccessToken"], token.as_str());
+    assert_eq!(got["lifecycle"]["onTimeout"], "pause", "{got}");
+    assert!(!dir.exists(), "the directory is renamed once imported");
+    assert!(d
+        .data_dir()
+        .join("e2b.imported")
+        .join(format!("{id}.json"))
+        .exists());
+    // A later start imports nothing again; the stored row (changed since) stays.
+    let (status, _, _) = e2b(
+        &d,
+        Some(&key),
+        "POST",
+        &format!("/sandboxes/{id}/timeout"),
+        Some(json!({"timeout": 300})),
+    )
+    .await;
+    assert_eq!(status, 204);
+    let (_, changed, _) = e2b(&d, Some(&key), "GET", &format!("/sandboxes/{id}"), None).await;
+    d.kill9();
+    d.spawn().await;
+    let (_, again, _) = e2b(&d, Some(&key), "GET", &format!("/sandboxes/{id}"), None).await;
+    assert_eq!(again["endAt"], changed["endAt"]);
+    assert_ne!(again["endAt"], got["endAt"]);
+    let (status, _, _) = e2b(&d, Some(&key), "DELETE", &format!("/sandboxes/{id}"), None).await;
+    assert_eq!(status, 204);
+    d.assert_no_containers(Duration::from_secs(60), "killed")
+        .await;
+}

@@ -5,6 +5,7 @@
 
 mod common;
 mod connect_host;
+mod e2b_common;
 
 use common::Daemon;
 use connect_host::flow::{install, records, sync};
@@ -66,6 +67,16 @@ async fn a_sqlite_node_moves_to_postgresql_with_everything_it_held() {
     d.exec(&running, &["sh", "-c", "echo still-here > /tmp/f"])
         .await;
     let paused = d.create_running("stays-paused").await;
+    // An E2B sandbox: its E2B fields (metadata, token) are store rows too.
+    let e2b_id = e2b_common::create(&d, "dev", json!({"metadata": {"moved": "yes"}})).await;
+    let (_, before, _) = e2b_common::e2b(
+        &d,
+        Some("dev"),
+        "GET",
+        &format!("/sandboxes/{e2b_id}"),
+        None,
+    )
+    .await;
     d.exec(&paused, &["sh", "-c", "echo frozen > /tmp/p"]).await;
     let (status, body) = d
         .call("POST", &format!("/v2/sandboxes/{paused}/pause"), None)
@@ -110,9 +121,10 @@ async fn a_sqlite_node_moves_to_postgresql_with_everything_it_held() {
     let (ok, stdout, stderr) = migrate(d.data_dir(), db.url());
     assert!(ok, "migrate-store failed: {stdout} {stderr}");
     assert!(
-        stdout.contains("sandboxes: 2 copied, 0 already there"),
+        stdout.contains("sandboxes: 3 copied, 0 already there"),
         "{stdout}"
     );
+    assert!(stdout.contains("E2B records: 1 copied"), "{stdout}");
     assert!(stdout.contains("snapshots: 1 copied"), "{stdout}");
     assert!(stdout.contains("secrets: 1 copied"), "{stdout}");
     assert!(
@@ -122,7 +134,11 @@ async fn a_sqlite_node_moves_to_postgresql_with_everything_it_held() {
     let (ok, again, stderr) = migrate(d.data_dir(), db.url());
     assert!(ok, "a second run failed: {again} {stderr}");
     assert!(
-        again.contains("sandboxes: 0 copied, 2 already there"),
+        again.contains("sandboxes: 0 copied, 3 already there"),
+        "{again}"
+    );
+    assert!(
+        again.contains("E2B records: 0 copied, 1 already there"),
         "{again}"
     );
 
@@ -134,6 +150,21 @@ async fn a_sqlite_node_moves_to_postgresql_with_everything_it_held() {
         .await;
     assert_eq!(got["data"]["status"], "RUNNING", "{got}");
     assert_eq!(d.exec(&running, &["cat", "/tmp/f"]).await.1, "still-here\n");
+    let (status, after, _) = e2b_common::e2b(
+        &d,
+        Some("dev"),
+        "GET",
+        &format!("/sandboxes/{e2b_id}"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{after}");
+    assert_eq!(after["metadata"]["moved"], "yes", "{after}");
+    assert_eq!(after["endAt"], before["endAt"], "the same end time");
+    assert_eq!(
+        after["envdAccessToken"], before["envdAccessToken"],
+        "the same envd token"
+    );
     let (_, got) = d
         .call("GET", &format!("/v2/sandboxes/{paused}"), None)
         .await;

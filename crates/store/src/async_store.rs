@@ -8,12 +8,13 @@
 //! Its methods mirror [`Store`]'s one for one.
 
 use crate::{
-    ApiKeyRecord, CreateOutcome, IdempotencyBegin, IdempotencyRecord, NodeRecord, NodeRegistration,
-    SandboxCursor, SandboxRecord, SecretRecord, SnapshotCreateOutcome, SnapshotRecord,
-    SnapshotStatus, Store, StoreError,
+    ApiKeyRecord, CreateOutcome, E2bRecord, IdempotencyBegin, IdempotencyRecord, NodeRecord,
+    NodeRegistration, SandboxCursor, SandboxRecord, SecretRecord, SnapshotCreateOutcome,
+    SnapshotRecord, SnapshotStatus, Store, StoreError,
 };
 use chrono::{DateTime, Utc};
 use sbx_api_types::SandboxStatus;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use uuid::Uuid;
 
@@ -350,5 +351,56 @@ impl AsyncStore {
     /// See [`Store::node_usage`].
     pub async fn node_usage(&self) -> Result<Vec<crate::NodeUsage>, StoreError> {
         self.run(|s| s.node_usage()).await
+    }
+    /// See [`Store::create_e2b_record`].
+    pub async fn create_e2b_record(&self, record: &E2bRecord) -> Result<bool, StoreError> {
+        let record = record.clone();
+        self.run(move |s| s.create_e2b_record(&record)).await
+    }
+
+    /// See [`Store::get_e2b_record`].
+    pub async fn get_e2b_record(&self, id: Uuid) -> Result<Option<E2bRecord>, StoreError> {
+        self.run(move |s| s.get_e2b_record(id)).await
+    }
+
+    /// See [`Store::update_e2b_record`]: on success `record` carries the row's new generation.
+    pub async fn update_e2b_record(&self, record: &mut E2bRecord) -> Result<(), StoreError> {
+        let mut copy = record.clone();
+        let copy = self
+            .run(move |s| s.update_e2b_record(&mut copy).map(|()| copy))
+            .await?;
+        *record = copy;
+        Ok(())
+    }
+
+    /// See [`Store::list_e2b_records`].
+    pub async fn list_e2b_records(
+        &self,
+        workspace: Option<&str>,
+        metadata: &BTreeMap<String, String>,
+    ) -> Result<Vec<E2bRecord>, StoreError> {
+        let (workspace, metadata) = (workspace.map(str::to_string), metadata.clone());
+        self.run(move |s| s.list_e2b_records(workspace.as_deref(), &metadata))
+            .await
+    }
+
+    /// See [`Store::e2b_records_due`].
+    pub async fn e2b_records_due(
+        &self,
+        node_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<E2bRecord>, StoreError> {
+        let node_id = node_id.to_string();
+        self.run(move |s| s.e2b_records_due(&node_id, now)).await
+    }
+
+    /// See [`Store::delete_e2b_record`].
+    pub async fn delete_e2b_record(&self, id: Uuid) -> Result<bool, StoreError> {
+        self.run(move |s| s.delete_e2b_record(id)).await
+    }
+
+    /// See [`Store::delete_ended_e2b_records`].
+    pub async fn delete_ended_e2b_records(&self) -> Result<usize, StoreError> {
+        self.run(|s| s.delete_ended_e2b_records()).await
     }
 }

@@ -6,6 +6,7 @@
 //! migrations at open and refuse a schema newer than themselves.
 
 mod async_store;
+mod e2b;
 mod migrate;
 mod nodes;
 mod postgres;
@@ -15,6 +16,7 @@ mod sqlite;
 mod tenants;
 
 pub use async_store::AsyncStore;
+pub use e2b::E2bRecord;
 pub use migrate::{copy_store, Copied, CopyReport};
 pub use nodes::{FailOver, NodeRecord, NodeRegistration, NodeState, NodeUsage, NODE_LOST};
 pub use postgres::{
@@ -302,4 +304,33 @@ pub trait Store: Send + Sync {
     fn adopt_unowned_sandboxes(&self, node_id: &str) -> Result<usize, StoreError>;
     /// What each node's active sandboxes hold, by node id.
     fn node_usage(&self) -> Result<Vec<NodeUsage>, StoreError>;
+
+    /// Inserts the E2B record of a sandbox unless it has one; false (nothing
+    /// written) when it had.
+    fn create_e2b_record(&self, record: &E2bRecord) -> Result<bool, StoreError>;
+    /// The E2B record of a sandbox.
+    fn get_e2b_record(&self, id: Uuid) -> Result<Option<E2bRecord>, StoreError>;
+    /// Writes the mutable fields (metadata, end time, auto-pause, tokens) of an E2B
+    /// record if its row is still at `record.generation`, and advances
+    /// `record.generation`; `Conflict` or `NotFound` as [`Store::update_sandbox`].
+    fn update_e2b_record(&self, record: &mut E2bRecord) -> Result<(), StoreError>;
+    /// The E2B records of a workspace (of every workspace: `None`) whose metadata
+    /// holds every pair of `metadata`, by sandbox id.
+    fn list_e2b_records(
+        &self,
+        workspace: Option<&str>,
+        metadata: &std::collections::BTreeMap<String, String>,
+    ) -> Result<Vec<E2bRecord>, StoreError>;
+    /// The E2B records whose end time is at or before `now` and whose sandbox is
+    /// RUNNING on node `node_id` (the timeout sweep: each node ends its own).
+    fn e2b_records_due(
+        &self,
+        node_id: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Vec<E2bRecord>, StoreError>;
+    /// Deletes the E2B record of a sandbox; false if there was none.
+    fn delete_e2b_record(&self, id: Uuid) -> Result<bool, StoreError>;
+    /// Deletes the E2B records whose sandbox is no longer active (or has no row);
+    /// returns how many.
+    fn delete_ended_e2b_records(&self) -> Result<usize, StoreError>;
 }

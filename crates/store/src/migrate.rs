@@ -70,9 +70,11 @@ pub struct CopyReport {
     pub snapshots: Copied,
     /// Workspace secrets (their ciphertexts, as stored).
     pub secrets: Copied,
+    /// E2B records (template, metadata, end time, access tokens of E2B sandboxes).
+    pub e2b_records: Copied,
 }
 
-/// Copies every signing key, sandbox, snapshot and secret of `from` into `to`.
+/// Copies every signing key, sandbox, snapshot, secret and E2B record of `from` into `to`.
 pub fn copy_store(from: &dyn Store, to: &dyn Store) -> Result<CopyReport, StoreError> {
     let mut report = CopyReport::default();
     for key in from.list_api_keys()? {
@@ -148,6 +150,10 @@ pub fn copy_store(from: &dyn Store, to: &dyn Store) -> Result<CopyReport, StoreE
             to.put_secret(&secret)?;
         }
         report.secrets.count(!present);
+    }
+    // After the sandboxes: an E2B record belongs to its sandbox's row.
+    for record in from.list_e2b_records(None, &Default::default())? {
+        report.e2b_records.count(to.create_e2b_record(&record)?);
     }
     Ok(report)
 }

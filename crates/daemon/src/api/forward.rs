@@ -90,15 +90,16 @@ impl Forwarder {
         }
     }
 
-    /// Sends `req` to the node at `base` and streams its answer back.
-    /// The request id goes along from the request's [`RequestId`].
-    async fn send(&self, base: &str, req: Request) -> Response {
+    /// Sends `req` to the node at `base` and streams its answer back. The
+    /// request id goes along from the request's [`RequestId`]. Its own failures
+    /// (no cluster token, the owner not answering) are left for the caller to
+    /// put in its API's error shape.
+    pub async fn try_send(&self, base: &str, req: Request) -> Result<Response, ApiError> {
         let Some(token) = &self.token else {
-            return ApiError::new(
+            return Err(ApiError::new(
                 ErrorCode::InternalError,
                 "this node has no cluster token to forward with",
-            )
-            .into_response();
+            ));
         };
         let (parts, body) = req.into_parts();
         let request_id = parts
@@ -134,11 +135,10 @@ impl Forwarder {
             Ok(a) => a,
             Err(e) => {
                 tracing::warn!(owner = %base, error = %e, "forwarding to the sandbox's node");
-                return ApiError::new(
+                return Err(ApiError::new(
                     ErrorCode::ComputeUnavailable,
                     "the node that runs this sandbox did not answer; retry",
-                )
-                .into_response();
+                ));
             }
         };
         let mut resp = Response::builder().status(answer.status());
@@ -152,9 +152,8 @@ impl Forwarder {
         // The owner dying mid-stream ends this body with an error: the client's
         // connection is cut, it does not hang.
         let stream = answer.bytes_stream().map_err(std::io::Error::other);
-        resp.body(Body::from_stream(stream)).unwrap_or_else(|_| {
-            ApiError::new(ErrorCode::InternalError, "forwarding").into_response()
-        })
+        resp.body(Body::from_stream(stream))
+            .map_err(|_| ApiError::new(ErrorCode::InternalError, "forwarding"))
     }
 }
 
@@ -216,13 +215,90 @@ pub fn check_forwarded(forwarder: &Forwarder, req: &Request) -> Result<(), ApiEr
     ))
 }
 
+/// The id a forwarded request was given by the node that forwarded it, if
+/// the request is forwarded (its token checked by [`check_forwarded`] first)
+/// and the id is a plausible one.
+pub fn forwarded_request_id(req: &Request) -> Option<String> {
+    Forwarder::is_forwarded(req.headers())
+        .then(|| req.headers().get("x-request-id"))
+        .flatten()
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| v.len() <= 64 && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
+        .map(str::to_string)
+}
+
+/// What the inngest router's request context does for the E2B and envd
+/// routers, errors in their own shape (`refused`): a request that claims to
+/// be forwarded without the cluster token is refused; the request runs under
+/// its id (the forwarding node's, for a forwarded one), which goes on to an
+/// owner it is forwarded to and back on the answer.
+pub async fn request_context(
+    forwarder: &Forwarder,
+    mut req: Request,
+    next: Next,
+    refused: fn(ApiError) -> Response,
+) -> Response {
+    use tracing::Instrument;
+    if let Err(e) = check_forwarded(forwarder, &req) {
+        return refused(e);
+    }
+    let id = forwarded_request_id(&req).unwrap_or_else(|| Uuid::new_v4().to_string());
+    req.extensions_mut().insert(RequestId(id.clone()));
+    let span =
+        tracing::info_span!("request", id = %id, method = %req.method(), path = %req.uri().path());
+    let mut resp = next.run(req).instrument(span).await;
+    if let Ok(v) = HeaderValue::from_str(&id) {
+        resp.headers_mut().insert("x-request-id", v);
+    }
+    resp
+}
+
 /// What a create body asks for, as far as placement cares.
 #[derive(Debug, PartialEq)]
-enum CreateKind {
+pub(super) enum CreateKind {
     /// A fresh sandbox of (vCPUs, MiB).
     Fresh(u32, u32, NodeSelector),
     /// A clone of this snapshot.
     Clone(Uuid, NodeSelector),
+    /// A Connect job sandbox (a manual run, a connection test or a package
+    /// build): 1 vCPU and the Connect memory limit, on any node.
+    ConnectJob,
+}
+
+/// Whether `path` (of a POST) starts a Connect job sandbox on the node that
+/// answers it: `…/syncs/{sync}/runs` (Run now), `…/connections/{id}/test` and
+/// `…/versions/{version}/builds`.
+fn starts_connect_job(path: &str) -> bool {
+    let parts: Vec<&str> = path.trim_end_matches('/').split('/').collect();
+    matches!(
+        parts.as_slice(),
+        ["", "v1", "connect", "connections", _, "syncs", _, "runs"]
+            | ["", "v1", "connect", "connections", _, "test"]
+            | ["", "v1", "connect", "packages", _, "versions", _, "builds"]
+    )
+}
+
+/// Runs a request that starts a Connect job on the node placement chooses for
+/// the job's shape: the same best-of-K on free memory as a create, drained
+/// and lost nodes left out, the next choice on a refusal.
+async fn place_connect_job(state: AppState, req: Request, next: Next) -> Response {
+    if state.connect().is_none() {
+        return next.run(req).await;
+    }
+    let tenant = req
+        .extensions()
+        .get::<Workspace>()
+        .map(|w| w.0.clone())
+        .unwrap_or_default();
+    place(
+        state,
+        tenant,
+        req,
+        next,
+        |_| Some(CreateKind::ConnectJob),
+        IntoResponse::into_response,
+    )
+    .await
 }
 
 /// What a create body asks for. A body that does not parse stays on this
@@ -245,107 +321,73 @@ fn create_kind(body: &[u8]) -> Option<CreateKind> {
     Some(CreateKind::Fresh(vcpu, memory_mb, selector))
 }
 
-/// What a placed request needs of the node that runs it.
-#[derive(Debug, PartialEq)]
-enum Want {
-    /// A sandbox create or clone.
-    Create(CreateKind),
-    /// A Connect job sandbox (a manual run, a connection test or a package
-    /// build) of this much memory.
-    Job(u32),
-}
-
-/// Whether `path` (of a POST) starts a Connect job sandbox on the node that
-/// answers it: `…/syncs/{sync}/runs` (Run now), `…/connections/{id}/test` and
-/// `…/versions/{version}/builds`.
-fn starts_connect_job(path: &str) -> bool {
-    let parts: Vec<&str> = path.trim_end_matches('/').split('/').collect();
-    matches!(
-        parts.as_slice(),
-        ["", "v1", "connect", "connections", _, "syncs", _, "runs"]
-            | ["", "v1", "connect", "connections", _, "test"]
-            | ["", "v1", "connect", "packages", _, "versions", _, "builds"]
-    )
-}
-
 /// Runs a create on the node placement chooses (a clone: where its snapshot's
 /// files are, see `Service::place_clone`).
 async fn place_create(state: AppState, req: Request, next: Next) -> Response {
-    let (parts, bytes) = match buffered(&state, req).await {
-        Ok(p) => p,
-        Err(resp) => return resp,
-    };
-    match create_kind(&bytes) {
-        None => {
-            next.run(Request::from_parts(parts, Body::from(bytes)))
-                .await
-        }
-        Some(kind) => run_placed(state, parts, bytes, next, Want::Create(kind)).await,
-    }
-}
-
-/// Runs a request that starts a Connect job on the node job placement
-/// chooses, like a create of the job's shape: the same best-of-K on free
-/// memory, drained and lost nodes left out, the next choice on a refusal.
-async fn place_connect_job(state: AppState, req: Request, next: Next) -> Response {
-    let Some(memory_mb) = state
-        .connect()
-        .map(|c| u32::try_from(c.limits().memory_mib).unwrap_or(u32::MAX))
-    else {
-        return next.run(req).await;
-    };
-    match buffered(&state, req).await {
-        Ok((parts, bytes)) => run_placed(state, parts, bytes, next, Want::Job(memory_mb)).await,
-        Err(resp) => resp,
-    }
-}
-
-/// The request with its (JSON-sized) body read, so that it can be offered to
-/// more than one node.
-async fn buffered(
-    state: &AppState,
-    req: Request,
-) -> Result<(axum::http::request::Parts, axum::body::Bytes), Response> {
-    let limit = state.config().limits.json_body_bytes;
-    let (parts, body) = req.into_parts();
-    match axum::body::to_bytes(body, limit).await {
-        Ok(b) => Ok((parts, b)),
-        Err(_) => Err(
-            ApiError::new(ErrorCode::PayloadTooLarge, "request body is too large").into_response(),
-        ),
-    }
-}
-
-/// Offers the request to the node placement chooses for `want`, then to the
-/// next choice while nodes refuse it (`503`), at most [`PLACEMENT_TRIES`].
-async fn run_placed(
-    state: AppState,
-    parts: axum::http::request::Parts,
-    bytes: axum::body::Bytes,
-    next: Next,
-    want: Want,
-) -> Response {
-    let tenant = parts
-        .extensions
+    let tenant = req
+        .extensions()
         .get::<Workspace>()
         .map(|w| w.0.clone())
         .unwrap_or_default();
-    let any_node = NodeSelector::new();
+    place(
+        state,
+        tenant,
+        req,
+        next,
+        create_kind,
+        IntoResponse::into_response,
+    )
+    .await
+}
+
+/// Runs a create whose body `kind_of` reads on the node placement chooses; the
+/// failures of placement are answered by `refused` (in the API's error shape).
+pub(super) async fn place(
+    state: AppState,
+    tenant: String,
+    req: Request,
+    next: Next,
+    kind_of: fn(&[u8]) -> Option<CreateKind>,
+    refused: fn(ApiError) -> Response,
+) -> Response {
+    let limit = state.config().limits.json_body_bytes;
+    let (parts, body) = req.into_parts();
+    let bytes = match axum::body::to_bytes(body, limit).await {
+        Ok(b) => b,
+        Err(_) => {
+            return refused(ApiError::new(
+                ErrorCode::PayloadTooLarge,
+                "request body is too large",
+            ))
+        }
+    };
+    let kind = match kind_of(&bytes) {
+        None => {
+            return next
+                .run(Request::from_parts(parts, Body::from(bytes)))
+                .await
+        }
+        Some(kind) => kind,
+    };
     let mut tried = Vec::new();
     loop {
-        let placed = match &want {
-            Want::Create(CreateKind::Fresh(vcpu, memory_mb, selector)) => {
+        let placed = match &kind {
+            CreateKind::Fresh(vcpu, memory_mb, selector) => {
                 state.place(*vcpu, *memory_mb, &tried, selector).await
             }
             // A clone restores where its snapshot's files are (or can be fetched).
-            Want::Create(CreateKind::Clone(snapshot, selector)) => {
+            CreateKind::Clone(snapshot, selector) => {
                 state
                     .place_clone(&tenant, *snapshot, &tried, selector)
                     .await
             }
-            Want::Job(memory_mb) => {
+            CreateKind::ConnectJob => {
+                let memory_mb = state.connect().map_or(u32::MAX, |c| {
+                    u32::try_from(c.limits().memory_mib).unwrap_or(u32::MAX)
+                });
+                let any_node = NodeSelector::new();
                 state
-                    .place(sbx_node::jobs::JOB_VCPUS, *memory_mb, &tried, &any_node)
+                    .place(sbx_node::jobs::JOB_VCPUS, memory_mb, &tried, &any_node)
                     .await
             }
         };
@@ -363,8 +405,11 @@ async fn run_placed(
                 if let Some(rid) = parts.extensions.get::<RequestId>() {
                     copy.extensions_mut().insert(rid.clone());
                 }
-                tracing::debug!(node = %id, ?want, "placed on another node");
-                let resp = state.forwarder.send(&url, copy).await;
+                tracing::debug!(node = %id, ?kind, "placed on another node");
+                let resp = match state.forwarder.try_send(&url, copy).await {
+                    Ok(resp) => resp,
+                    Err(e) => refused(e),
+                };
                 tried.push(id);
                 // That node refused (full, or not answering): the next choice.
                 if resp.status().as_u16() == 503 && tried.len() < PLACEMENT_TRIES {
@@ -372,7 +417,7 @@ async fn run_placed(
                 }
                 return resp;
             }
-            Err(e) => return ApiError::from(e).into_response(),
+            Err(e) => return refused(ApiError::from(e)),
         }
     }
 }
@@ -380,15 +425,59 @@ async fn run_placed(
 /// Runs `req` on the node that holds snapshot `id`'s files.
 async fn on_snapshot_node(state: AppState, id: Uuid, req: Request, next: Next) -> Response {
     let tenant = req.extensions().get::<Workspace>().map(|w| w.0.clone());
-    let placed = match tenant {
-        Some(t) => state.snapshot_node(&t, id).await,
-        None => Ok(Placement::Here),
-    };
-    match placed {
-        Ok(Placement::Here) => next.run(req).await,
-        Ok(Placement::Node { url, .. }) => state.forwarder.send(&url, req).await,
-        Err(e) => ApiError::from(e).into_response(),
+    match tenant {
+        Some(t) => snapshot_node(state, &t, id, req, next, IntoResponse::into_response).await,
+        None => next.run(req).await,
     }
+}
+
+/// Runs `req` of `tenant` on the node that holds snapshot `id`'s files.
+pub(super) async fn snapshot_node(
+    state: AppState,
+    tenant: &str,
+    id: Uuid,
+    req: Request,
+    next: Next,
+    refused: fn(ApiError) -> Response,
+) -> Response {
+    match state.snapshot_node(tenant, id).await {
+        Ok(Placement::Here) => next.run(req).await,
+        Ok(Placement::Node { url, .. }) => state
+            .forwarder
+            .try_send(&url, req)
+            .await
+            .unwrap_or_else(refused),
+        Err(e) => refused(ApiError::from(e)),
+    }
+}
+
+/// Runs `req` about sandbox `id` of `tenant` on the node that runs it when
+/// that is another node (here otherwise); failures are answered by `refused`.
+pub(super) async fn on_owner(
+    state: &AppState,
+    tenant: &str,
+    id: Uuid,
+    req: Request,
+    next: Next,
+    refused: impl FnOnce(ApiError) -> Response,
+) -> Response {
+    match state.remote_owner(tenant, id).await {
+        Ok(None) => next.run(req).await,
+        Ok(Some(base)) => {
+            tracing::debug!(sandbox = %id, owner = %base, "forwarding");
+            match state.forwarder.try_send(&base, req).await {
+                Ok(resp) => resp,
+                Err(e) => refused(e),
+            }
+        }
+        Err(e) => refused(ApiError::from(e)),
+    }
+}
+
+/// Whether this request is one to consider forwarding: in cluster mode, and
+/// not forwarded already (one hop).
+pub(super) fn may_forward(state: &AppState, req: &Request) -> bool {
+    state.config().node.cluster && !Forwarder::is_forwarded(req.headers())
 }
 
 /// Middleware, after authentication: sends a request about another node's
@@ -426,14 +515,7 @@ pub async fn layer(State(state): State<AppState>, req: Request, next: Next) -> R
     let Some(Workspace(tenant)) = req.extensions().get::<Workspace>().cloned() else {
         return next.run(req).await;
     };
-    match state.remote_owner(&tenant, id).await {
-        Ok(None) => next.run(req).await,
-        Ok(Some(base)) => {
-            tracing::debug!(sandbox = %id, owner = %base, "forwarding");
-            state.forwarder.send(&base, req).await
-        }
-        Err(e) => ApiError::from(e).into_response(),
-    }
+    on_owner(&state, &tenant, id, req, next, IntoResponse::into_response).await
 }
 
 #[cfg(test)]

@@ -259,16 +259,21 @@ pub fn router(
             forwarder,
             request_context,
         ))
-        .with_state(state);
+        .with_state(state.clone());
+    // The E2B and envd routers forward other nodes' sandboxes with the same state.
+    let cluster_state = state;
     // Both APIs on one listener: E2B requests are told apart by their
     // `X-API-KEY` header or an E2B-only path (see `e2b::is_e2b`, docs/e2b.md).
     // envd (the E2B SDK's in-sandbox API) is told apart first, by the
     // `E2b-Sandbox-Id` header every envd request carries (see `envd::is_envd`).
     // With `--e2b-domain`, the Host `{port}-{id}.{domain}` routes first.
     let domain = service.config().e2b_domain.clone();
-    let envd = envd::router(crate::service::envd::Envd::new(e2b_state.clone()));
+    let envd = envd::router(
+        crate::service::envd::Envd::new(e2b_state.clone()),
+        cluster_state.clone(),
+    );
     let previews = crate::service::preview::Preview::new(e2b_state.clone());
-    let e2b = e2b::router(e2b_state, guard);
+    let e2b = e2b::router(e2b_state, guard, cluster_state);
     Router::new().fallback_service(tower::service_fn(move |mut req: Request| {
         let target = match envd::host::route(req.headers(), req.uri(), domain.as_deref()) {
             envd::host::HostRoute::Api => {
@@ -319,13 +324,8 @@ async fn request_context(
     }
     // A request forwarded by another node (its token was just checked) keeps the
     // id it was given there: one request, one id, across nodes.
-    let forwarded_id = forward::Forwarder::is_forwarded(req.headers())
-        .then(|| req.headers().get("x-request-id"))
-        .flatten()
-        .and_then(|v| v.to_str().ok())
-        .filter(|v| v.len() <= 64 && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
-        .map(str::to_string);
-    let request_id = forwarded_id.unwrap_or_else(|| Uuid::new_v4().to_string());
+    let request_id =
+        forward::forwarded_request_id(&req).unwrap_or_else(|| Uuid::new_v4().to_string());
     req.extensions_mut()
         .insert(forward::RequestId(request_id.clone()));
     let span = tracing::info_span!("request", id = %request_id, method = %req.method(), path = %req.uri().path());

@@ -76,7 +76,12 @@ impl Preview {
     ) -> Result<Opened, PreviewError> {
         let gone = || PreviewError::NotFound(sandbox.to_string());
         let id = Uuid::parse_str(sandbox).map_err(|_| gone())?;
-        let record = self.e2b.envd_record(id).ok_or_else(gone)?;
+        let record = self
+            .e2b
+            .envd_record(id)
+            .await
+            .map_err(|e| PreviewError::Unavailable(port, e.to_string()))?
+            .ok_or_else(gone)?;
         check_token(record.traffic_access_token.as_deref(), token)?;
         let svc = self.e2b.service();
         let status = match svc.get(&record.workspace, id).await {

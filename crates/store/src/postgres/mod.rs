@@ -6,6 +6,7 @@
 //! thread and a call hands it a job and waits for the answer. A later step makes
 //! the trait async and drops the workers.
 
+mod e2b;
 mod nodes;
 mod pool;
 mod rows;
@@ -27,6 +28,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/postgres/0003_idempotency_lease.sql"),
     include_str!("../../migrations/postgres/0004_nodes.sql"),
     include_str!("../../migrations/postgres/0005_sandbox_node.sql"),
+    include_str!("../../migrations/postgres/0006_e2b_sandboxes.sql"),
 ];
 
 /// Connections kept open to the database (one worker thread each).

@@ -24,7 +24,7 @@ fn lost_race(what: &str) -> StoreError {
 
 /// Why a compare-and-set update of `table` changed no row: the row moved past
 /// `generation` (a conflict) or there is no such row.
-fn missed_update(
+pub(super) fn missed_update(
     c: &mut postgres::Client,
     table: &str,
     id: Uuid,
@@ -625,5 +625,41 @@ impl Store for PostgresStore {
 
     fn node_usage(&self) -> Result<Vec<crate::NodeUsage>, StoreError> {
         self.node_usage_rows()
+    }
+
+    fn create_e2b_record(&self, record: &crate::E2bRecord) -> Result<bool, StoreError> {
+        self.create_e2b_row(record)
+    }
+
+    fn get_e2b_record(&self, id: Uuid) -> Result<Option<crate::E2bRecord>, StoreError> {
+        self.get_e2b_row(id)
+    }
+
+    fn update_e2b_record(&self, record: &mut crate::E2bRecord) -> Result<(), StoreError> {
+        self.update_e2b_row(record)
+    }
+
+    fn list_e2b_records(
+        &self,
+        workspace: Option<&str>,
+        metadata: &std::collections::BTreeMap<String, String>,
+    ) -> Result<Vec<crate::E2bRecord>, StoreError> {
+        self.list_e2b_rows(workspace, metadata)
+    }
+
+    fn e2b_records_due(
+        &self,
+        node_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<crate::E2bRecord>, StoreError> {
+        self.e2b_rows_due(node_id, now)
+    }
+
+    fn delete_e2b_record(&self, id: Uuid) -> Result<bool, StoreError> {
+        self.delete_e2b_row(id)
+    }
+
+    fn delete_ended_e2b_records(&self) -> Result<usize, StoreError> {
+        self.delete_ended_e2b_rows()
     }
 }

@@ -12,6 +12,7 @@ use std::path::Path;
 use std::sync::Mutex;
 use uuid::Uuid;
 
+mod e2b;
 mod nodes;
 
 /// Schema versions, applied in order at open. Version N is `MIGRATIONS[N-1]`;
@@ -27,6 +28,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/sqlite/0006_idempotency_lease.sql"),
     include_str!("../../migrations/sqlite/0007_nodes.sql"),
     include_str!("../../migrations/sqlite/0008_sandbox_node.sql"),
+    include_str!("../../migrations/sqlite/0009_e2b_sandboxes.sql"),
 ];
 
 /// SQLite-backed [`Store`].
@@ -535,6 +537,42 @@ impl Store for SqliteStore {
 
     fn node_usage(&self) -> Result<Vec<crate::NodeUsage>, StoreError> {
         self.node_usage_rows()
+    }
+
+    fn create_e2b_record(&self, record: &crate::E2bRecord) -> Result<bool, StoreError> {
+        self.create_e2b_row(record)
+    }
+
+    fn get_e2b_record(&self, id: Uuid) -> Result<Option<crate::E2bRecord>, StoreError> {
+        self.get_e2b_row(id)
+    }
+
+    fn update_e2b_record(&self, record: &mut crate::E2bRecord) -> Result<(), StoreError> {
+        self.update_e2b_row(record)
+    }
+
+    fn list_e2b_records(
+        &self,
+        workspace: Option<&str>,
+        metadata: &std::collections::BTreeMap<String, String>,
+    ) -> Result<Vec<crate::E2bRecord>, StoreError> {
+        self.list_e2b_rows(workspace, metadata)
+    }
+
+    fn e2b_records_due(
+        &self,
+        node_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<crate::E2bRecord>, StoreError> {
+        self.e2b_rows_due(node_id, now)
+    }
+
+    fn delete_e2b_record(&self, id: Uuid) -> Result<bool, StoreError> {
+        self.delete_e2b_row(id)
+    }
+
+    fn delete_ended_e2b_records(&self) -> Result<usize, StoreError> {
+        self.delete_ended_e2b_rows()
     }
 }
 

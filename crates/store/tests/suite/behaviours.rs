@@ -11,8 +11,10 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 pub use crate::copying::copy_store_moves_every_row_and_finishes_an_interrupted_copy;
+mod e2b;
 mod nodes;
 mod secrets;
+pub use e2b::*;
 pub use nodes::*;
 pub use secrets::*;
 
@@ -584,7 +586,7 @@ pub fn idempotency_leases_are_renewed_by_their_owner_and_ended_for_others(
 }
 
 /// Runs `f(i)` on `n` threads at once, each on its own store on the same data.
-fn race<T: Send + 'static>(
+pub(crate) fn race<T: Send + 'static>(
     other: Other,
     n: usize,
     f: impl Fn(&dyn Store, usize) -> T + Send + Sync + 'static,

@@ -52,6 +52,20 @@ fn populated() -> SqliteStore {
         updated_at: at(6_000),
     })
     .expect("secret");
+    src.create_e2b_record(&sbx_store::E2bRecord {
+        sandbox_id: web.id,
+        workspace: "default".into(),
+        template_id: "base".into(),
+        metadata: [("team".to_string(), "x".to_string())].into(),
+        end_at: at(9_000),
+        auto_pause: true,
+        envd_access_token: "envd-token".into(),
+        allow_internet_access: true,
+        allow_public_traffic: false,
+        traffic_access_token: Some("traffic-token".into()),
+        generation: 0,
+    })
+    .expect("e2b record");
     src
 }
 
@@ -74,6 +88,7 @@ pub fn copy_store_moves_every_row_and_finishes_an_interrupted_copy(target: &dyn 
     assert_eq!(report.sandboxes, all(3));
     assert_eq!(report.snapshots, all(2));
     assert_eq!(report.secrets, all(1));
+    assert_eq!(report.e2b_records, all(1));
 
     let statuses = [
         SandboxStatus::Running,
@@ -112,6 +127,8 @@ pub fn copy_store_moves_every_row_and_finishes_an_interrupted_copy(target: &dyn 
     keys.sort_by_key(|k| k.id);
     want.sort_by_key(|k| k.id);
     assert_eq!(keys, want);
+    let e2b = |s: &dyn Store| s.list_e2b_records(None, &Default::default()).expect("e2b");
+    assert_eq!(e2b(target), e2b(&src));
 
     // Run again (as after a copy interrupted half-way): nothing is written twice.
     let again = copy_store(&src, target).expect("copy again");
@@ -123,6 +140,7 @@ pub fn copy_store_moves_every_row_and_finishes_an_interrupted_copy(target: &dyn 
     assert_eq!(again.sandboxes, none(3));
     assert_eq!(again.snapshots, none(2));
     assert_eq!(again.secrets, none(1));
+    assert_eq!(again.e2b_records, none(1));
 
     // A target that has an active sandbox of the same name is refused, not merged.
     let other = populated();

@@ -97,6 +97,10 @@ on_every_backend!(
     a_lost_node_is_failed_over_once_and_fenced,
     a_node_back_before_its_fail_over_keeps_its_sandboxes,
     sandboxes_from_before_nodes_are_adopted_and_usage_is_per_node,
+    e2b_records_round_trip_list_by_workspace_and_metadata_and_delete,
+    e2b_updates_are_compare_and_set_and_exactly_one_racer_wins,
+    e2b_records_due_are_the_running_sandboxes_of_one_node,
+    e2b_records_of_ended_sandboxes_are_deleted,
 );
 
 mod schema {

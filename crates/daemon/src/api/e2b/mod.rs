@@ -12,6 +12,7 @@
 //! Errors are `{"code": <status>, "message": …}` JSON on every non-2xx answer
 //! (§2.1), made in one place: [`E2bApiError`].
 
+mod cluster;
 mod routes;
 pub mod wire;
 
@@ -45,7 +46,7 @@ pub struct Tenant(pub String);
 /// The E2B router (its own auth, errors and fallback) behind the same browser
 /// guard as the inngest API: in dev mode the guard's `Host` check is what stops
 /// a DNS-rebound web page, which could otherwise send `X-API-KEY` same-origin.
-pub fn router(e2b: Arc<E2b>, guard: Arc<BrowserGuard>) -> Router {
+pub fn router(e2b: Arc<E2b>, guard: Arc<BrowserGuard>, state: crate::api::AppState) -> Router {
     Router::new()
         .route("/v2/sandboxes", post(routes::create).get(routes::list))
         .route("/v2/sandboxes/{id}/connect", post(routes::connect))
@@ -67,12 +68,21 @@ pub fn router(e2b: Arc<E2b>, guard: Arc<BrowserGuard>) -> Router {
         .fallback(|| async {
             E2bApiError::new(StatusCode::NOT_FOUND, "no such route in the E2B API")
         })
+        // After authentication: another node's sandbox is forwarded there.
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            cluster::layer,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             e2b.clone(),
             authenticate,
         ))
         .layer(axum::middleware::from_fn_with_state(guard, browser_guard))
         .layer(axum::middleware::from_fn(json_errors))
+        .layer(axum::middleware::from_fn_with_state(
+            state,
+            cluster::context,
+        ))
         .with_state(e2b)
 }
 
@@ -188,10 +198,6 @@ impl From<E2bError> for E2bApiError {
             E2bError::BadRequest(_) => StatusCode::BAD_REQUEST,
             E2bError::Conflict(_) => StatusCode::CONFLICT,
             E2bError::NotSupported(_) => StatusCode::NOT_IMPLEMENTED,
-            E2bError::Records(_) => {
-                tracing::error!(error = %e, "E2B records");
-                StatusCode::INTERNAL_SERVER_ERROR
-            }
             E2bError::Service(s) => return service_error(s),
         };
         E2bApiError::new(status, e.to_string())

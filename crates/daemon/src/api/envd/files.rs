@@ -21,12 +21,22 @@ struct FilesQuery {
     signature_expiration: Option<i64>,
 }
 
+/// The authenticated caller of a `/files` request (its raw query, its method's operation).
+pub(super) async fn caller_of(
+    envd: &Envd,
+    headers: &HeaderMap,
+    raw: Option<&str>,
+    op: FileOp,
+) -> Result<Caller, PlainError> {
+    caller(envd, headers, &query(raw)?, op).await
+}
+
 fn query(raw: Option<&str>) -> Result<FilesQuery, PlainError> {
     serde_urlencoded::from_str(raw.unwrap_or(""))
         .map_err(|e| EnvdError::InvalidArgument(format!("invalid query string: {e}")).into())
 }
 
-fn caller(
+async fn caller(
     envd: &Envd,
     headers: &HeaderMap,
     q: &FilesQuery,
@@ -40,7 +50,7 @@ fn caller(
         op,
         user: q.username.as_deref(),
     };
-    Ok(envd.authorize_file(sandbox_of(headers), auth)?)
+    Ok(envd.authorize_file(sandbox_of(headers), auth).await?)
 }
 
 /// `GET /health`: 204 while the sandbox runs, 502 "was not found" otherwise.
@@ -60,7 +70,7 @@ pub async fn download(
     RawQuery(raw): RawQuery,
 ) -> Result<Response, PlainError> {
     let q = query(raw.as_deref())?;
-    let caller = caller(&envd, &headers, &q, FileOp::Read)?;
+    let caller = caller(&envd, &headers, &q, FileOp::Read).await?;
     let download = envd
         .download(&caller, q.path.as_deref().unwrap_or(""))
         .await?;
@@ -86,7 +96,7 @@ pub async fn upload(
 ) -> Result<Response, PlainError> {
     let headers = req.headers().clone();
     let q = query(raw.as_deref())?;
-    let caller = caller(&envd, &headers, &q, FileOp::Write)?;
+    let caller = caller(&envd, &headers, &q, FileOp::Write).await?;
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())

@@ -7,6 +7,7 @@
 //! control plane). Errors become Connect codes (RPC) or `{"code", "message"}`
 //! bodies (plain routes) in one place: the `From<EnvdError>` impls here.
 
+mod cluster;
 mod connect;
 mod files;
 mod filesystem;
@@ -80,15 +81,32 @@ pub fn refusal(why: String) -> Router {
 }
 
 /// The envd router.
-pub fn router(envd: Arc<Envd>) -> Router {
+pub fn router(envd: Arc<Envd>, state: crate::api::AppState) -> Router {
     Router::new()
         .route("/process.Process/{method}", post(process::rpc))
         .route("/filesystem.Filesystem/{method}", post(filesystem::rpc))
-        .route("/files", get(files::download).post(files::upload))
+        // Uploads stream each file into the sandbox under its file limit
+        // (`upload_as`): no whole-body limit, which would stop multipart
+        // uploads past axum's default 2 MB.
+        .route(
+            "/files",
+            get(files::download)
+                .post(files::upload)
+                .layer(axum::extract::DefaultBodyLimit::disable()),
+        )
         .route("/health", get(files::health))
         .fallback(|| async {
             ConnectError::new("unimplemented", "no such envd route").into_response()
         })
+        // Another node's sandbox: forwarded there (cluster mode).
+        .layer(axum::middleware::from_fn_with_state(
+            (state.clone(), envd.clone()),
+            cluster::layer,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state,
+            cluster::context,
+        ))
         .with_state(envd)
 }
 
@@ -120,11 +138,11 @@ fn rpc_user(headers: &HeaderMap) -> Result<Option<String>, EnvdError> {
 }
 
 /// The authenticated caller of an RPC.
-fn rpc_caller(envd: &Envd, headers: &HeaderMap) -> Result<Caller, EnvdError> {
+async fn rpc_caller(envd: &Envd, headers: &HeaderMap) -> Result<Caller, EnvdError> {
     let sandbox = sandbox_of(headers).unwrap_or_default();
     let token = headers.get("x-access-token").and_then(|v| v.to_str().ok());
     let user = rpc_user(headers)?;
-    envd.authorize(sandbox, token, user.as_deref())
+    envd.authorize(sandbox, token, user.as_deref()).await
 }
 
 /// The one place where envd errors become Connect codes.

@@ -24,7 +24,7 @@ pub async fn rpc(
 ) -> Response {
     let (parts, body) = req.into_parts();
     let headers = parts.headers;
-    let caller = match rpc_caller(&envd, &headers) {
+    let caller = match rpc_caller(&envd, &headers).await {
         Ok(c) => c,
         Err(e) => return connect::error_response(&headers, e.into()),
     };

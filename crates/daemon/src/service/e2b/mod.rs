@@ -2,7 +2,11 @@
 //! E2B timeout (a sandbox lives until its end time unless extended; then it is
 //! destroyed, or paused with auto-pause), connect (resume), and snapshots as
 //! templates. Every sandbox here is an ordinary sbx sandbox, visible through
-//! `/v1` and `/v2` too; the E2B fields live in [`records`].
+//! `/v1` and `/v2` too; the E2B fields live in the store ([`records`]), so
+//! that any node of a cluster answers with them. Requests about a sandbox that
+//! runs on another node are forwarded there (`api::forward`); the timeout
+//! sweep of each node ends only its own sandboxes, each expiry claimed by a
+//! compare-and-set of the record first, so that it acts once.
 
 pub mod records;
 mod snapshots;
@@ -10,10 +14,10 @@ mod snapshots;
 use super::lifecycle::format_cursor;
 use super::{Sandbox, Service, ServiceError};
 use chrono::{DateTime, Duration as ChronoDuration, Utc};
-use records::{E2bRecord, Records, RecordsError};
+use records::E2bRecord;
 use sbx_api_types::{CreateSandboxRequest, NetworkPolicy, SandboxStatus};
-use sbx_store::SandboxCursor;
-use std::collections::{BTreeMap, HashSet};
+use sbx_store::{AsyncStore, SandboxCursor, StoreError};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use uuid::Uuid;
@@ -38,6 +42,8 @@ const MAX_METADATA_VALUE: usize = 2048;
 const SETTLE_WAIT: Duration = Duration::from_secs(120);
 /// Page size of the scans behind filtered lists.
 const SCAN_PAGE: u32 = 250;
+/// Every how many sweeps the records of ended sandboxes are deleted.
+const FORGET_EVERY: u64 = 10;
 
 /// Why an E2B call failed.
 #[derive(Debug, thiserror::Error)]
@@ -57,9 +63,14 @@ pub enum E2bError {
     /// The lifecycle service refused or failed.
     #[error(transparent)]
     Service(#[from] ServiceError),
-    /// The E2B records could not be written.
-    #[error(transparent)]
-    Records(#[from] RecordsError),
+}
+
+/// A store failure is reported as the lifecycle service reports it (503 when
+/// the database is unavailable or full).
+impl From<StoreError> for E2bError {
+    fn from(e: StoreError) -> Self {
+        E2bError::Service(ServiceError::from(e))
+    }
 }
 
 /// Result type of E2B calls.
@@ -145,33 +156,50 @@ pub struct E2bSandbox {
 /// The E2B face of the service.
 pub struct E2b {
     svc: Arc<Service>,
-    records: Records,
     /// Sandboxes whose timeout is being acted on (one task each).
     ending: Mutex<HashSet<Uuid>>,
 }
 
 impl E2b {
-    /// Opens the E2B records in `DATA_DIR/e2b` and starts the timeout sweep
-    /// (when called inside a tokio runtime; it stops when the `E2b` is dropped).
-    pub fn start(svc: Arc<Service>) -> Result<Arc<E2b>> {
-        let records = Records::open(&svc.config().data_dir.join("e2b"))?;
+    /// Imports the record files of an earlier sbxd (`DATA_DIR/e2b/`) into the
+    /// store once, and starts the timeout sweep (when called inside a tokio
+    /// runtime; it stops when the `E2b` is dropped).
+    pub fn start(svc: Arc<Service>) -> Result<Arc<E2b>, records::ImportError> {
+        let imported =
+            records::import_files(svc.store.blocking().as_ref(), &svc.config().data_dir)?;
+        if let Some(done) = imported {
+            tracing::info!(
+                written = done.written,
+                present = done.present,
+                skipped = done.skipped,
+                "imported the E2B record files of an earlier sbxd into the store"
+            );
+        }
         let e2b = Arc::new(E2b {
             svc,
-            records,
             ending: Mutex::new(HashSet::new()),
         });
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             let weak: Weak<E2b> = Arc::downgrade(&e2b);
             handle.spawn(async move {
                 let mut tick = tokio::time::interval(Duration::from_secs(1));
+                let mut n: u64 = 0;
                 loop {
                     tick.tick().await;
                     let Some(e2b) = weak.upgrade() else { return };
                     e2b.enforce_timeouts().await;
+                    n += 1;
+                    if n.is_multiple_of(FORGET_EVERY) {
+                        e2b.forget_ended().await;
+                    }
                 }
             });
         }
         Ok(e2b)
+    }
+
+    fn store(&self) -> &AsyncStore {
+        &self.svc.store
     }
 
     /// The lifecycle service (for authentication).
@@ -180,19 +208,21 @@ impl E2b {
     }
 
     /// The E2B record of a sandbox, if it has one (envd's access token lives there).
-    pub fn envd_record(&self, id: Uuid) -> Option<E2bRecord> {
-        self.records.get(id)
+    pub async fn envd_record(&self, id: Uuid) -> Result<Option<E2bRecord>, ServiceError> {
+        Ok(self.store().get_e2b_record(id).await?)
     }
 
-    /// Tenant, id and envd access token of every E2B sandbox of this node
+    /// Tenant, id and envd access token of every E2B sandbox of the cluster
     /// (a signed `/files` URL without a sandbox id names its sandbox only
     /// through the token that signed it).
-    pub fn envd_tokens(&self) -> Vec<(String, Uuid, String)> {
-        self.records
-            .all()
+    pub async fn envd_tokens(&self) -> Result<Vec<(String, Uuid, String)>, ServiceError> {
+        Ok(self
+            .store()
+            .list_e2b_records(None, &BTreeMap::new())
+            .await?
             .into_iter()
             .map(|r| (r.workspace, r.sandbox_id, r.envd_access_token))
-            .collect()
+            .collect())
     }
 
     /// `POST /v2/sandboxes`: boots a sandbox from a template (the default image) or a
@@ -248,10 +278,12 @@ impl E2b {
             auto_pause: spec.auto_pause,
             envd_access_token: new_token(),
             allow_internet_access,
+            allow_public_traffic: spec.allow_public_traffic,
             traffic_access_token: (!spec.allow_public_traffic).then(new_token),
+            generation: 0,
         };
         // Written before the wait, so that the timeout applies even if the caller goes away.
-        self.records.put(&record)?;
+        self.store().create_e2b_record(&record).await?;
         let sandbox = self.settle(workspace, created.id).await?;
         if sandbox.status != SandboxStatus::Running {
             return Err(E2bError::Service(ServiceError::StartFailed(
@@ -277,23 +309,35 @@ impl E2b {
         timeout_secs: Option<u64>,
     ) -> Result<(E2bSandbox, bool)> {
         let timeout = timeout_secs.map(|t| self.check_timeout(t)).transpose()?;
-        let sandbox = self.settle(workspace, id).await?;
-        let mut record = self.record_of(&sandbox, workspace);
-        let resumed = match E2bState::of(sandbox.status) {
-            None => return Err(not_found(id)),
-            Some(E2bState::Paused) => {
-                self.svc.resume(workspace, id).await?;
-                record.end_at = Utc::now() + secs(timeout.unwrap_or(DEFAULT_TIMEOUT_SECS));
-                true
-            }
-            Some(E2bState::Running) => {
-                if let Some(t) = timeout {
-                    record.end_at = record.end_at.max(Utc::now() + secs(t));
+        // Each pass reads the record and writes it back by compare-and-set; a
+        // conflict (a timeout set meanwhile, or the sweep claiming the expiry)
+        // means another writer went first: read again, as if this call came after.
+        let (record, resumed) = loop {
+            let sandbox = self.settle(workspace, id).await?;
+            let state = E2bState::of(sandbox.status).ok_or_else(|| not_found(id))?;
+            let mut record = self.stored_record(&sandbox, workspace).await?;
+            match state {
+                E2bState::Paused => {
+                    // The new end time first: once resumed, the sweep must not
+                    // find the old one (past) and end the sandbox again.
+                    record.end_at = Utc::now() + secs(timeout.unwrap_or(DEFAULT_TIMEOUT_SECS));
+                    if !self.write_record(&mut record).await? {
+                        continue;
+                    }
+                    self.svc.resume(workspace, id).await?;
+                    break (record, true);
                 }
-                false
+                E2bState::Running => {
+                    if let Some(t) = timeout {
+                        record.end_at = record.end_at.max(Utc::now() + secs(t));
+                        if !self.write_record(&mut record).await? {
+                            continue;
+                        }
+                    }
+                    break (record, false);
+                }
             }
         };
-        self.records.put(&record)?;
         let sandbox = self.svc.get(workspace, id).await?;
         let state = E2bState::of(sandbox.status).ok_or_else(|| not_found(id))?;
         Ok((
@@ -314,7 +358,9 @@ impl E2b {
             .get(workspace, id)
             .await
             .map_err(not_found_as(id))?;
-        self.view(sandbox, workspace).ok_or_else(|| not_found(id))
+        let stored = self.store().get_e2b_record(id).await?;
+        self.view(sandbox, workspace, stored)
+            .ok_or_else(|| not_found(id))
     }
 
     /// `PUT /sandboxes/{id}/network`: a new egress policy for a running E2B
@@ -345,6 +391,15 @@ impl E2b {
     ) -> Result<(Vec<E2bSandbox>, Option<String>)> {
         let mut out = Vec::new();
         let mut cursor = token.map(str::to_string);
+        // The tenant's records holding the metadata filter, read once: a sandbox
+        // without one has no metadata (and E2B defaults).
+        let mut records: HashMap<Uuid, E2bRecord> = self
+            .store()
+            .list_e2b_records(Some(workspace), &filter.metadata)
+            .await?
+            .into_iter()
+            .map(|r| (r.sandbox_id, r))
+            .collect();
         loop {
             let page = self
                 .svc
@@ -352,7 +407,11 @@ impl E2b {
                 .await
                 .map_err(bad_token)?;
             for sandbox in page.items {
-                let Some(view) = self.view(sandbox, workspace) else {
+                let stored = records.remove(&sandbox.id);
+                if stored.is_none() && !filter.metadata.is_empty() {
+                    continue;
+                }
+                let Some(view) = self.view(sandbox, workspace, stored) else {
                     continue;
                 };
                 if !filter.matches(&view) {
@@ -385,18 +444,22 @@ impl E2b {
             return Err(not_found(id));
         }
         self.svc.destroy(workspace, id).await?;
-        self.records.remove(id)?;
+        self.store().delete_e2b_record(id).await?;
         Ok(())
     }
 
     /// `POST /sandboxes/{id}/timeout`: the sandbox now ends `timeout` seconds from now.
     pub async fn set_timeout(&self, workspace: &str, id: Uuid, timeout_secs: u64) -> Result<()> {
         let timeout = self.check_timeout(timeout_secs)?;
-        let view = self.info(workspace, id).await?;
-        let mut record = view.record;
-        record.end_at = Utc::now() + secs(timeout);
-        self.records.put(&record)?;
-        Ok(())
+        loop {
+            let view = self.info(workspace, id).await?;
+            let mut record = self.stored_record(&view.sandbox, workspace).await?;
+            record.end_at = Utc::now() + secs(timeout);
+            // Lost to another writer: read again (the last timeout set wins).
+            if self.write_record(&mut record).await? {
+                return Ok(());
+            }
+        }
     }
 
     /// `POST /sandboxes/{id}/pause`: `Conflict` when it is paused already.
@@ -409,7 +472,7 @@ impl E2b {
         }
         // Records the sandbox's E2B fields (a `/v2` sandbox gets its token now), so that
         // a later connect answers the same token.
-        self.records.put(&view.record)?;
+        self.stored_record(&view.sandbox, workspace).await?;
         self.svc
             .pause(workspace, id)
             .await
@@ -424,57 +487,113 @@ impl E2b {
         Ok(Vec::new())
     }
 
-    /// Ends (destroys, or pauses with auto-pause) running sandboxes past their
-    /// end time, and forgets records whose sandbox is gone; runs every second.
+    /// Ends (destroys, or pauses with auto-pause) this node's running sandboxes
+    /// past their end time; runs every second. Each node sweeps only the
+    /// sandboxes it runs (pause and destroy act on its host); a lost node's
+    /// sandboxes are failed over by the cluster and their records forgotten.
+    /// Each expiry is claimed by a compare-and-set of the record before it is
+    /// acted on: a `connect` or a timeout set meanwhile wins over it, or loses
+    /// and reads again, never both.
     pub async fn enforce_timeouts(self: &Arc<Self>) {
-        let now = Utc::now();
-        for record in self.records.all() {
+        let node = self.svc.config().node.id.clone();
+        let due = match self.store().e2b_records_due(&node, Utc::now()).await {
+            Ok(due) => due,
+            Err(e) => {
+                tracing::warn!(error = %e, "E2B timeout sweep: reading the store");
+                return;
+            }
+        };
+        for record in due {
             let id = record.sandbox_id;
-            let status = match self.svc.get(&record.workspace, id).await {
-                Ok(s) => Some(s.status),
-                Err(ServiceError::SandboxNotFound) => None,
-                Err(_) => continue,
-            };
-            if status.is_none_or(|s| !s.is_active()) {
-                if let Err(e) = self.records.remove(id) {
-                    tracing::warn!(sandbox = %id, error = %e, "could not forget an E2B record");
-                }
-                continue;
-            }
-            if status != Some(SandboxStatus::Running) || record.end_at > now {
-                continue;
-            }
             if !self.lock_ending().insert(id) {
                 continue;
             }
             let this = self.clone();
             tokio::spawn(async move {
-                let done = if record.auto_pause {
-                    this.svc.pause(&record.workspace, id).await.map(|_| ())
-                } else {
-                    this.svc.destroy(&record.workspace, id).await.map(|_| ())
-                };
-                match done {
-                    Ok(()) => {
-                        tracing::info!(sandbox = %id, paused = record.auto_pause, "E2B timeout reached")
-                    }
-                    Err(e) => {
-                        tracing::warn!(sandbox = %id, error = %e, "E2B timeout: could not end the sandbox")
-                    }
-                }
+                this.end_one(record).await;
                 this.lock_ending().remove(&id);
             });
         }
+    }
+
+    /// Claims one expiry and acts on it.
+    async fn end_one(&self, record: E2bRecord) {
+        let id = record.sandbox_id;
+        let mut claim = record.clone();
+        match self.write_record(&mut claim).await {
+            Ok(true) => {}
+            // Extended (or claimed) by another writer since the sweep read it.
+            Ok(false) => return,
+            Err(e) => {
+                tracing::warn!(sandbox = %id, error = %e, "E2B timeout: claiming the expiry");
+                return;
+            }
+        }
+        let done = if record.auto_pause {
+            self.svc.pause(&record.workspace, id).await.map(|_| ())
+        } else {
+            self.svc.destroy(&record.workspace, id).await.map(|_| ())
+        };
+        match done {
+            Ok(()) => {
+                tracing::info!(sandbox = %id, paused = record.auto_pause, "E2B timeout reached")
+            }
+            Err(e) => {
+                tracing::warn!(sandbox = %id, error = %e, "E2B timeout: could not end the sandbox")
+            }
+        }
+    }
+
+    /// Deletes the records of sandboxes that ended (any node may: the store
+    /// decides which, and deleting twice deletes nothing).
+    pub async fn forget_ended(&self) {
+        match self.store().delete_ended_e2b_records().await {
+            Ok(0) => {}
+            Ok(n) => tracing::debug!(records = n, "forgot the E2B records of ended sandboxes"),
+            Err(e) => tracing::warn!(error = %e, "could not forget E2B records of ended sandboxes"),
+        }
+    }
+
+    /// Writes a record by compare-and-set: false (nothing written) when
+    /// another writer changed it since it was read.
+    async fn write_record(&self, record: &mut E2bRecord) -> Result<bool> {
+        match self.store().update_e2b_record(record).await {
+            Ok(()) => Ok(true),
+            Err(StoreError::Conflict(_)) => Ok(false),
+            Err(StoreError::NotFound) => Err(not_found(record.sandbox_id)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The stored record of a sandbox; one with the defaults of
+    /// [`E2b::record_of`] is stored first if it has none (a `/v1` or `/v2`
+    /// sandbox gets its E2B fields, and its envd token, once).
+    async fn stored_record(&self, sandbox: &Sandbox, workspace: &str) -> Result<E2bRecord> {
+        if let Some(r) = self.store().get_e2b_record(sandbox.id).await? {
+            return Ok(r);
+        }
+        self.store()
+            .create_e2b_record(&self.record_of(sandbox, workspace, None))
+            .await?;
+        self.store()
+            .get_e2b_record(sandbox.id)
+            .await?
+            .ok_or_else(|| not_found(sandbox.id))
     }
 
     fn lock_ending(&self) -> std::sync::MutexGuard<'_, HashSet<Uuid>> {
         self.ending.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A sandbox with its E2B fields; `None` when it is gone or going.
-    fn view(&self, sandbox: Sandbox, workspace: &str) -> Option<E2bSandbox> {
+    /// A sandbox with its E2B fields (`stored`, or defaults); `None` when it is gone or going.
+    fn view(
+        &self,
+        sandbox: Sandbox,
+        workspace: &str,
+        stored: Option<E2bRecord>,
+    ) -> Option<E2bSandbox> {
         let state = E2bState::of(sandbox.status)?;
-        let record = self.record_of(&sandbox, workspace);
+        let record = self.record_of(&sandbox, workspace, stored);
         Some(E2bSandbox {
             sandbox,
             record,
@@ -485,8 +604,13 @@ impl E2b {
 
     /// The stored E2B fields, or the defaults of a sandbox made through another API:
     /// template `base`, no metadata, ending when its active runtime runs out.
-    fn record_of(&self, sandbox: &Sandbox, workspace: &str) -> E2bRecord {
-        if let Some(r) = self.records.get(sandbox.id) {
+    fn record_of(
+        &self,
+        sandbox: &Sandbox,
+        workspace: &str,
+        stored: Option<E2bRecord>,
+    ) -> E2bRecord {
+        if let Some(r) = stored {
             return r;
         }
         let limit = self.svc.config().limits.active_runtime.as_millis() as i64;
@@ -505,7 +629,9 @@ impl E2b {
             allow_internet_access: sandbox.network.mode != sbx_api_types::NetworkMode::None,
             // Not made through E2B: its preview URLs are not public unless
             // its owner said so, so they need the token this answer gives.
+            allow_public_traffic: false,
             traffic_access_token: Some(new_token()),
+            generation: 0,
         }
     }
 

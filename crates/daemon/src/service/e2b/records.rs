@@ -1,202 +1,196 @@
 //! What the E2B API adds to a sandbox (template, metadata, end time, auto-pause,
-//! envd access token), kept beside the store as one JSON file per sandbox in
-//! `DATA_DIR/e2b/`.
+//! envd and traffic access tokens): a row of the store's `e2b_sandboxes` table
+//! per sandbox ([`sbx_store::E2bRecord`]), so that every node of a cluster sees
+//! the same fields and the timeout sweep acts once.
 //!
-//! Why files and not a store table (for now): this first slice must not change
-//! the store schema that other work is migrating in parallel. The cost: these
-//! fields are local to the node (cluster mode does not see them on another
-//! node). Each write goes to a temporary file, is synced and renamed, so a
-//! crash leaves either the old or the new record, never half of one.
+//! No cache: a node would not see another's writes. Before the store held them,
+//! each node kept them as one JSON file per sandbox in `DATA_DIR/e2b/`;
+//! [`import_files`] moves those into the store once, at start.
+
+pub use sbx_store::E2bRecord;
 
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap};
-use std::io::Write;
+use sbx_store::{Store, StoreError};
+use serde::Deserialize;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use uuid::Uuid;
 
-/// Why a record could not be read or written.
+/// Where the record files of earlier versions go once imported.
+pub const IMPORTED_DIR: &str = "e2b.imported";
+
+/// Why the record files of an earlier version could not be imported.
 #[derive(Debug, thiserror::Error)]
-pub enum RecordsError {
-    /// The directory or a file could not be read or written.
-    #[error("E2B records in {path}: {source}")]
+pub enum ImportError {
+    /// The directory could not be read or renamed.
+    #[error("E2B record files in {path}: {source}")]
     Io {
         /// The file or directory.
         path: PathBuf,
         /// The failure.
         source: std::io::Error,
     },
-    /// A record could not be encoded.
-    #[error("encoding an E2B record: {0}")]
-    Encode(#[from] serde_json::Error),
+    /// The store refused a record.
+    #[error("importing E2B records into the store: {0}")]
+    Store(#[from] StoreError),
 }
 
-/// The E2B fields of one sandbox.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// What [`import_files`] did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Imported {
+    /// Records written to the store.
+    pub written: usize,
+    /// Records the store held already (an import interrupted before its rename).
+    pub present: usize,
+    /// Files that did not parse (their sandboxes show E2B defaults).
+    pub skipped: usize,
+}
+
+/// A record file as earlier versions wrote it (camelCase JSON).
+#[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct E2bRecord {
-    /// The sandbox (same id in every API).
-    pub sandbox_id: Uuid,
-    /// Its tenant scope (`workspace/env`).
-    pub workspace: String,
-    /// The template id the caller asked for (`base`, an alias, or a snapshot id).
-    pub template_id: String,
-    /// Caller metadata, filterable in list.
-    pub metadata: BTreeMap<String, String>,
-    /// When the E2B timeout ends the sandbox (destroys it, or pauses it with `auto_pause`).
-    pub end_at: DateTime<Utc>,
-    /// Pause instead of destroy at `end_at`.
-    pub auto_pause: bool,
-    /// The token envd requests will carry (`X-Access-Token`); envd is a later slice.
-    pub envd_access_token: String,
-    /// Whether the sandbox may reach the internet (as created).
-    pub allow_internet_access: bool,
-    /// Preview URLs of this sandbox need this in `e2b-traffic-access-token`
-    /// (`network.allowPublicTraffic: false` at create); `None`: public.
+struct RecordFile {
+    sandbox_id: Uuid,
+    workspace: String,
+    template_id: String,
     #[serde(default)]
-    pub traffic_access_token: Option<String>,
+    metadata: BTreeMap<String, String>,
+    end_at: DateTime<Utc>,
+    #[serde(default)]
+    auto_pause: bool,
+    envd_access_token: String,
+    #[serde(default = "yes")]
+    allow_internet_access: bool,
+    #[serde(default = "yes")]
+    allow_public_traffic: bool,
+    #[serde(default)]
+    traffic_access_token: Option<String>,
 }
 
-/// The records of this node, in memory and on disk.
-pub struct Records {
-    dir: PathBuf,
-    map: Mutex<HashMap<Uuid, E2bRecord>>,
+fn yes() -> bool {
+    true
 }
 
-impl Records {
-    /// Opens (creating) `dir` and reads every record in it. A file that does not
-    /// parse is skipped with a warning: its sandbox then shows E2B defaults.
-    pub fn open(dir: &Path) -> Result<Records, RecordsError> {
-        let io = |source| RecordsError::Io {
-            path: dir.to_path_buf(),
-            source,
-        };
-        std::fs::create_dir_all(dir).map_err(io)?;
-        let mut map = HashMap::new();
-        for entry in std::fs::read_dir(dir).map_err(io)? {
-            let path = entry.map_err(io)?.path();
-            if path.extension().and_then(|e| e.to_str()) != Some("json") {
-                continue;
-            }
-            let parsed = std::fs::read(&path)
-                .map_err(|e| e.to_string())
-                .and_then(|b| serde_json::from_slice::<E2bRecord>(&b).map_err(|e| e.to_string()));
-            match parsed {
-                Ok(r) => {
-                    map.insert(r.sandbox_id, r);
+impl From<RecordFile> for E2bRecord {
+    fn from(f: RecordFile) -> Self {
+        E2bRecord {
+            sandbox_id: f.sandbox_id,
+            workspace: f.workspace,
+            template_id: f.template_id,
+            metadata: f.metadata,
+            end_at: f.end_at,
+            auto_pause: f.auto_pause,
+            envd_access_token: f.envd_access_token,
+            allow_internet_access: f.allow_internet_access,
+            allow_public_traffic: f.allow_public_traffic,
+            traffic_access_token: f.traffic_access_token,
+            generation: 0,
+        }
+    }
+}
+
+/// Imports the record files an earlier sbxd kept in `data_dir/e2b/` into the
+/// store, then renames the directory to [`IMPORTED_DIR`] (kept for the operator
+/// to remove). Idempotent: a record the store holds already is left as it is, so
+/// an import cut short before the rename is finished by the next start. `None`
+/// when there is nothing to import.
+pub fn import_files(store: &dyn Store, data_dir: &Path) -> Result<Option<Imported>, ImportError> {
+    let dir = data_dir.join("e2b");
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| ImportError::Io { path, source }
+    };
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io(&dir)(e)),
+    };
+    let mut done = Imported::default();
+    for entry in entries {
+        let path = entry.map_err(io(&dir))?.path();
+        if path.extension().and_then(|e| e.to_str()) != Some("json") {
+            continue;
+        }
+        let parsed = std::fs::read(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|b| serde_json::from_slice::<RecordFile>(&b).map_err(|e| e.to_string()));
+        match parsed {
+            Ok(file) => {
+                if store.create_e2b_record(&E2bRecord::from(file))? {
+                    done.written += 1;
+                } else {
+                    done.present += 1;
                 }
-                Err(e) => {
-                    tracing::warn!(path = %path.display(), error = %e, "skipping an unreadable E2B record")
-                }
+            }
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "skipping an unreadable E2B record file");
+                done.skipped += 1;
             }
         }
-        Ok(Records {
-            dir: dir.to_path_buf(),
-            map: Mutex::new(map),
-        })
     }
-
-    /// The record of a sandbox, if it has one.
-    pub fn get(&self, id: Uuid) -> Option<E2bRecord> {
-        self.lock().get(&id).cloned()
+    let mut target = data_dir.join(IMPORTED_DIR);
+    if target.exists() {
+        target = data_dir.join(format!("{IMPORTED_DIR}.{}", Utc::now().timestamp_millis()));
     }
-
-    /// Every record (for the timeout sweep).
-    pub fn all(&self) -> Vec<E2bRecord> {
-        self.lock().values().cloned().collect()
-    }
-
-    /// Writes a record (durably), then makes it visible.
-    pub fn put(&self, record: &E2bRecord) -> Result<(), RecordsError> {
-        let bytes = serde_json::to_vec_pretty(record)?;
-        let path = self.path(record.sandbox_id);
-        let tmp = path.with_extension("json.tmp");
-        let io = |source| RecordsError::Io {
-            path: path.clone(),
-            source,
-        };
-        {
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode_0600()
-                .open(&tmp)
-                .map_err(io)?;
-            f.write_all(&bytes).map_err(io)?;
-            f.sync_all().map_err(io)?;
-        }
-        std::fs::rename(&tmp, &path).map_err(io)?;
-        self.lock().insert(record.sandbox_id, record.clone());
-        Ok(())
-    }
-
-    /// Forgets a sandbox's record (its sandbox is gone).
-    pub fn remove(&self, id: Uuid) -> Result<(), RecordsError> {
-        let path = self.path(id);
-        match std::fs::remove_file(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(source) => return Err(RecordsError::Io { path, source }),
-        }
-        self.lock().remove(&id);
-        Ok(())
-    }
-
-    fn path(&self, id: Uuid) -> PathBuf {
-        self.dir.join(format!("{id}.json"))
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, E2bRecord>> {
-        self.map.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-/// Opens record files readable by sbxd only: they hold the envd access token.
-trait Mode0600 {
-    fn mode_0600(&mut self) -> &mut Self;
-}
-
-impl Mode0600 for std::fs::OpenOptions {
-    fn mode_0600(&mut self) -> &mut Self {
-        use std::os::unix::fs::OpenOptionsExt;
-        self.mode(0o600)
-    }
+    std::fs::rename(&dir, &target).map_err(io(&dir))?;
+    Ok(Some(done))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn record(id: Uuid) -> E2bRecord {
-        E2bRecord {
-            sandbox_id: id,
-            workspace: "default/production".into(),
-            template_id: "base".into(),
-            metadata: BTreeMap::from([("k".to_string(), "v w".to_string())]),
-            end_at: Utc::now(),
-            auto_pause: true,
-            envd_access_token: "t".into(),
-            traffic_access_token: None,
-            allow_internet_access: true,
-        }
+    fn file(id: Uuid) -> String {
+        format!(
+            r#"{{"sandboxId":"{id}","workspace":"default/production","templateId":"base",
+              "metadata":{{"k":"v w"}},"endAt":"2026-01-02T03:04:05Z","autoPause":true,
+              "envdAccessToken":"t","allowInternetAccess":false}}"#
+        )
     }
 
     #[test]
-    fn records_survive_a_reopen_and_a_corrupt_file_is_skipped() {
-        let dir = tempfile::tempdir().unwrap();
-        let records = Records::open(dir.path()).unwrap();
+    fn record_files_are_imported_once_and_the_directory_renamed() {
+        let data = tempfile::tempdir().unwrap();
+        let store = sbx_store::SqliteStore::in_memory().unwrap();
+        assert_eq!(import_files(&store, data.path()).unwrap(), None, "no dir");
+        let dir = data.path().join("e2b");
+        std::fs::create_dir(&dir).unwrap();
         let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
-        records.put(&record(a)).unwrap();
-        records.put(&record(b)).unwrap();
-        records.remove(b).unwrap();
-        std::fs::write(dir.path().join(format!("{}.json", Uuid::new_v4())), b"{").unwrap();
-        let again = Records::open(dir.path()).unwrap();
-        let mut want = record(a);
-        want.end_at = records.get(a).unwrap().end_at;
-        assert_eq!(again.get(a), Some(want));
-        assert!(again.get(b).is_none());
-        assert_eq!(again.all().len(), 1);
+        std::fs::write(dir.join(format!("{a}.json")), file(a)).unwrap();
+        std::fs::write(dir.join(format!("{b}.json")), file(b)).unwrap();
+        std::fs::write(dir.join(format!("{}.json", Uuid::new_v4())), b"{").unwrap();
+        std::fs::write(dir.join("x.json.tmp"), b"{").unwrap();
+        // b was imported by an earlier start that stopped before the rename.
+        let mut earlier = E2bRecord::from(serde_json::from_str::<RecordFile>(&file(b)).unwrap());
+        earlier.template_id = "kept".into();
+        store.create_e2b_record(&earlier).unwrap();
+
+        let done = import_files(&store, data.path()).unwrap().unwrap();
+        assert_eq!(
+            done,
+            Imported {
+                written: 1,
+                present: 1,
+                skipped: 1
+            }
+        );
+        let got = store.get_e2b_record(a).unwrap().unwrap();
+        assert_eq!(got.workspace, "default/production");
+        assert_eq!(got.metadata.get("k").map(String::as_str), Some("v w"));
+        assert!(got.auto_pause && !got.allow_internet_access);
+        assert!(got.allow_public_traffic && got.traffic_access_token.is_none());
+        assert_eq!(got.end_at.to_rfc3339(), "2026-01-02T03:04:05+00:00");
+        assert_eq!(
+            store.get_e2b_record(b).unwrap().unwrap().template_id,
+            "kept"
+        );
+        assert!(!dir.exists());
+        assert!(data
+            .path()
+            .join(IMPORTED_DIR)
+            .join(format!("{a}.json"))
+            .exists());
+        // The next start finds nothing to import.
+        assert_eq!(import_files(&store, data.path()).unwrap(), None);
     }
 }

@@ -72,13 +72,13 @@ impl Envd {
 
     /// Checks an RPC's credentials: the sandbox id (as routed), its access
     /// token and the user named by the caller (`None`: [`DEFAULT_USER`]).
-    pub fn authorize(
+    pub async fn authorize(
         &self,
         sandbox: &str,
         token: Option<&str>,
         user: Option<&str>,
     ) -> Result<Caller> {
-        let (workspace, id, expected) = self.token_of(sandbox)?;
+        let (workspace, id, expected) = self.token_of(sandbox).await?;
         let Some(token) = token.filter(|t| !t.is_empty()) else {
             return Err(EnvdError::Unauthenticated(
                 "the X-Access-Token header is required".into(),
@@ -99,10 +99,14 @@ impl Envd {
     /// `sandbox` is `None` when the URL carried no sandbox id (a signed URL in
     /// `E2B_SANDBOX_URL` mode): then the sandbox is the one whose token made
     /// the signature.
-    pub fn authorize_file(&self, sandbox: Option<&str>, auth: FileAuth<'_>) -> Result<Caller> {
+    pub async fn authorize_file(
+        &self,
+        sandbox: Option<&str>,
+        auth: FileAuth<'_>,
+    ) -> Result<Caller> {
         let user = auth.user.filter(|u| !u.is_empty());
         if let (Some(sandbox), Some(_)) = (sandbox, auth.token) {
-            return self.authorize(sandbox, auth.token, user);
+            return self.authorize(sandbox, auth.token, user).await;
         }
         let Some(signature) = auth.signature else {
             return Err(EnvdError::Unauthenticated(
@@ -111,8 +115,8 @@ impl Envd {
         };
         signing::check_expiry(auth.expiration)?;
         let candidates = match sandbox {
-            Some(sandbox) => vec![self.token_of(sandbox)?],
-            None => self.e2b.envd_tokens(),
+            Some(sandbox) => vec![self.token_of(sandbox).await?],
+            None => self.e2b.envd_tokens().await?,
         };
         for (workspace, id, token) in candidates {
             if signing::matches(signature, auth.path, auth.op, user, &token, auth.expiration) {
@@ -129,10 +133,10 @@ impl Envd {
     /// The tenant, id and access token of a sandbox id as routed; a sandbox
     /// that does not exist (or has no E2B record) is "not found", which the
     /// SDKs read as "the sandbox is not running".
-    fn token_of(&self, sandbox: &str) -> Result<(String, Uuid, String)> {
+    async fn token_of(&self, sandbox: &str) -> Result<(String, Uuid, String)> {
         let gone = || EnvdError::SandboxGone(format!("The sandbox {sandbox} was not found"));
         let id = Uuid::parse_str(sandbox).map_err(|_| gone())?;
-        let record = self.e2b.envd_record(id).ok_or_else(gone)?;
+        let record = self.e2b.envd_record(id).await?.ok_or_else(gone)?;
         Ok((record.workspace, id, record.envd_access_token))
     }
 
@@ -166,14 +170,24 @@ impl Envd {
 
     /// `GET /health`: whether the sandbox runs (its agent is reachable then).
     pub async fn health(&self, sandbox: &str) -> Result<()> {
+        let (workspace, id) = self.sandbox_of(sandbox).await?;
         let gone = || EnvdError::SandboxGone(format!("The sandbox {sandbox} was not found"));
-        let id = Uuid::parse_str(sandbox).map_err(|_| gone())?;
-        let record = self.e2b.envd_record(id).ok_or_else(gone)?;
-        match self.svc().get(&record.workspace, id).await {
+        match self.svc().get(&workspace, id).await {
             Ok(s) if s.status == SandboxStatus::Running => Ok(()),
             Ok(_) | Err(ServiceError::SandboxNotFound) => Err(gone()),
             Err(e) => Err(e.into()),
         }
+    }
+}
+
+impl Envd {
+    /// The tenant and id of a sandbox id as routed (no credentials checked:
+    /// `/health` needs none); "not found" as [`Envd::authorize`] says it.
+    pub async fn sandbox_of(&self, sandbox: &str) -> Result<(String, Uuid)> {
+        let gone = || EnvdError::SandboxGone(format!("The sandbox {sandbox} was not found"));
+        let id = Uuid::parse_str(sandbox).map_err(|_| gone())?;
+        let record = self.e2b.envd_record(id).await?.ok_or_else(gone)?;
+        Ok((record.workspace, id))
     }
 }
 
