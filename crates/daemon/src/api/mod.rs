@@ -138,6 +138,7 @@ pub fn router(
         )
         .route("/v1/sandboxes", post(sandboxes::create_v1))
         .route("/v1/sandboxes/{id}", get(sandboxes::detail))
+        .route("/v1/sandboxes/{id}/metrics", get(sandboxes::metrics))
         .route("/v1/sandboxes/{id}/fs/stat", get(files::stat))
         .route("/v1/sandboxes/{id}/fs/list", get(files::list))
         .route("/v1/sandboxes/{id}/fs/mkdir", post(files::mkdir))
