@@ -41,6 +41,7 @@ pub struct UsageSample {
     pub disk_used_bytes: u64,
     /// Size of the sandbox's disk, bytes; 0 when sandboxes have no disk limit.
     pub disk_total_bytes: u64,
-    /// Processes in the sandbox (guest address spaces).
-    pub processes: u64,
+    /// Processes in the sandbox (pids in its `/proc`, the sbx agent included);
+    /// null when the sandbox's agent did not answer in time.
+    pub processes: Option<u64>,
 }

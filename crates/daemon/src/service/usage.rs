@@ -6,6 +6,13 @@
 //! longer active on this node is forgotten at the next round. Nothing is
 //! stored: a restart of sbxd starts every history afresh.
 //!
+//! The process count is the one number the host cannot see (the sandbox's
+//! cgroup holds the sentry, the gofer and the platform's stub processes, not
+//! one process per guest process): it is the number of pids in the guest's
+//! `/proc`, asked of the sandbox's agent over its open connection (no
+//! `runsc exec`), with a short deadline. The guest can lie about it; it only
+//! misinforms its own owner.
+//!
 //! [`Runtime::usage`]: crate::runtime::Runtime::usage
 
 use super::{Result, Service, ServiceError};
@@ -15,6 +22,9 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 use uuid::Uuid;
+
+/// How long the agent gets to list `/proc` for the process count.
+const PROCESS_COUNT_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// How long samples are kept.
 pub const USAGE_HISTORY: std::time::Duration = std::time::Duration::from_secs(600);
@@ -60,6 +70,7 @@ impl Service {
                 return;
             }
         };
+        let round = self.with_process_counts(round).await;
         let mut history = self.usage.lock().unwrap_or_else(|p| p.into_inner());
         let sampled: HashSet<Uuid> = round.iter().map(|(id, ..)| *id).collect();
         for (id, vcpu, at, wall, reading) in round {
@@ -73,6 +84,23 @@ impl Service {
             history.gap(*id);
         }
         history.retain(|id| active.contains(&id));
+    }
+
+    /// Fills in each reading's process count from the sandbox's agent (all at once).
+    async fn with_process_counts(&self, round: Round) -> Round {
+        let counts = round.iter().map(|(id, _, _, _, reading)| {
+            let conn = reading.as_ref().and_then(|_| self.cached_agent(*id));
+            async move { count_processes(conn?).await }
+        });
+        let counts = futures::future::join_all(counts).await;
+        round
+            .into_iter()
+            .zip(counts)
+            .map(|((id, vcpu, at, wall, reading), n)| {
+                let reading = reading.map(|r| Reading { processes: n, ..r });
+                (id, vcpu, at, wall, reading)
+            })
+            .collect()
     }
 
     /// `GET /v1/sandboxes/{id}/metrics`: the sandbox's recent usage. A sandbox
@@ -113,6 +141,23 @@ impl Service {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .samples(id)
+    }
+}
+
+/// The number of processes in the guest's `/proc` (`None` when the agent does not answer in time).
+async fn count_processes(conn: crate::runtime::AgentConn) -> Option<u64> {
+    let request = sbx_agent_proto::Request::ListDir {
+        path: "/proc".into(),
+        depth: 1,
+    };
+    match conn.call_within(request, PROCESS_COUNT_WAIT).await {
+        Ok((sbx_agent_proto::Reply::Dir { entries }, _)) => Some(
+            entries
+                .iter()
+                .filter(|e| !e.name.is_empty() && e.name.bytes().all(|b| b.is_ascii_digit()))
+                .count() as u64,
+        ),
+        _ => None,
     }
 }
 

@@ -523,13 +523,11 @@ impl Runtime for GvisorRuntime {
         let cid = container_id(id);
         let mount = Path::new(sbx_runsc::cleanup::DEFAULT_CGROUP_MOUNT);
         let cgroup = read::cgroup_counters(mount, CGROUP_PARENT, &cid)?;
-        let pids = read::cgroup_procs(mount, CGROUP_PARENT, &cid);
-        let processes = read::guest_processes(Path::new("/proc"), &pids);
         // With a disk limit the overlay dir is the mount point of the sandbox's own filesystem.
         let disk = read::disk_counters(&self.dir(id).join("overlay"), self.disks.is_some())?;
         Ok(crate::usage::Reading {
             cgroup,
-            processes,
+            processes: None,
             disk,
         })
     }

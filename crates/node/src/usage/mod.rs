@@ -18,8 +18,10 @@ use uuid::Uuid;
 pub struct Reading {
     /// cgroup counters.
     pub cgroup: read::CgroupCounters,
-    /// Guest processes (see [`read::guest_processes`]).
-    pub processes: u64,
+    /// Guest processes: the host cannot tell them apart from the platform's
+    /// stubs, so the runtime leaves this `None` and the control plane asks
+    /// the sandbox's agent.
+    pub processes: Option<u64>,
     /// The sandbox's disk.
     pub disk: read::DiskCounters,
 }
@@ -45,8 +47,8 @@ pub struct Sample {
     pub disk_used_bytes: u64,
     /// Size of the sandbox's disk, bytes; 0 when it has no limit.
     pub disk_total_bytes: u64,
-    /// Guest processes.
-    pub processes: u64,
+    /// Guest processes (`None` when the agent did not say).
+    pub processes: Option<u64>,
 }
 
 struct Entry {
