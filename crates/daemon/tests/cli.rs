@@ -7,6 +7,11 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 
 fn sbx_binary() -> PathBuf {
+    // `SBX_TEST_SBX`: a copy of this tree's sbx, for a target dir that several
+    // worktrees share (as `SBX_TEST_SBXD`).
+    if let Some(path) = std::env::var_os("SBX_TEST_SBX") {
+        return PathBuf::from(path);
+    }
     // Built by `cargo test --workspace` next to sbxd.
     let sbxd = PathBuf::from(env!("CARGO_BIN_EXE_sbxd"));
     let path = sbxd.with_file_name("sbx");
