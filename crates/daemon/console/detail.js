@@ -132,6 +132,8 @@ function usageChart(label, values, max, now) {
   svg.setAttribute("class", "spark");
   svg.setAttribute("role", "img");
   svg.setAttribute("aria-label", `${label}: ${now}`);
+  // One sample draws as a flat segment: a single point would not show.
+  if (values.length === 1) values = [values[0], values[0]];
   if (values.length > 0) {
     const step = values.length > 1 ? w / (values.length - 1) : 0;
     const y = (v) => (hgt - 1 - (Math.min(Math.max(v / (max || 1), 0), 1) * (hgt - 2))).toFixed(1);
