@@ -243,6 +243,17 @@ await step("upload a file and download it back", async () => {
   await shot("files");
 });
 
+await step("the sandbox page shows CPU and memory sparklines", async () => {
+  // sbxd samples every few seconds; a chart's line appears once there are samples.
+  for (const metric of ["cpu", "memory"]) {
+    // "attached": a flat line (an idle CPU) has no height, which Playwright counts as hidden.
+    await page.locator(`.usage-chart[data-metric="${metric}"] svg.spark polyline`).waitFor({ state: "attached", timeout: 60_000 });
+  }
+  const now = await page.locator('.usage-chart[data-metric="memory"] .usage-now').textContent();
+  assert(/MiB of 1\.0 GiB|KiB of/.test(now), `memory caption: ${now}`);
+  await shot("usage");
+});
+
 await step("pause and resume", async () => {
   await page.getByRole("button", { name: "Pause", exact: true }).click();
   await page.locator(".title-row .badge", { hasText: "PAUSED" }).waitFor();

@@ -90,9 +90,27 @@ async function main() {
   check(again.sandboxId === a.sandboxId, "connect: same sandbox");
   check((await again.getInfo()).state === "running", "connect: resumed");
 
-  // metrics: no samples yet, but the call works.
-  const metrics = await a.getMetrics();
-  check(Array.isArray(metrics), "getMetrics: an array", metrics);
+  // metrics: after a busy loop, a sample shows CPU and memory in use (sbxd samples
+  // every few seconds: polled until one appears, within a deadline).
+  check(Array.isArray(await a.getMetrics()), "getMetrics: an array");
+  const busy = await again.commands.run("while :; do :; done", { background: true });
+  const since = Math.floor(Date.now() / 1000) - 1;
+  let busySample;
+  for (const deadline = Date.now() + 90_000; !busySample && Date.now() < deadline; ) {
+    const ms = await a.getMetrics({ start: new Date(since * 1000) });
+    busySample = ms.find((m) => m.cpuUsedPct > 0 && m.timestamp.getTime() >= since * 1000);
+    if (!busySample) await new Promise((r) => setTimeout(r, 500));
+  }
+  check(busySample !== undefined, "getMetrics: a sample after the busy loop started");
+  check(busySample.cpuUsedPct > 0 && busySample.memUsed > 0, "getMetrics: cpuUsedPct > 0 and memUsed > 0", busySample);
+  check(
+    busySample.cpuCount >= 1 && busySample.memTotal >= 1024 * 1024 * 1024 && busySample.diskUsed >= 0,
+    "getMetrics: cpuCount, memTotal, diskUsed",
+    busySample,
+  );
+  const none = await a.getMetrics({ start: new Date(Date.now() + 3_600_000) });
+  check(Array.isArray(none) && none.length === 0, "getMetrics: start in the future selects none", none);
+  await busy.kill();
 
   // Snapshots: create, boot a sandbox from one, list, fork, delete.
   const snap = await a.createSnapshot();

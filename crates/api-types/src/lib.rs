@@ -9,6 +9,7 @@ pub mod nodes;
 pub mod requests;
 pub mod resources;
 pub mod signing_key;
+pub mod usage;
 pub mod validate;
 
 pub use errors::{ErrorBody, ErrorCode, ErrorItem};
@@ -16,6 +17,7 @@ pub use network::{AllowRule, NetworkDenial, NetworkMode, NetworkPolicy, NetworkS
 pub use nodes::{Node, NodeCapacity, NodeState};
 pub use requests::*;
 pub use resources::*;
+pub use usage::{SandboxMetrics, UsageSample};
 
 /// Formats a timestamp the way the SDK accepts it (RFC 3339, `Z`, milliseconds).
 pub fn format_time(t: chrono::DateTime<chrono::Utc>) -> String {

@@ -44,6 +44,13 @@ pub enum Command {
     Create(CreateArgs),
     /// List sandboxes.
     List,
+    /// Show running and paused sandboxes by CPU and memory (refreshed every
+    /// 2 s on a terminal; one table otherwise).
+    Top {
+        /// Print one table and exit.
+        #[arg(long)]
+        once: bool,
+    },
     /// Show a sandbox as JSON (the /v1 detail: environment, network policy and counters).
     Get {
         /// Sandbox id or name.

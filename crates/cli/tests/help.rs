@@ -19,6 +19,7 @@ fn help_lists_every_command() {
     for cmd in [
         "create",
         "list",
+        "top",
         "get",
         "destroy",
         "exec",

@@ -2,7 +2,9 @@
 
 use crate::{ChunkStream, Client, ClientError};
 use reqwest::Method;
-use sbx_api_types::{CreateSandboxRequest, CreateSandboxV1Request, Page, Sandbox, SandboxDetail};
+use sbx_api_types::{
+    CreateSandboxRequest, CreateSandboxV1Request, Page, Sandbox, SandboxDetail, SandboxMetrics,
+};
 use uuid::Uuid;
 
 impl Client {
@@ -51,6 +53,14 @@ impl Client {
                 .json(policy),
             )
             .await?;
+        Self::data(resp).await
+    }
+
+    /// `GET /v1/sandboxes/{id}/metrics`: the sandbox's recent CPU, memory, disk
+    /// and process samples, oldest first.
+    pub async fn sandbox_metrics(&self, id: Uuid) -> Result<SandboxMetrics, ClientError> {
+        let path = ["v1", "sandboxes", &id.to_string(), "metrics"];
+        let resp = self.send(self.request(Method::GET, &path)).await?;
         Self::data(resp).await
     }
 

@@ -2,7 +2,7 @@
 // tabs: a terminal-style command box, processes with live output, files, snapshots.
 
 import { b64text, call, get, ndjson } from "./api.js";
-import { alertError, badge, errorView, field, h, replace, sleep, time, withProgress } from "./dom.js";
+import { alertError, badge, bytes, errorView, field, h, replace, sleep, time, withProgress } from "./dom.js";
 import { poll, snapshotTable } from "./list.js";
 import { filesTab } from "./files.js";
 
@@ -19,6 +19,7 @@ export async function detailPage(el, signal, id, tab) {
   const title = h("h1", {}, "Sandbox");
   const statusSlot = h("span");
   const facts = h("dl", { class: "facts" });
+  const usage = h("div", { class: "usage", "aria-label": "Usage of the last 10 minutes" });
   const progress = h("div", { "aria-live": "polite" });
   const buttons = {
     pause: h("button", { type: "button" }, "Pause"),
@@ -32,6 +33,7 @@ export async function detailPage(el, signal, id, tab) {
     h("div", { class: "title-row" }, title, statusSlot, h("span", { class: "spacer" }), buttons.pause, buttons.resume, buttons.destroy),
     progress,
     facts,
+    usage,
     h("nav", { class: "tabs", "aria-label": "Sandbox sections" },
       TABS.map(([t, label]) => h("a", { href: `#/sandboxes/${id}/${t}`, "aria-current": t === tab ? "page" : false }, label))),
     panel,
@@ -62,10 +64,29 @@ export async function detailPage(el, signal, id, tab) {
     buttons.destroy.disabled = ["TERMINATED", "TERMINATING"].includes(sandbox.status);
   };
   render();
+  const refreshUsage = async () => {
+    let m;
+    try {
+      m = await get(`/v1/sandboxes/${id}/metrics`, { signal });
+    } catch (err) {
+      // An ended sandbox has no metrics (404): no charts, the rest of the page stays.
+      if (err.status === 404) return replace(usage);
+      throw err;
+    }
+    const samples = m.samples || [];
+    const last = samples[samples.length - 1];
+    const limit = m.memoryMb * 1024 * 1024;
+    replace(usage,
+      usageChart("CPU", samples.map((s) => s.cpuPercent), 100, last ? `${last.cpuPercent.toFixed(1)} %` : "no sample yet"),
+      usageChart("Memory", samples.map((s) => s.memoryBytes), limit, last ? `${bytes(last.memoryBytes)} of ${bytes(limit)}` : "no sample yet"),
+    );
+  };
   const refresh = async () => {
     sandbox = await get(`/v1/sandboxes/${id}`, { signal });
     render();
+    await refreshUsage();
   };
+  await refreshUsage();
 
   const lifecycle = (button, label, work) => button.addEventListener("click", async () => {
     try {
@@ -99,6 +120,30 @@ export async function detailPage(el, signal, id, tab) {
     if (!signal.aborted && err.name !== "AbortError") alertError(err);
   });
   await poll(signal, 2000, refresh);
+}
+
+const SVG = "http://www.w3.org/2000/svg";
+
+/** A labelled sparkline of `values` (0..max), newest on the right, with the current value. */
+function usageChart(label, values, max, now) {
+  const [w, hgt] = [200, 36];
+  const svg = document.createElementNS(SVG, "svg");
+  svg.setAttribute("viewBox", `0 0 ${w} ${hgt}`);
+  svg.setAttribute("class", "spark");
+  svg.setAttribute("role", "img");
+  svg.setAttribute("aria-label", `${label}: ${now}`);
+  // One sample draws as a flat segment: a single point would not show.
+  if (values.length === 1) values = [values[0], values[0]];
+  if (values.length > 0) {
+    const step = values.length > 1 ? w / (values.length - 1) : 0;
+    const y = (v) => (hgt - 1 - (Math.min(Math.max(v / (max || 1), 0), 1) * (hgt - 2))).toFixed(1);
+    const line = document.createElementNS(SVG, "polyline");
+    line.setAttribute("points", values.map((v, i) => `${(i * step).toFixed(1)},${y(v)}`).join(" "));
+    svg.append(line);
+  }
+  return h("figure", { class: "usage-chart", "data-metric": label.toLowerCase() },
+    h("figcaption", {}, h("span", { class: "usage-label" }, label), " ", h("span", { class: "usage-now" }, now)),
+    svg);
 }
 
 function fact(name, value) {

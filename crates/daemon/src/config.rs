@@ -369,6 +369,8 @@ pub struct Limits {
     pub snapshot_verify: bool,
     /// How long an `Idempotency-Key` and its stored response are kept.
     pub idempotency_ttl: Duration,
+    /// How often each running sandbox's usage is sampled; zero: never.
+    pub usage_sample: Duration,
 }
 
 impl Default for Limits {
@@ -389,6 +391,7 @@ impl Default for Limits {
             snapshots_per_workspace: 50,
             snapshot_verify: true,
             idempotency_ttl: Duration::from_secs(24 * 3600),
+            usage_sample: Duration::from_secs(5),
         }
     }
 }

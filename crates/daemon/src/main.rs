@@ -139,6 +139,10 @@ struct Args {
     /// the oldest half is dropped (checked twice a second). 0: no limit.
     #[arg(long, env = "SBX_CONSOLE_LOG_MAX_MB", default_value_t = 16)]
     console_log_max_mb: u64,
+    /// How often each running sandbox's CPU, memory, processes and disk are
+    /// sampled, seconds (GET /v1/sandboxes/{id}/metrics, sbx top); 0: never.
+    #[arg(long, env = "SBX_USAGE_SAMPLE_SECS", default_value_t = 5)]
+    usage_sample_secs: u64,
     /// RLIMIT_NPROC of the commands run in a sandbox (tasks per user across
     /// the sandbox): a fork bomb gets EAGAIN here instead of filling the
     /// sandbox's memory. 0: no limit.
@@ -487,6 +491,7 @@ async fn main() -> anyhow::Result<()> {
             idempotency_ttl: Duration::from_secs(args.idempotency_ttl_secs),
             sandbox_disk_mb: args.sandbox_disk_mb,
             console_log_max_mb: args.console_log_max_mb,
+            usage_sample: Duration::from_secs(args.usage_sample_secs),
             guest_tasks: args.guest_task_limit,
             // 0 would stop every transfer at its first wait.
             file_transfer_idle: Duration::from_secs(args.file_transfer_idle_secs.max(1)),
@@ -676,6 +681,19 @@ async fn main() -> anyhow::Result<()> {
             }
         }
     });
+    let sample_every = config.limits.usage_sample;
+    if !sample_every.is_zero() {
+        let sampler = service.clone();
+        tokio::spawn(async move {
+            // One task for every sandbox of the node: no per-sandbox timers or threads.
+            let mut tick = tokio::time::interval(sample_every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                sampler.sample_usage().await;
+            }
+        });
+    }
     let trimmer = service.clone();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(CONSOLE_TRIM_EVERY);

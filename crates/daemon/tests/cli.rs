@@ -7,6 +7,11 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 
 fn sbx_binary() -> PathBuf {
+    // `SBX_TEST_SBX`: a copy of this tree's sbx, for a target dir that several
+    // worktrees share (as `SBX_TEST_SBXD`).
+    if let Some(path) = std::env::var_os("SBX_TEST_SBX") {
+        return PathBuf::from(path);
+    }
     // Built by `cargo test --workspace` next to sbxd.
     let sbxd = PathBuf::from(env!("CARGO_BIN_EXE_sbxd"));
     let path = sbxd.with_file_name("sbx");
@@ -137,4 +142,42 @@ async fn cli_create_exec_files_destroy() {
         .await;
     let after = sbx(&d, &["exec", &id, "--", "true"]);
     assert_eq!(after.status.code(), Some(1));
+}
+
+/// `sbx top --once` (and `sbx top` on a pipe) prints one table, the busiest sandbox first.
+#[tokio::test]
+#[ignore = "needs root, runsc and the image; run ./scripts/test"]
+async fn cli_top_once_lists_the_busy_sandbox_first() {
+    let d = Daemon::start(&["--usage-sample-secs", "1"]).await;
+    for name in ["top-idle", "top-busy"] {
+        assert!(sbx(&d, &["create", "--name", name]).status.success());
+    }
+    let start = sbx(&d, &["start", "top-busy", "--shell", "while :; do :; done"]);
+    assert!(start.status.success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let out = sbx(&d, &["top", "--once"]);
+        assert!(out.status.success());
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[0].starts_with("ID") && lines[0].contains("CPU%"),
+            "{text}"
+        );
+        assert_eq!(lines.len(), 3, "a header and both sandboxes: {text}");
+        let first: Vec<&str> = lines[1].split_whitespace().collect();
+        let busy_cpu: f64 = first.get(3).and_then(|c| c.parse().ok()).unwrap_or(0.0);
+        if first.get(1) == Some(&"top-busy") && busy_cpu > 50.0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "top never showed top-busy first: {text}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
+    // Not a terminal: plain `sbx top` prints one table and exits too.
+    let piped = sbx(&d, &["top"]);
+    assert!(piped.status.success());
+    assert!(String::from_utf8_lossy(&piped.stdout).contains("top-idle"));
 }

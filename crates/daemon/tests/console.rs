@@ -293,6 +293,7 @@ async fn console_end_to_end_in_chromium() {
         "terminal",
         "processes",
         "files",
+        "usage",
         "snapshots",
         "packages",
         "package-build",

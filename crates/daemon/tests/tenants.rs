@@ -256,7 +256,8 @@ fn case(method: &str, template: &str, a: &Fixture) -> (String, Option<Vec<u8>>, 
         | ("GET", "/v2/sandboxes/{id}/processes/{pid}/output/stream")
         | ("POST", "/v2/sandboxes/{id}/pause")
         | ("POST", "/v2/sandboxes/{id}/resume")
-        | ("GET", "/v1/sandboxes/{id}") => (path, None, sandbox_nf),
+        | ("GET", "/v1/sandboxes/{id}")
+        | ("GET", "/v1/sandboxes/{id}/metrics") => (path, None, sandbox_nf),
         // Connect: B's namespace is its own; A's package, build, connection and run do not exist.
         ("GET", "/v1/connect/packages") => (path, None, Lacks(a.package.clone())),
         ("POST", "/v1/connect/packages") => (

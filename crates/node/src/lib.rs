@@ -15,3 +15,4 @@ pub mod network;
 pub mod reaper;
 pub mod runtime;
 pub mod snapshot_store;
+pub mod usage;

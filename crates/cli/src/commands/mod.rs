@@ -6,6 +6,7 @@ mod processes;
 mod sandboxes;
 mod secrets;
 mod snapshots;
+mod top;
 
 use crate::util::{parse_location, Location};
 use crate::{resolve, Cli, Command};
@@ -28,6 +29,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
     match cli.command {
         Command::Create(args) => sandboxes::create(c, args).await,
         Command::List => sandboxes::list(c).await,
+        Command::Top { once } => top::run(c, once).await,
         Command::Get { sandbox } => {
             let id = resolve::sandbox(c, &sandbox).await?;
             print_json(&c.sandbox_detail(id).await?)

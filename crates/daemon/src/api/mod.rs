@@ -143,6 +143,7 @@ pub fn router(
             "/v1/sandboxes/{id}/network",
             axum::routing::put(sandboxes::update_network),
         )
+        .route("/v1/sandboxes/{id}/metrics", get(sandboxes::metrics))
         .route("/v1/sandboxes/{id}/fs/stat", get(files::stat))
         .route("/v1/sandboxes/{id}/fs/list", get(files::list))
         .route("/v1/sandboxes/{id}/fs/mkdir", post(files::mkdir))

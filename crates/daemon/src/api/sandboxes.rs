@@ -144,6 +144,17 @@ fn detail_view(svc: &AppState, r: &crate::service::Sandbox) -> sbx_api_types::Sa
     }
 }
 
+/// `GET /v1/sandboxes/{id}/metrics`: the sandbox's recent usage samples.
+pub async fn metrics(
+    State(svc): State<AppState>,
+    Extension(ws): Extension<Workspace>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = parse_id(&id, "sandboxId")?;
+    let metrics = svc.sandbox_metrics(&ws.0, id).await?;
+    Ok(envelope::data(StatusCode::OK, metrics))
+}
+
 /// `DELETE /v2/sandboxes/{id}`
 pub async fn destroy(
     State(svc): State<AppState>,

@@ -36,6 +36,7 @@ mod snapshots;
 #[cfg(test)]
 mod tests;
 mod transition;
+mod usage;
 mod views;
 
 pub use admission::{Capacity, Reservation};
@@ -50,6 +51,7 @@ pub use placement::{NodeSelector, Placement};
 pub use pool::PoolShapeStatus;
 pub use secrets::{KeyError, SecretBox, SecretInfo};
 pub use snapshots::{SnapshotPage, SNAPSHOT_UPLOAD_FAILED};
+pub use usage::USAGE_HISTORY;
 pub use views::{Sandbox, Snapshot};
 
 use crate::config::Config;
@@ -102,6 +104,8 @@ pub struct Service {
     snapshot_store: Arc<dyn sbx_node::snapshot_store::SnapshotStore>,
     /// When the janitor last looked for local copies of deleted snapshots.
     cache_sweep: Mutex<Option<std::time::Instant>>,
+    /// Recent usage samples of this node's sandboxes (`usage.rs`).
+    usage: Mutex<sbx_node::usage::History>,
 }
 
 /// Longest wait for a sandbox's attach gate.
@@ -138,6 +142,7 @@ impl Service {
         Arc::new(Service {
             snapshot_store,
             cache_sweep: Mutex::new(None),
+            usage: Mutex::new(sbx_node::usage::History::new(usage::USAGE_HISTORY)),
             pool: pool::Pool::new(config.warm_pool.clone()),
             admission: admission::Admission::new(admission::Capacity::detect(&config.capacity)),
             boot_id: Uuid::new_v4(),

@@ -84,6 +84,8 @@ struct State {
     hang_next_start: bool,
     /// The next start's agent never answers (not even its hello).
     stall_next_start: bool,
+    /// What [`Runtime::usage`] reports per sandbox (default: zeros).
+    usage: HashMap<Uuid, crate::usage::Reading>,
 }
 
 /// In-process [`Runtime`]; see the module documentation.
@@ -191,6 +193,11 @@ impl FakeRuntime {
     pub fn add_host_sandbox(&self, id: Uuid, life: Life) {
         let guest = Guest::new(Uuid::new_v4(), life, GuestData::default());
         self.state().sandboxes.insert(id, guest);
+    }
+
+    /// Sets what [`Runtime::usage`] reports for a running sandbox.
+    pub fn set_usage(&self, id: Uuid, reading: crate::usage::Reading) {
+        self.state().usage.insert(id, reading);
     }
 
     // ---- observations ----
@@ -477,6 +484,13 @@ impl Runtime for FakeRuntime {
     }
 
     fn trim_console_logs(&self, _max_bytes: u64) {}
+
+    fn usage(&self, id: Uuid) -> Result<crate::usage::Reading, RuntimeError> {
+        match self.life(id) {
+            Some(Life::Running) => Ok(self.state().usage.get(&id).copied().unwrap_or_default()),
+            _ => Err(RuntimeError::NotRunning),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -518,6 +518,20 @@ impl Runtime for GvisorRuntime {
         self.dir(id).join("console.log")
     }
 
+    fn usage(&self, id: Uuid) -> Result<crate::usage::Reading, RuntimeError> {
+        use crate::usage::read;
+        let cid = container_id(id);
+        let mount = Path::new(sbx_runsc::cleanup::DEFAULT_CGROUP_MOUNT);
+        let cgroup = read::cgroup_counters(mount, CGROUP_PARENT, &cid)?;
+        // With a disk limit the overlay dir is the mount point of the sandbox's own filesystem.
+        let disk = read::disk_counters(&self.dir(id).join("overlay"), self.disks.is_some())?;
+        Ok(crate::usage::Reading {
+            cgroup,
+            processes: None,
+            disk,
+        })
+    }
+
     fn trim_console_logs(&self, max_bytes: u64) {
         let Ok(entries) = std::fs::read_dir(&self.config.sandboxes_dir) else {
             return;

@@ -61,6 +61,9 @@ pub enum RuntimeError {
     /// Host processes of the sandbox survived SIGKILL for the whole wait.
     #[error("{0} host processes of the sandbox were still alive after SIGKILL")]
     Unkillable(usize),
+    /// The sandbox's usage counters could not be read.
+    #[error("usage: {0}")]
+    Usage(#[from] crate::usage::read::ReadError),
 }
 
 impl RuntimeError {
@@ -72,7 +75,8 @@ impl RuntimeError {
             RuntimeError::Disk(e) => e.is_disk_full(),
             RuntimeError::AgentNotReady(_)
             | RuntimeError::NotRunning
-            | RuntimeError::Unkillable(_) => false,
+            | RuntimeError::Unkillable(_)
+            | RuntimeError::Usage(_) => false,
         }
     }
 }
@@ -126,4 +130,7 @@ pub trait Runtime: Send + Sync {
     /// Trims every sandbox's console log to at most `max_bytes` on disk
     /// (blocking file system calls; see [`console_log::trim`]).
     fn trim_console_logs(&self, max_bytes: u64);
+    /// Reads the usage counters of a running sandbox (blocking file system
+    /// calls: call it off the async workers).
+    fn usage(&self, id: Uuid) -> Result<crate::usage::Reading, RuntimeError>;
 }

@@ -154,15 +154,56 @@ pub async fn pause(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-/// `GET /sandboxes/{id}/metrics` → 200 `SandboxMetric[]` (empty: sbx samples no usage yet).
+/// `?start=&end=` of `getMetrics`: unix seconds, each optional (contract §2.5).
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MetricsQuery {
+    start: Option<i64>,
+    end: Option<i64>,
+}
+
+/// One `SandboxMetric` (contract §2.3; every field required by the Python SDK).
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SandboxMetricOut {
+    timestamp: String,
+    timestamp_unix: i64,
+    cpu_count: u32,
+    /// Percent of the sandbox's vCPUs (0-100).
+    cpu_used_pct: f64,
+    mem_used: u64,
+    mem_total: u64,
+    mem_cache: u64,
+    disk_used: u64,
+    /// 0 when sandboxes have no disk limit.
+    disk_total: u64,
+}
+
+/// `GET /sandboxes/{id}/metrics?start=&end=` → 200 `SandboxMetric[]`, oldest first.
 pub async fn metrics(
     State(e2b): State<Arc<E2b>>,
     Extension(t): Extension<Tenant>,
     Path(id): Path<String>,
+    RawQuery(q): RawQuery,
 ) -> Res {
     let id = sandbox_id(&id)?;
-    let samples = e2b.metrics(&t.0, id).await?;
-    Ok(Json(samples).into_response())
+    let q: MetricsQuery = query(q.as_deref())?;
+    let (sandbox, samples) = e2b.metrics(&t.0, id, q.start, q.end).await?;
+    let out: Vec<SandboxMetricOut> = samples
+        .iter()
+        .map(|s| SandboxMetricOut {
+            timestamp: sbx_api_types::format_unix_ms(s.unix_ms),
+            timestamp_unix: (s.unix_ms / 1000) as i64,
+            cpu_count: sandbox.vcpu,
+            cpu_used_pct: (s.cpu_percent * 100.0).round() / 100.0,
+            mem_used: s.memory_bytes,
+            mem_total: u64::from(sandbox.memory_mb) * 1024 * 1024,
+            mem_cache: s.memory_cache_bytes,
+            disk_used: s.disk_used_bytes,
+            disk_total: s.disk_total_bytes,
+        })
+        .collect();
+    Ok(Json(out).into_response())
 }
 
 /// `PUT /sandboxes/{id}/network` → 204: the running sandbox's new egress policy.

@@ -480,11 +480,36 @@ impl E2b {
         Ok(())
     }
 
-    /// `GET /sandboxes/{id}/metrics`: checks the sandbox exists. sbx does not sample
-    /// CPU, memory or disk usage yet, so the honest answer is no samples.
-    pub async fn metrics(&self, workspace: &str, id: Uuid) -> Result<Vec<()>> {
-        self.info(workspace, id).await?;
-        Ok(Vec::new())
+    /// `GET /sandboxes/{id}/metrics`: the sandbox (for its shape) and the usage
+    /// samples this node took of it (`service::usage`) at `start..=end` (unix
+    /// seconds, either optional), oldest first. A paused sandbox has the
+    /// samples of before its pause; none right after a start.
+    pub async fn metrics(
+        &self,
+        workspace: &str,
+        id: Uuid,
+        start: Option<i64>,
+        end: Option<i64>,
+    ) -> Result<(Sandbox, Vec<sbx_node::usage::Sample>)> {
+        if let (Some(s), Some(e)) = (start, end) {
+            if s > e {
+                return Err(E2bError::BadRequest(format!(
+                    "start ({s}) is after end ({e})"
+                )));
+            }
+        }
+        let view = self.info(workspace, id).await?;
+        let within = |ms: u64| {
+            let secs = (ms / 1000) as i64;
+            start.is_none_or(|s| secs >= s) && end.is_none_or(|e| secs <= e)
+        };
+        let samples = self
+            .svc
+            .usage_samples(id)
+            .into_iter()
+            .filter(|s| within(s.unix_ms))
+            .collect();
+        Ok((view.sandbox, samples))
     }
 
     /// Ends (destroys, or pauses with auto-pause) this node's running sandboxes

@@ -13,6 +13,7 @@ mod reconcile;
 mod snapshots;
 mod stall;
 mod two_services;
+mod usage;
 
 use super::{CreateOutcome, Service};
 use crate::config::Config;
