@@ -10,6 +10,7 @@
 // sandbox exists, `ok   <step>` per step and `all steps passed` at the end.
 
 import { FileNotFoundError, Sandbox } from "e2b";
+import { check, report, step } from "./steps.mjs";
 
 const url = process.env.SBX_URL;
 const key = process.env.SBX_KEY;
@@ -21,28 +22,6 @@ if (!url || !key || !run || !other) {
 }
 const opts = { apiKey: key, apiUrl: url, sandboxUrl: url, requestTimeoutMs: 180_000 };
 
-class StepFailure extends Error {
-  constructor(step, cause) {
-    super(`FAIL ${step}: ${cause?.stack ?? cause}`);
-    this.step = step;
-    this.cause = cause;
-  }
-}
-
-async function step(name, fn) {
-  try {
-    await fn();
-  } catch (e) {
-    throw new StepFailure(name, e);
-  }
-  console.log(`ok   ${name}`);
-}
-
-function check(cond, what, detail) {
-  if (!cond) {
-    throw new Error(`${what}${detail === undefined ? "" : `: ${JSON.stringify(detail)}`}`);
-  }
-}
 
 async function counter(sbx) {
   return Number((await sbx.files.read("/tmp/counter")).trim());
@@ -141,13 +120,7 @@ try {
   });
   console.log("e2b cluster (js): all steps passed");
 } catch (e) {
-  if (e instanceof StepFailure) {
-    console.log(`FAIL ${e.step}: ${e.cause?.message ?? e.cause}`);
-    console.error(e.cause?.stack ?? String(e.cause));
-  } else {
-    console.log(`FAIL: ${e?.message ?? e}`);
-    console.error(e?.stack ?? String(e));
-  }
+  report(e);
   if (sbx) await sbx.kill().catch(() => {});
   process.exit(1);
 }

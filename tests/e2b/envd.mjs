@@ -21,6 +21,7 @@ import {
   Sandbox,
   TimeoutError,
 } from "e2b";
+import { check, eq, report, step } from "./steps.mjs";
 
 const url = process.env.SBX_URL;
 const key = process.env.SBX_KEY;
@@ -33,35 +34,6 @@ const HOME = "/home/user";
 const DIR = `${HOME}/envd-js`;
 
 // ---- helpers ----------------------------------------------------------------
-
-class StepFailure extends Error {
-  constructor(step, cause) {
-    super(`FAIL ${step}: ${cause?.stack ?? cause}`);
-    this.step = step;
-    this.cause = cause;
-  }
-}
-
-async function step(name, fn) {
-  try {
-    await fn();
-  } catch (e) {
-    throw new StepFailure(name, e);
-  }
-  console.log(`ok   ${name}`);
-}
-
-function check(cond, what, detail) {
-  if (!cond) {
-    throw new Error(`${what}${detail === undefined ? "" : `: ${JSON.stringify(detail)}`}`);
-  }
-}
-
-function eq(actual, expected, what) {
-  const a = JSON.stringify(actual);
-  const b = JSON.stringify(expected);
-  check(a === b, `${what}: got ${a}, want ${b}`);
-}
 
 /** Runs fn, which must throw an instance of cls; returns the error. */
 async function throws(fn, cls, what) {
@@ -566,13 +538,7 @@ try {
   });
   console.log("e2b envd (js): all steps passed");
 } catch (e) {
-  if (e instanceof StepFailure) {
-    console.log(`FAIL ${e.step}: ${e.cause?.message ?? e.cause}`);
-    console.error(e.cause?.stack ?? String(e.cause));
-  } else {
-    console.log(`FAIL: ${e?.message ?? e}`);
-    console.error(e?.stack ?? String(e));
-  }
+  report(e);
   if (sbx) await sbx.kill().catch(() => {});
   process.exit(1);
 }

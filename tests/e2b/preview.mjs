@@ -15,6 +15,7 @@
 // and `all steps passed`; at the first failure `FAIL <step>: …`, exit 1.
 
 import { Sandbox } from "e2b";
+import { check, eq, report, step } from "./steps.mjs";
 import { Agent, fetch, WebSocket } from "undici";
 import { createHash } from "node:crypto";
 import dns from "node:dns";
@@ -39,34 +40,6 @@ function lookup(hostname, options, cb) {
 }
 const dispatcher = new Agent({ connect: { lookup, ca: fs.readFileSync(process.env.SBX_CA) } });
 
-class StepFailure extends Error {
-  constructor(step, cause) {
-    super(`FAIL ${step}: ${cause?.stack ?? cause}`);
-    this.step = step;
-    this.cause = cause;
-  }
-}
-
-async function step(name, fn) {
-  try {
-    await fn();
-  } catch (e) {
-    throw new StepFailure(name, e);
-  }
-  console.log(`ok   ${name}`);
-}
-
-function check(cond, what, detail) {
-  if (!cond) {
-    throw new Error(`${what}${detail === undefined ? "" : `: ${JSON.stringify(detail)}`}`);
-  }
-}
-
-function eq(actual, expected, what) {
-  const a = JSON.stringify(actual);
-  const b = JSON.stringify(expected);
-  check(a === b, `${what}: got ${a}, want ${b}`);
-}
 
 /** The preview URL of `path` on `p`, as a browser would use it. */
 const previewUrl = (sbx, p, path = "/") => `https://${sbx.getHost(p)}:${port}${path}`;
@@ -180,13 +153,7 @@ try {
   console.log("e2b preview (js): all steps passed");
   await dispatcher.close();
 } catch (e) {
-  if (e instanceof StepFailure) {
-    console.log(`FAIL ${e.step}: ${e.cause?.message ?? e.cause}`);
-    console.error(e.cause?.stack ?? String(e.cause));
-  } else {
-    console.log(`FAIL: ${e?.message ?? e}`);
-    console.error(e?.stack ?? String(e));
-  }
+  report(e);
   for (const s of made) await s.kill().catch(() => {});
   process.exit(1);
 }
