@@ -385,57 +385,15 @@ async fn host_routing_reaches_envd_and_refuses_host_tricks() {
 
 /// A CA and a certificate for `localhost` and `*.sbx.test` signed by it,
 /// written as PEM files into `dir`; answers (CA PEM, cert path, key path).
-fn test_ca(dir: &std::path::Path) -> (String, String, String) {
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "sbx e2b test CA");
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let key = rcgen::KeyPair::generate().unwrap();
-    let params =
-        rcgen::CertificateParams::new(vec!["localhost".to_string(), "*.sbx.test".to_string()])
-            .unwrap();
-    let cert = params.signed_by(&key, &ca, &ca_key).unwrap();
-    let cert_path = dir.join("cert.pem");
-    let key_path = dir.join("key.pem");
-    std::fs::write(&cert_path, cert.pem()).unwrap();
-    std::fs::write(&key_path, key.serialize_pem()).unwrap();
-    (
-        ca.pem(),
-        cert_path.to_string_lossy().into_owned(),
-        key_path.to_string_lossy().into_owned(),
-    )
-}
-
 #[tokio::test]
 #[ignore = "needs root, runsc and the image; run ./scripts/test"]
 async fn sbxd_terminates_tls_for_the_api_and_sandbox_hosts() {
-    let pki = tempfile::tempdir().unwrap();
-    let (ca_pem, cert, key) = test_ca(pki.path());
-    let ca = reqwest::Certificate::from_pem(ca_pem.as_bytes()).unwrap();
-    let client = reqwest::Client::builder()
-        .add_root_certificate(ca.clone())
-        .build()
-        .unwrap();
-    let d = Daemon::start_tls(
-        &[
-            "--signing-key",
-            LEGACY_KEY,
-            "--e2b-domain",
-            "sbx.test",
-            "--tls-cert",
-            &cert,
-            "--tls-key",
-            &key,
-        ],
-        client,
-    )
-    .await;
+    let tls = e2b_common::TlsDaemon::start().await;
+    let d = &tls.d;
+    let ca = reqwest::Certificate::from_pem(tls.ca_pem.as_bytes()).unwrap();
     let acme = d.create_key("acme", None);
     // The control plane over https://localhost.
-    let (id, token) = sandbox(&d, &acme).await;
+    let (id, token) = sandbox(d, &acme).await;
     // envd at https://49983-{id}.sbx.test, as the SDK builds it without
     // E2B_SANDBOX_URL (name resolved to this machine by the client).
     let port: u16 = d.base.rsplit(':').next().unwrap().parse().unwrap();

@@ -407,49 +407,11 @@ async fn preview_urls_reach_guest_servers_behind_their_gates() {
 
 /// A CA and a certificate for `localhost` and `*.sbx.test` signed by it, as
 /// PEM files in `dir`: (CA path, cert path, key path, CA PEM).
-fn test_ca(dir: &std::path::Path) -> (String, String, String, String) {
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "sbx preview test CA");
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let key = rcgen::KeyPair::generate().unwrap();
-    let params =
-        rcgen::CertificateParams::new(vec!["localhost".to_string(), "*.sbx.test".to_string()])
-            .unwrap();
-    let cert = params.signed_by(&key, &ca, &ca_key).unwrap();
-    let path = |name: &str| dir.join(name).to_string_lossy().into_owned();
-    std::fs::write(path("ca.pem"), ca.pem()).unwrap();
-    std::fs::write(path("cert.pem"), cert.pem()).unwrap();
-    std::fs::write(path("key.pem"), key.serialize_pem()).unwrap();
-    (path("ca.pem"), path("cert.pem"), path("key.pem"), ca.pem())
-}
-
 #[tokio::test]
 #[ignore = "needs root, runsc, the image and tests/e2b's SDKs; run ./scripts/test"]
 async fn e2b_sdks_get_host_over_https_with_websockets_and_tokens() {
-    let pki = tempfile::tempdir().unwrap();
-    let (ca_path, cert, key, ca_pem) = test_ca(pki.path());
-    let client = reqwest::Client::builder()
-        .add_root_certificate(reqwest::Certificate::from_pem(ca_pem.as_bytes()).unwrap())
-        .build()
-        .unwrap();
-    let d = Daemon::start_tls(
-        &[
-            "--signing-key",
-            LEGACY_KEY,
-            "--e2b-domain",
-            "sbx.test",
-            "--tls-cert",
-            &cert,
-            "--tls-key",
-            &key,
-        ],
-        client,
-    )
-    .await;
+    let tls = e2b_common::TlsDaemon::start().await;
+    let (d, ca_path) = (&tls.d, tls.ca_path.as_str());
     let tenant = d.create_key("acme", None);
     let dir = e2b_common::e2b_js_dir();
     let ws_echo = dir.join("ws_echo.py").to_string_lossy().into_owned();
@@ -459,8 +421,8 @@ async fn e2b_sdks_get_host_over_https_with_websockets_and_tokens() {
         &[
             ("SBX_URL", &d.base),
             ("SBX_KEY", &tenant),
-            ("SBX_CA", &ca_path),
-            ("NODE_EXTRA_CA_CERTS", &ca_path),
+            ("SBX_CA", ca_path),
+            ("NODE_EXTRA_CA_CERTS", ca_path),
             ("SBX_WS_ECHO", &ws_echo),
         ],
     );
@@ -475,8 +437,8 @@ async fn e2b_sdks_get_host_over_https_with_websockets_and_tokens() {
         &[
             ("SBX_URL", &d.base),
             ("SBX_KEY", &tenant),
-            ("SBX_CA", &ca_path),
-            ("SSL_CERT_FILE", &ca_path),
+            ("SBX_CA", ca_path),
+            ("SSL_CERT_FILE", ca_path),
         ],
     );
     assert!(ok && out.contains("all steps passed"), "preview.py:\n{out}");

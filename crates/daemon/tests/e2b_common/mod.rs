@@ -102,3 +102,66 @@ pub async fn script_passes(run: Runner, dir: PathBuf, script: &str) {
     d.assert_no_containers(Duration::from_secs(60), "the SDK test kills what it made")
         .await;
 }
+
+/// An sbxd that terminates TLS itself (`--tls-cert/--tls-key`) for
+/// `localhost` and `*.sbx.test` (`--e2b-domain sbx.test`), with a certificate
+/// of the test's own CA, which its client trusts.
+pub struct TlsDaemon {
+    /// The daemon (its `base` is `https://localhost:PORT`).
+    pub d: Daemon,
+    /// The CA certificate (PEM).
+    pub ca_pem: String,
+    /// Where the CA certificate is written (for NODE_EXTRA_CA_CERTS and the like).
+    pub ca_path: String,
+    /// Holds the files while the daemon runs.
+    _pki: tempfile::TempDir,
+}
+
+impl TlsDaemon {
+    /// Makes the CA and the certificate, and starts sbxd with them.
+    pub async fn start() -> TlsDaemon {
+        let pki = tempfile::tempdir().unwrap();
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "sbx e2b test CA");
+        let ca = ca_params.self_signed(&ca_key).unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let names = vec!["localhost".to_string(), "*.sbx.test".to_string()];
+        let cert = rcgen::CertificateParams::new(names)
+            .unwrap()
+            .signed_by(&key, &ca, &ca_key)
+            .unwrap();
+        let path = |name: &str| pki.path().join(name).to_string_lossy().into_owned();
+        std::fs::write(path("ca.pem"), ca.pem()).unwrap();
+        std::fs::write(path("cert.pem"), cert.pem()).unwrap();
+        std::fs::write(path("key.pem"), key.serialize_pem()).unwrap();
+        let client = reqwest::Client::builder()
+            .add_root_certificate(reqwest::Certificate::from_pem(ca.pem().as_bytes()).unwrap())
+            .build()
+            .unwrap();
+        let (cert_path, key_path) = (path("cert.pem"), path("key.pem"));
+        let d = Daemon::start_tls(
+            &[
+                "--signing-key",
+                LEGACY_KEY,
+                "--e2b-domain",
+                "sbx.test",
+                "--tls-cert",
+                &cert_path,
+                "--tls-key",
+                &key_path,
+            ],
+            client,
+        )
+        .await;
+        TlsDaemon {
+            d,
+            ca_pem: ca.pem(),
+            ca_path: path("ca.pem"),
+            _pki: pki,
+        }
+    }
+}
