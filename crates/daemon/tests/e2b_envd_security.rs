@@ -429,3 +429,57 @@ async fn sbxd_terminates_tls_for_the_api_and_sandbox_hosts() {
         "plain HTTP must not be served on the TLS listener"
     );
 }
+
+#[tokio::test]
+#[ignore = "needs root, runsc and the image; run ./scripts/test"]
+async fn a_request_claiming_to_come_from_a_node_needs_the_cluster_token() {
+    // A single node has no cluster token: no claim can be proven.
+    let d = Daemon::start(&["--signing-key", LEGACY_KEY]).await;
+    let acme = d.create_key("acme", None);
+    let (id, token) = sandbox(&d, &acme).await;
+    for forged in [
+        vec![("x-sbx-forwarded-by", "node-b")],
+        vec![
+            ("x-sbx-forwarded-by", "node-b"),
+            (
+                "x-sbx-cluster-token",
+                "0123456789abcdef0123456789abcdef-guess",
+            ),
+        ],
+    ] {
+        // The E2B control plane, with a valid API key.
+        let mut req = d
+            .http
+            .get(d.url(&format!("/sandboxes/{id}")))
+            .header("x-api-key", &acme);
+        for (k, v) in &forged {
+            req = req.header(*k, *v);
+        }
+        let resp = req.send().await.unwrap();
+        assert_eq!(resp.status().as_u16(), 401, "E2B with {forged:?}");
+        let text = resp.text().await.unwrap();
+        assert!(text.contains("cluster token"), "E2B with {forged:?}: {text}");
+        // envd, with the sandbox's valid access token.
+        let mut req = d
+            .http
+            .post(d.url("/process.Process/List"))
+            .header("content-type", "application/json")
+            .header("connect-protocol-version", "1")
+            .header("e2b-sandbox-id", &id)
+            .header("x-access-token", &token)
+            .body("{}");
+        for (k, v) in &forged {
+            req = req.header(*k, *v);
+        }
+        let resp = req.send().await.unwrap();
+        assert_eq!(resp.status().as_u16(), 401, "envd with {forged:?}");
+        let text = resp.text().await.unwrap();
+        assert!(text.contains("cluster token"), "envd with {forged:?}: {text}");
+    }
+    // The same requests without the claim are answered.
+    let (status, body, _) =
+        e2b_common::e2b(&d, Some(&acme), "GET", &format!("/sandboxes/{id}"), None).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = rpc(&d, &id, Some(&token), "process.Process/List", json!({})).await;
+    assert_eq!(status, 200, "{body}");
+}
