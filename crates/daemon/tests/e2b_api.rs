@@ -266,18 +266,30 @@ async fn e2b_routes_auth_tenants_and_bad_inputs() {
     let (status, _, _) = e2b(&d, key, "POST", &path, Some(json!({"timeout": 600}))).await;
     assert_eq!(status, 204);
 
-    // Metrics (no samples yet) and network update (not built).
+    // Metrics (an array of samples; e2b_sdk checks their values) and network update.
     let (status, metrics, _) = e2b(&d, key, "GET", &format!("/sandboxes/{id}/metrics"), None).await;
-    assert_eq!((status, metrics), (200, json!([])));
+    assert_eq!((status, metrics.is_array()), (200, true), "{metrics}");
+    let network = format!("/sandboxes/{id}/network");
+    let (status, body, _) = e2b(&d, key, "PUT", &network, Some(json!({}))).await;
+    assert_eq!(status, 204, "network update to the default: {body}");
     let got = e2b(
         &d,
         key,
         "PUT",
-        &format!("/sandboxes/{id}/network"),
-        Some(json!({})),
+        &network,
+        Some(json!({"denyOut": ["10.0.0.0/8"]})),
     )
     .await;
-    assert_e2b_error(&got, 501, "network update");
+    assert_e2b_error(&got, 400, "a network sbx cannot express");
+    let got = e2b(
+        &d,
+        key,
+        "PUT",
+        &network,
+        Some(json!({"allow_internet_access": "no"})),
+    )
+    .await;
+    assert_e2b_error(&got, 400, "a network update that does not parse");
     let got = e2b(
         &d,
         key,

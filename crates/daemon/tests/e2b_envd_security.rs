@@ -458,7 +458,10 @@ async fn a_request_claiming_to_come_from_a_node_needs_the_cluster_token() {
         let resp = req.send().await.unwrap();
         assert_eq!(resp.status().as_u16(), 401, "E2B with {forged:?}");
         let text = resp.text().await.unwrap();
-        assert!(text.contains("cluster token"), "E2B with {forged:?}: {text}");
+        assert!(
+            text.contains("cluster token"),
+            "E2B with {forged:?}: {text}"
+        );
         // envd, with the sandbox's valid access token.
         let mut req = d
             .http
@@ -474,7 +477,10 @@ async fn a_request_claiming_to_come_from_a_node_needs_the_cluster_token() {
         let resp = req.send().await.unwrap();
         assert_eq!(resp.status().as_u16(), 401, "envd with {forged:?}");
         let text = resp.text().await.unwrap();
-        assert!(text.contains("cluster token"), "envd with {forged:?}: {text}");
+        assert!(
+            text.contains("cluster token"),
+            "envd with {forged:?}: {text}"
+        );
     }
     // The same requests without the claim are answered.
     let (status, body, _) =
