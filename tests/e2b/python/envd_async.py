@@ -431,13 +431,7 @@ async def sandbox(sbx):
             eq((await sbx.files.get_info(path)).owner, "user", "owner")
 
 
-# TODO preview URLs (not served yet; not executed). When sbxd routes
-# `{port}-{sandboxId}.{domain}` (contract §1.5), add steps:
-#   1. await sbx.commands.run("python -m http.server 8080", background=True, cwd=DIR, timeout=0)
-#   2. GET http://{sbx.get_host(8080)}/dl.txt → 200 "download me"
-#      (needs E2B_DOMAIN / the create response's `domain` to point at sbxd);
-#   3. a closed port → 502 with "port is not open";
-#   4. after kill(), the host answers 502 "…was not found".
+# Preview URLs (getHost) are driven by preview.mjs / python/preview.py (tests/e2b_preview.rs).
 
 
 async def main():
