@@ -186,12 +186,14 @@ async fn kill9_during_exec_keeps_the_sandbox_and_its_processes() {
     let mut d = Daemon::start(&[]).await;
     _leftovers = KillLeftovers::of(&d);
     let id = d.create_running("exec-crash").await;
-    // A background process that must survive the crash.
+    // A background process that must survive the crash. It replaces the file
+    // by a rename: `echo > file` truncates first, and a read in between saw
+    // an empty file (a CI flake).
     let (status, p) = d
         .call(
             "POST",
             &format!("/v2/sandboxes/{id}/processes"),
-            Some(json!({"command": ["sh", "-c", "i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done"]})),
+            Some(json!({"command": ["sh", "-c", "i=0; while :; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.1; done"]})),
         )
         .await;
     assert_eq!(status, 201, "{p}");
