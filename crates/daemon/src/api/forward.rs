@@ -285,20 +285,7 @@ async fn place_connect_job(state: AppState, req: Request, next: Next) -> Respons
     if state.connect().is_none() {
         return next.run(req).await;
     }
-    let tenant = req
-        .extensions()
-        .get::<Workspace>()
-        .map(|w| w.0.clone())
-        .unwrap_or_default();
-    place(
-        state,
-        tenant,
-        req,
-        next,
-        |_| Some(CreateKind::ConnectJob),
-        IntoResponse::into_response,
-    )
-    .await
+    place_request(state, req, next, |_| Some(CreateKind::ConnectJob)).await
 }
 
 /// What a create body asks for. A body that does not parse stays on this
@@ -324,6 +311,17 @@ fn create_kind(body: &[u8]) -> Option<CreateKind> {
 /// Runs a create on the node placement chooses (a clone: where its snapshot's
 /// files are, see `Service::place_clone`).
 async fn place_create(state: AppState, req: Request, next: Next) -> Response {
+    place_request(state, req, next, create_kind).await
+}
+
+/// Runs a request of the inngest/sbx API on the node placement chooses for
+/// what `kind_of` reads in its body, as the caller's tenant.
+async fn place_request(
+    state: AppState,
+    req: Request,
+    next: Next,
+    kind_of: fn(&[u8]) -> Option<CreateKind>,
+) -> Response {
     let tenant = req
         .extensions()
         .get::<Workspace>()
@@ -334,7 +332,7 @@ async fn place_create(state: AppState, req: Request, next: Next) -> Response {
         tenant,
         req,
         next,
-        create_kind,
+        kind_of,
         IntoResponse::into_response,
     )
     .await
