@@ -215,3 +215,47 @@ async fn a_pause_during_a_reconnect_does_not_fail_the_sandbox() {
         "echo thawed"
     );
 }
+
+#[tokio::test]
+async fn a_network_update_is_stored_for_a_running_sandbox_of_its_tenant_only() {
+    use sbx_api_types::{AllowRule, NetworkMode, NetworkPolicy};
+    let h = Harness::new();
+    let r = h.running("net").await;
+    let allow = NetworkPolicy {
+        mode: NetworkMode::Allowlist,
+        allow: vec![AllowRule {
+            host: Some("api.example.com".into()),
+            cidr: None,
+            ports: None,
+        }],
+    };
+    let updated = h
+        .service
+        .update_network(WS, r.id, allow.clone())
+        .await
+        .unwrap();
+    assert_eq!(updated.network, allow);
+    assert_eq!(h.get(r.id).network, allow);
+    // Another tenant's key and a bad policy change nothing.
+    let public = NetworkPolicy::mode(NetworkMode::Public);
+    assert!(matches!(
+        h.service
+            .update_network("other-ws/env", r.id, public.clone())
+            .await,
+        Err(ServiceError::SandboxNotFound)
+    ));
+    assert!(matches!(
+        h.service
+            .update_network(WS, r.id, NetworkPolicy::mode(NetworkMode::Allowlist))
+            .await,
+        Err(ServiceError::Invalid(_))
+    ));
+    assert_eq!(h.get(r.id).network, allow);
+    // Paused: refused as not running, the stored policy kept.
+    h.service.pause(WS, r.id).await.unwrap();
+    assert!(matches!(
+        h.service.update_network(WS, r.id, public).await,
+        Err(ServiceError::WrongState { .. })
+    ));
+    assert_eq!(h.get(r.id).network, allow);
+}
