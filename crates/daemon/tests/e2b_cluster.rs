@@ -3,7 +3,8 @@
 //! runs on node B (control plane, commands with streamed output, files,
 //! timeouts, pause and connect), the E2B list showing both nodes' sandboxes,
 //! each timeout expiry acted on once, and a lost node's E2B sandboxes handled
-//! as cluster mode handles lost nodes.
+//! as cluster mode handles lost nodes; preview URLs (HTTP and WebSocket) of
+//! a sandbox on node B through node A.
 //!
 //! Needs root, runsc, the image, node with tests/e2b installed, and the
 //! PostgreSQL server whose URL `./scripts/test` exports as `SBX_TEST_DATABASE_URL`.
@@ -16,6 +17,7 @@ use common::Daemon;
 use e2b_common::{create, e2b, e2b_js_dir};
 use serde_json::json;
 use std::time::{Duration, Instant};
+use tokio::io::AsyncWriteExt;
 
 /// The key of every E2B call (the nodes run in dev mode: the default tenant).
 const KEY: &str = "dev";
@@ -235,4 +237,122 @@ async fn e2b_timeouts_act_once_across_nodes_and_a_lost_nodes_sandboxes_end() {
     b.assert_no_containers(Duration::from_secs(60), "node-b removed its leftovers")
         .await;
     assert_eq!(state_through(&b, &paused).await.0, 404);
+}
+
+/// A guest HTTP server that answers every GET with the request's headers.
+const ECHO_HEADERS: &str = "import http.server\n\
+class H(http.server.BaseHTTPRequestHandler):\n    \
+def do_GET(self):\n        \
+b = str(self.headers).encode()\n        \
+self.send_response(200)\n        \
+self.send_header('content-length', str(len(b)))\n        \
+self.end_headers()\n        \
+self.wfile.write(b)\n\
+http.server.HTTPServer(('127.0.0.1', 8000), H).serve_forever()\n";
+
+const WS_ECHO: &str = include_str!("../../../tests/e2b/ws_echo.py");
+
+/// Starts a background process in a sandbox (dev mode: no key).
+async fn start(d: &Daemon, id: &str, argv: &[&str]) {
+    let (status, body) = d
+        .call(
+            "POST",
+            &format!("/v2/sandboxes/{id}/processes"),
+            Some(json!({ "command": argv })),
+        )
+        .await;
+    assert!(status == 200 || status == 201, "{status} {body}");
+}
+
+#[tokio::test]
+#[ignore = "needs root, runsc, the image and PostgreSQL; run ./scripts/test"]
+async fn preview_urls_of_a_sandbox_on_another_node_work_through_any_node() {
+    use e2b_common::preview::{get, wait_listening, ws_connect, ws_frame, ws_read, DOMAIN};
+    let db = database();
+    let domain = ["--e2b-domain", DOMAIN];
+    let a = cluster::node_with(db.url(), "node-a", TOKEN, &domain).await;
+    let b = cluster::node_with(db.url(), "node-b", TOKEN, &domain).await;
+
+    // A restricted sandbox on B, created through A.
+    let restricted = json!({"network": {"allowPublicTraffic": false}});
+    set_draining(&a, "node-a", true).await;
+    let (status, created, _) = e2b(&a, Some(KEY), "POST", "/v2/sandboxes", Some(restricted)).await;
+    set_draining(&a, "node-a", false).await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["sandboxID"].as_str().unwrap().to_string();
+    let token = created["trafficAccessToken"].as_str().unwrap().to_string();
+    assert_eq!(node_of(&a, &id), "node-b");
+    start(&b, &id, &["python3", "-c", ECHO_HEADERS]).await;
+    start(&b, &id, &["python3", "-c", WS_ECHO, "8765"]).await;
+
+    // Through A: the request reaches B's guest with its Host, the client in
+    // X-Forwarded-For once, and none of the cluster's headers.
+    wait_listening(&a, 8000, &id, Some(&token)).await;
+    let (status, body) = get(&a, 8000, &id, "/x?y=1", Some(&token)).await;
+    let seen = String::from_utf8_lossy(&body).to_ascii_lowercase();
+    assert_eq!(status, 200, "{seen}");
+    assert!(
+        seen.contains(&format!("host: 8000-{id}.{DOMAIN}")),
+        "{seen}"
+    );
+    assert!(seen.contains("x-forwarded-for: 127.0.0.1\n"), "{seen}");
+    for hidden in ["x-sbx-cluster-token", "x-sbx-forwarded-by", TOKEN, &token] {
+        assert!(
+            !seen.contains(&hidden.to_ascii_lowercase()),
+            "{hidden} reached the guest: {seen}"
+        );
+    }
+    // The same answer straight from B.
+    assert_eq!(get(&b, 8000, &id, "/", Some(&token)).await.0, 200);
+
+    // The token is checked on the node the client called: missing 401, wrong 403.
+    assert_eq!(get(&a, 8000, &id, "/", None).await.0, 401);
+    assert_eq!(get(&a, 8000, &id, "/", Some(&"0".repeat(64))).await.0, 403);
+    // A request that claims to come from a node without the cluster token is
+    // refused before anything else (no token, a wrong one).
+    let forged = |cluster_token: Option<&str>| {
+        let mut req = a
+            .http
+            .get(a.url("/"))
+            .header("host", format!("8000-{id}.{DOMAIN}"))
+            .header("e2b-traffic-access-token", &token)
+            .header("x-sbx-forwarded-by", "node-b");
+        if let Some(t) = cluster_token {
+            req = req.header("x-sbx-cluster-token", t);
+        }
+        req.send()
+    };
+    assert_eq!(forged(None).await.unwrap().status().as_u16(), 401);
+    assert_eq!(
+        forged(Some("not-the-token"))
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        401
+    );
+
+    // A WebSocket through A to B's guest: frames both ways.
+    let mut ws = ws_connect(&a, 8765, &id, Some(&token)).await;
+    ws.write_all(&ws_frame(1, b"across nodes")).await.unwrap();
+    assert_eq!(ws_read(&mut ws).await, (1, b"across nodes".to_vec()));
+    let blob: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+    ws.write_all(&ws_frame(2, &blob)).await.unwrap();
+    assert_eq!(ws_read(&mut ws).await, (2, blob));
+
+    // Paused on B: 409 through A.
+    let (status, body, _) = e2b(
+        &a,
+        Some(KEY),
+        "POST",
+        &format!("/sandboxes/{id}/pause"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 204, "{body}");
+    assert_eq!(get(&a, 8000, &id, "/", Some(&token)).await.0, 409);
+    let (status, body, _) = e2b(&a, Some(KEY), "DELETE", &format!("/sandboxes/{id}"), None).await;
+    assert_eq!(status, 204, "{body}");
+    let (status, body) = get(&a, 8000, &id, "/", Some(&token)).await;
+    assert_eq!(status, 404, "{}", String::from_utf8_lossy(&body));
 }

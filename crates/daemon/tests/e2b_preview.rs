@@ -9,10 +9,11 @@ mod common;
 mod e2b_common;
 
 use common::Daemon;
+use e2b_common::preview::{get, wait_listening, ws_connect, ws_frame, ws_read};
 use e2b_common::LEGACY_KEY;
 use sbx_api_types::signing_key::hashed_signing_key;
 use serde_json::{json, Value};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -83,37 +84,6 @@ async fn output(d: &Daemon, key: &str, id: &str, pid: &str) -> String {
         .collect()
 }
 
-/// GET through the preview URL of `port` of `id`, by Host header.
-async fn get(d: &Daemon, port: u16, id: &str, path: &str, token: Option<&str>) -> (u16, Vec<u8>) {
-    let mut req = d
-        .http
-        .get(d.url(path))
-        .header("host", format!("{port}-{id}.sbx.test"));
-    if let Some(t) = token {
-        req = req.header("e2b-traffic-access-token", t);
-    }
-    let resp = req.send().await.unwrap();
-    let status = resp.status().as_u16();
-    (status, resp.bytes().await.unwrap().to_vec())
-}
-
-/// Waits until the server on `port` answers through the preview URL.
-async fn wait_listening(d: &Daemon, port: u16, id: &str, token: Option<&str>) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let (status, body) = get(d, port, id, "/", token).await;
-        if status != 502 {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "port {port} never opened: {}",
-            String::from_utf8_lossy(&body)
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 /// Sends raw bytes to sbxd and answers the status line's code (0 if none).
 async fn raw(d: &Daemon, request: &str) -> u16 {
     let mut s = TcpStream::connect(("127.0.0.1", d.port)).await.unwrap();
@@ -128,45 +98,6 @@ async fn raw(d: &Daemon, request: &str) -> u16 {
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap_or(0)
-}
-
-/// A masked client WebSocket frame.
-fn ws_frame(op: u8, data: &[u8]) -> Vec<u8> {
-    let mask = [1u8, 2, 3, 4];
-    let mut out = vec![0x80 | op];
-    match data.len() {
-        n if n < 126 => out.push(0x80 | n as u8),
-        n if n < 65536 => {
-            out.push(0x80 | 126);
-            out.extend_from_slice(&(n as u16).to_be_bytes());
-        }
-        n => {
-            out.push(0x80 | 127);
-            out.extend_from_slice(&(n as u64).to_be_bytes());
-        }
-    }
-    out.extend_from_slice(&mask);
-    out.extend(data.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
-    out
-}
-
-/// Reads one unmasked server frame: (opcode, payload).
-async fn ws_read(s: &mut TcpStream) -> (u8, Vec<u8>) {
-    let mut head = [0u8; 2];
-    s.read_exact(&mut head).await.unwrap();
-    let mut n = (head[1] & 0x7f) as u64;
-    if n == 126 {
-        let mut b = [0u8; 2];
-        s.read_exact(&mut b).await.unwrap();
-        n = u16::from_be_bytes(b) as u64;
-    } else if n == 127 {
-        let mut b = [0u8; 8];
-        s.read_exact(&mut b).await.unwrap();
-        n = u64::from_be_bytes(b);
-    }
-    let mut data = vec![0u8; n as usize];
-    s.read_exact(&mut data).await.unwrap();
-    (head[0] & 0x0f, data)
 }
 
 #[tokio::test]
@@ -269,25 +200,7 @@ async fn preview_urls_reach_guest_servers_behind_their_gates() {
     );
 
     // WebSocket: upgrade through sbxd, then frames both ways.
-    let mut ws = TcpStream::connect(("127.0.0.1", d.port)).await.unwrap();
-    let handshake = format!(
-        "GET /echo HTTP/1.1\r\nHost: 8765-{open_id}.sbx.test\r\nUpgrade: websocket\r\n\
-         Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
-         Sec-WebSocket-Version: 13\r\n\r\n"
-    );
-    ws.write_all(handshake.as_bytes()).await.unwrap();
-    let mut head = Vec::new();
-    while !head.ends_with(b"\r\n\r\n") {
-        let mut b = [0u8; 1];
-        ws.read_exact(&mut b).await.unwrap();
-        head.push(b[0]);
-    }
-    let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
-    assert!(head.starts_with("http/1.1 101"), "{head}");
-    assert!(
-        head.contains("sec-websocket-accept: s3pplmbitxaq9kygzzhzrbk+xoo="),
-        "{head}"
-    );
+    let mut ws = ws_connect(&d, 8765, &open_id, None).await;
     ws.write_all(&ws_frame(1, b"hello over the agent channel"))
         .await
         .unwrap();

@@ -95,12 +95,6 @@ impl Forwarder {
     /// (no cluster token, the owner not answering) are left for the caller to
     /// put in its API's error shape.
     pub async fn try_send(&self, base: &str, req: Request) -> Result<Response, ApiError> {
-        let Some(token) = &self.token else {
-            return Err(ApiError::new(
-                ErrorCode::InternalError,
-                "this node has no cluster token to forward with",
-            ));
-        };
         let (parts, body) = req.into_parts();
         let request_id = parts
             .extensions
@@ -108,12 +102,35 @@ impl Forwarder {
             .map_or("", |r| r.0.as_str());
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         let url = format!("{base}{path}");
-        let mut headers = HeaderMap::new();
+        let mut headers = self.node_headers(request_id)?;
         for (name, value) in &parts.headers {
             if !hop_by_hop(name) && !is_cluster_header(name) {
                 headers.append(name.clone(), value.clone());
             }
         }
+        let mut outgoing = self
+            .client
+            .request(parts.method.clone(), &url)
+            .headers(headers);
+        if has_body(&parts.headers) {
+            outgoing = outgoing.body(reqwest::Body::wrap_stream(body.into_data_stream()));
+        }
+        let answer = self.send(base, outgoing).await?;
+        let status = answer.status();
+        streamed_answer(answer, status, hop_by_hop)
+    }
+
+    /// The headers that mark a request as forwarded by this node: its id,
+    /// the cluster token and the request id. Without a cluster token this
+    /// node cannot forward.
+    pub(super) fn node_headers(&self, request_id: &str) -> Result<HeaderMap, ApiError> {
+        let Some(token) = &self.token else {
+            return Err(ApiError::new(
+                ErrorCode::InternalError,
+                "this node has no cluster token to forward with",
+            ));
+        };
+        let mut headers = HeaderMap::new();
         headers.insert(FORWARDED_BY, self.node_id.clone());
         if let Ok(v) = HeaderValue::from_str(token.expose()) {
             headers.insert(CLUSTER_TOKEN, v);
@@ -121,40 +138,56 @@ impl Forwarder {
         if let Ok(v) = HeaderValue::from_str(request_id) {
             headers.insert("x-request-id", v);
         }
-        let mut outgoing = self
-            .client
-            .request(parts.method.clone(), &url)
-            .headers(headers);
-        // HTTP/1.1: a request has a body when it says how long it is or that it is chunked.
-        if parts.headers.contains_key("content-length")
-            || parts.headers.contains_key("transfer-encoding")
-        {
-            outgoing = outgoing.body(reqwest::Body::wrap_stream(body.into_data_stream()));
-        }
-        let answer = match outgoing.send().await {
-            Ok(a) => a,
-            Err(e) => {
-                tracing::warn!(owner = %base, error = %e, "forwarding to the sandbox's node");
-                return Err(ApiError::new(
-                    ErrorCode::ComputeUnavailable,
-                    "the node that runs this sandbox did not answer; retry",
-                ));
-            }
-        };
-        let mut resp = Response::builder().status(answer.status());
-        if let Some(h) = resp.headers_mut() {
-            for (name, value) in answer.headers() {
-                if !hop_by_hop(name) {
-                    h.append(name.clone(), value.clone());
-                }
-            }
-        }
-        // The owner dying mid-stream ends this body with an error: the client's
-        // connection is cut, it does not hang.
-        let stream = answer.bytes_stream().map_err(std::io::Error::other);
-        resp.body(Body::from_stream(stream))
-            .map_err(|_| ApiError::new(ErrorCode::InternalError, "forwarding"))
+        Ok(headers)
     }
+
+    /// The client nodes talk to each other with.
+    pub(super) fn client(&self) -> &reqwest::Client {
+        &self.client
+    }
+
+    /// Sends a request built on [`Forwarder::client`] to the node at `base`;
+    /// the node not answering is `ComputeUnavailable`.
+    pub(super) async fn send(
+        &self,
+        base: &str,
+        outgoing: reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response, ApiError> {
+        outgoing.send().await.map_err(|e| {
+            tracing::warn!(owner = %base, error = %e, "forwarding to the sandbox's node");
+            ApiError::new(
+                ErrorCode::ComputeUnavailable,
+                "the node that runs this sandbox did not answer; retry",
+            )
+        })
+    }
+}
+
+/// HTTP/1.1: a request has a body when it says how long it is or that it is chunked.
+pub(super) fn has_body(headers: &HeaderMap) -> bool {
+    headers.contains_key("content-length") || headers.contains_key("transfer-encoding")
+}
+
+/// The owner's answer as this node's response, with `status`, the headers
+/// `drop` does not name and the body streamed.
+pub(super) fn streamed_answer(
+    answer: reqwest::Response,
+    status: axum::http::StatusCode,
+    drop: fn(&HeaderName) -> bool,
+) -> Result<Response, ApiError> {
+    let mut resp = Response::builder().status(status);
+    if let Some(h) = resp.headers_mut() {
+        for (name, value) in answer.headers() {
+            if !drop(name) {
+                h.append(name.clone(), value.clone());
+            }
+        }
+    }
+    // The owner dying mid-stream ends this body with an error: the client's
+    // connection is cut, it does not hang.
+    let stream = answer.bytes_stream().map_err(std::io::Error::other);
+    resp.body(Body::from_stream(stream))
+        .map_err(|_| ApiError::new(ErrorCode::InternalError, "forwarding"))
 }
 
 /// Headers that belong to one connection, not to the request (RFC 9110 §7.6.1).
@@ -173,7 +206,8 @@ fn hop_by_hop(name: &HeaderName) -> bool {
     )
 }
 
-fn is_cluster_header(name: &HeaderName) -> bool {
+/// Whether `name` is one of the headers that mark a forwarded request.
+pub(super) fn is_cluster_header(name: &HeaderName) -> bool {
     name.as_str() == FORWARDED_BY || name.as_str() == CLUSTER_TOKEN
 }
 

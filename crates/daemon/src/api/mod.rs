@@ -274,6 +274,7 @@ pub fn router(
         cluster_state.clone(),
     );
     let previews = crate::service::preview::Preview::new(e2b_state.clone());
+    let preview_state = cluster_state.clone();
     let e2b = e2b::router(e2b_state, guard, cluster_state);
     Router::new().fallback_service(tower::service_fn(move |mut req: Request| {
         let target = match envd::host::route(req.headers(), req.uri(), domain.as_deref()) {
@@ -287,7 +288,7 @@ pub fn router(
                 }
             }
             envd::host::HostRoute::Sandbox { port, id } if port != envd::ENVD_PORT => {
-                preview::router(previews.clone(), port, id)
+                preview::router(preview_state.clone(), previews.clone(), port, id)
             }
             envd::host::HostRoute::Sandbox { port, id } => {
                 match envd::routed_by_host(req.headers_mut(), port, &id) {

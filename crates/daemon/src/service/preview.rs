@@ -13,6 +13,10 @@
 //!   `trafficAccessToken` in `e2b-traffic-access-token` (missing: 401,
 //!   wrong: 403; compared in constant time); otherwise anyone may call;
 //! * the sandbox must be RUNNING.
+//!
+//! In cluster mode the node that receives the request checks all of this
+//! against the shared store, then hands a sandbox of another node to that
+//! node ([`Route::Node`]), which checks again (one hop, like every forward).
 
 use super::e2b::E2b;
 use super::ServiceError;
@@ -49,10 +53,12 @@ pub enum PreviewError {
     Unavailable(u16, String),
 }
 
-/// A connected preview request: the stream to the guest server.
-pub struct Opened {
-    /// Bytes to and from the server listening on the port.
-    pub stream: PortStream,
+/// Where a preview request goes once it is allowed.
+pub enum Route {
+    /// The sandbox runs here: bytes to and from the server listening on the port.
+    Here(PortStream),
+    /// The sandbox runs on the node at this advertise URL.
+    Node(String),
 }
 
 /// The preview face of the service.
@@ -67,13 +73,15 @@ impl Preview {
     }
 
     /// Checks access to `port` of the sandbox `sandbox` (as routed) and opens
-    /// a connection to it.
+    /// a connection to it, or names the node to forward to (only when
+    /// `may_forward`: in cluster mode and not forwarded already).
     pub async fn open(
         &self,
         sandbox: &str,
         port: u16,
         token: Option<&str>,
-    ) -> Result<Opened, PreviewError> {
+        may_forward: bool,
+    ) -> Result<Route, PreviewError> {
         let gone = || PreviewError::NotFound(sandbox.to_string());
         let id = Uuid::parse_str(sandbox).map_err(|_| gone())?;
         let record = self
@@ -92,12 +100,21 @@ impl Preview {
         if status != SandboxStatus::Running {
             return Err(PreviewError::NotRunning(id.to_string(), status.as_str()));
         }
+        if may_forward {
+            let owner = svc
+                .remote_owner(&record.workspace, id)
+                .await
+                .map_err(|e| PreviewError::Unavailable(port, e.to_string()))?;
+            if let Some(url) = owner {
+                return Ok(Route::Node(url));
+            }
+        }
         let conn = svc
             .agent(&record.workspace, id)
             .await
             .map_err(|e| PreviewError::Unavailable(port, e.to_string()))?;
         match conn.open_port(port).await {
-            Ok(stream) => Ok(Opened { stream }),
+            Ok(stream) => Ok(Route::Here(stream)),
             Err(AgentCallError::Agent(e)) if e.code == AgentErrorCode::ConnectionRefused => {
                 Err(PreviewError::NothingListening(port))
             }

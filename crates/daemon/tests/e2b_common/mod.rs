@@ -2,6 +2,8 @@
 //! `X-API-KEY` and E2B's error shape.
 #![allow(dead_code)]
 
+pub mod preview;
+
 use crate::common::Daemon;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};

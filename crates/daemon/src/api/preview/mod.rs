@@ -11,39 +11,61 @@
 //! `X-Forwarded-Proto`. Errors before the guest answers are
 //! `{"code": <status>, "message": …}` bodies: 404 unknown sandbox, 409 not
 //! running, 401 token missing, 403 token wrong, 502 nothing listening or the
-//! guest server broke the connection.
+//! guest server broke the connection, 503 the sandbox's node not answering.
+//!
+//! In cluster mode a request for another node's sandbox is checked here and
+//! forwarded to that node as it came (see `cluster`).
 
+mod cluster;
+
+use crate::api::forward::{self, Forwarder};
+use crate::api::{ApiError, AppState};
 use crate::server::ClientConn;
-use crate::service::preview::{Preview, PreviewError, TRAFFIC_TOKEN_HEADER};
+use crate::service::preview::{Preview, PreviewError, Route, TRAFFIC_TOKEN_HEADER};
 use axum::body::Body;
-use axum::extract::Request;
+use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, Version};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use hyper_util::rt::TokioIo;
 use std::sync::Arc;
 
 /// A router that forwards every request to `port` of sandbox `id`.
-pub fn router(preview: Arc<Preview>, port: u16, id: String) -> Router {
-    Router::new().fallback(move |req: Request| {
-        let (preview, id) = (preview.clone(), id.clone());
-        async move { proxy(&preview, port, &id, req).await }
-    })
+pub fn router(state: AppState, preview: Arc<Preview>, port: u16, id: String) -> Router {
+    let forwarder = state.forwarder.clone();
+    Router::new()
+        .fallback(move |req: Request| {
+            let (state, preview, id) = (state.clone(), preview.clone(), id.clone());
+            async move { proxy(&state, &preview, port, &id, req).await }
+        })
+        .layer(axum::middleware::from_fn_with_state(forwarder, context))
 }
 
-async fn proxy(preview: &Preview, port: u16, id: &str, req: Request) -> Response {
+/// Middleware, first in line: a request that says it was forwarded by a node
+/// must carry the cluster token; the request id.
+async fn context(State(forwarder): State<Arc<Forwarder>>, req: Request, next: Next) -> Response {
+    forward::request_context(&forwarder, req, next, |e| Failure::Node(e).into_response()).await
+}
+
+async fn proxy(state: &AppState, preview: &Preview, port: u16, id: &str, req: Request) -> Response {
     let token = req
         .headers()
         .get(TRAFFIC_TOKEN_HEADER)
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    let opened = match preview.open(id, port, token.as_deref()).await {
-        Ok(o) => o,
-        Err(e) => return Failure::Preview(e).into_response(),
-    };
-    match forward(opened.stream, req).await {
-        Ok(resp) => resp,
-        Err(e) => Failure::Guest(port, e).into_response(),
+    // A forwarded request got here past `context`, so its node is trusted.
+    let forwarded = Forwarder::is_forwarded(req.headers());
+    let may_forward = forward::may_forward(state, &req);
+    match preview.open(id, port, token.as_deref(), may_forward).await {
+        Ok(Route::Here(stream)) => match forward(stream, req, forwarded).await {
+            Ok(resp) => resp,
+            Err(e) => Failure::Guest(port, e).into_response(),
+        },
+        Ok(Route::Node(base)) => cluster::send(&state.forwarder, &base, req)
+            .await
+            .unwrap_or_else(|e| Failure::Node(e).into_response()),
+        Err(e) => Failure::Preview(e).into_response(),
     }
 }
 
@@ -53,6 +75,8 @@ enum Failure {
     Preview(PreviewError),
     /// The guest server broke the HTTP exchange.
     Guest(u16, hyper::Error),
+    /// Forwarding to (or from) another node failed or was refused.
+    Node(ApiError),
 }
 
 /// The one place where preview failures become statuses.
@@ -75,6 +99,11 @@ impl IntoResponse for Failure {
                 StatusCode::BAD_GATEWAY,
                 format!("the server on port {port} in the sandbox did not answer: {e}"),
             ),
+            Failure::Node(e) => (
+                StatusCode::from_u16(e.code.http_status())
+                    .unwrap_or(StatusCode::SERVICE_UNAVAILABLE),
+                e.message,
+            ),
         };
         tracing::debug!(%status, %message, "preview request refused");
         let body = serde_json::json!({"code": status.as_u16(), "message": message});
@@ -83,20 +112,25 @@ impl IntoResponse for Failure {
 }
 
 /// Sends `req` over `stream` and returns the guest's response (for a
-/// `101`, after arranging the byte pipe).
-async fn forward<S>(stream: S, mut req: Request) -> Result<Response, hyper::Error>
+/// `101`, after arranging the byte pipe). `forwarded`: the request came from
+/// another node, which already added the client to `X-Forwarded-For`.
+async fn forward<S>(stream: S, mut req: Request, forwarded: bool) -> Result<Response, hyper::Error>
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
 {
     let upgrade = wants_upgrade(req.headers());
     let client_side = upgrade.then(|| hyper::upgrade::on(&mut req));
-    let client = req.extensions().get::<ClientConn>().copied();
+    let client = if forwarded {
+        None
+    } else {
+        req.extensions().get::<ClientConn>().copied()
+    };
     let (parts, body) = req.into_parts();
     let mut out = axum::http::Request::new(body);
     *out.method_mut() = parts.method;
     *out.uri_mut() = origin_form(&parts.uri);
     *out.version_mut() = Version::HTTP_11;
-    *out.headers_mut() = request_headers(&parts.headers, upgrade, client);
+    *out.headers_mut() = guest_headers(&parts.headers, upgrade, client);
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
     tokio::spawn(async move {
         if let Err(e) = conn.with_upgrades().await {
@@ -169,11 +203,21 @@ fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
     }
 }
 
-/// The headers sent to the guest server.
-fn request_headers(incoming: &HeaderMap, upgrade: bool, client: Option<ClientConn>) -> HeaderMap {
+/// The headers sent to the guest server: never the traffic token, nor the
+/// cluster's headers (its token above all) of a forwarded request.
+fn guest_headers(incoming: &HeaderMap, upgrade: bool, client: Option<ClientConn>) -> HeaderMap {
+    let mut headers = proxied_headers(incoming, upgrade, client);
+    headers.remove(TRAFFIC_TOKEN_HEADER);
+    headers.remove(forward::FORWARDED_BY);
+    headers.remove(forward::CLUSTER_TOKEN);
+    headers
+}
+
+/// The headers of a request passed on (to the guest, or to another node):
+/// hop-by-hop ones gone, the client (when given) added to `X-Forwarded-For`.
+fn proxied_headers(incoming: &HeaderMap, upgrade: bool, client: Option<ClientConn>) -> HeaderMap {
     let mut headers = incoming.clone();
     strip_hop_by_hop(&mut headers, upgrade);
-    headers.remove(TRAFFIC_TOKEN_HEADER);
     if upgrade {
         headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
     }
@@ -230,6 +274,8 @@ mod tests {
             ("transfer-encoding", "chunked"),
             ("te", "trailers"),
             ("e2b-traffic-access-token", "t"),
+            ("x-sbx-forwarded-by", "node-a"),
+            ("x-sbx-cluster-token", "secret"),
             ("x-forwarded-for", "10.0.0.1"),
             ("accept", "*/*"),
         ]);
@@ -237,7 +283,7 @@ mod tests {
             peer: "127.0.0.1:5000".parse().unwrap(),
             tls: true,
         };
-        let out = request_headers(&incoming, false, Some(client));
+        let out = guest_headers(&incoming, false, Some(client));
         for gone in [
             "connection",
             "x-secret",
@@ -245,6 +291,8 @@ mod tests {
             "transfer-encoding",
             "te",
             "e2b-traffic-access-token",
+            "x-sbx-forwarded-by",
+            "x-sbx-cluster-token",
             "upgrade",
         ] {
             assert!(!out.contains_key(gone), "{gone} forwarded");
@@ -263,7 +311,7 @@ mod tests {
             ("sec-websocket-key", "k"),
         ]);
         assert!(wants_upgrade(&incoming));
-        let out = request_headers(&incoming, true, None);
+        let out = guest_headers(&incoming, true, None);
         assert_eq!(out["connection"], "upgrade");
         assert_eq!(out["upgrade"], "websocket");
         assert_eq!(out["sec-websocket-key"], "k");

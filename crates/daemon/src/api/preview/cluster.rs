@@ -1,0 +1,79 @@
+//! Preview requests for another node's sandbox: sent to that node as they
+//! came (`Host` kept, so that the owner routes them to the same sandbox
+//! port; the traffic token kept, so that the owner checks it again), with
+//! the cluster's headers, the client added to `X-Forwarded-For`, and the
+//! body streamed both ways. An upgrade (WebSocket) answered `101` by the
+//! owner becomes a byte pipe between the client and the owner's connection.
+
+use super::{proxied_headers, wants_upgrade};
+use crate::api::forward::{self, Forwarder, RequestId};
+use crate::api::ApiError;
+use crate::server::ClientConn;
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::{HeaderName, StatusCode};
+use axum::response::Response;
+use hyper_util::rt::TokioIo;
+
+/// Sends `req` to the node at `base` and answers with the node's response.
+pub(super) async fn send(
+    forwarder: &Forwarder,
+    base: &str,
+    mut req: Request,
+) -> Result<Response, ApiError> {
+    let upgrade = wants_upgrade(req.headers());
+    let client_side = upgrade.then(|| hyper::upgrade::on(&mut req));
+    let client = req.extensions().get::<ClientConn>().copied();
+    let (parts, body) = req.into_parts();
+    let request_id = parts
+        .extensions
+        .get::<RequestId>()
+        .map_or("", |r| r.0.as_str());
+    let mut headers = forwarder.node_headers(request_id)?;
+    for (name, value) in &proxied_headers(&parts.headers, upgrade, client) {
+        if !forward::is_cluster_header(name) {
+            headers.append(name.clone(), value.clone());
+        }
+    }
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let mut outgoing = forwarder
+        .client()
+        .request(parts.method.clone(), format!("{base}{path}"))
+        .headers(headers);
+    if forward::has_body(&parts.headers) {
+        outgoing = outgoing.body(reqwest::Body::wrap_stream(body.into_data_stream()));
+    }
+    let answer = forwarder.send(base, outgoing).await?;
+    let status = answer.status();
+    if status != StatusCode::SWITCHING_PROTOCOLS {
+        return forward::streamed_answer(answer, status, hop_by_hop);
+    }
+    // The owner switched protocols: the client gets the same 101 (its
+    // `Upgrade` and `Connection` kept), then both connections are joined.
+    let mut resp = Response::builder().status(status);
+    if let Some(h) = resp.headers_mut() {
+        for (name, value) in answer.headers() {
+            h.append(name.clone(), value.clone());
+        }
+    }
+    if let Some(client_side) = client_side {
+        tokio::spawn(async move {
+            let (client, owner) = tokio::join!(client_side, answer.upgrade());
+            let (Ok(client), Ok(mut owner)) = (client, owner) else {
+                return;
+            };
+            let mut client = TokioIo::new(client);
+            let _ = tokio::io::copy_bidirectional(&mut client, &mut owner).await;
+        });
+    }
+    resp.body(Body::empty())
+        .map_err(|_| ApiError::new(sbx_api_types::ErrorCode::InternalError, "forwarding"))
+}
+
+/// Response headers that belong to the node-to-node connection.
+fn hop_by_hop(name: &HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "connection" | "keep-alive" | "transfer-encoding" | "content-length" | "upgrade"
+    )
+}
