@@ -304,6 +304,7 @@ fn migrate_store_main(args: MigrateStoreArgs) -> anyhow::Result<()> {
     println!("snapshots: {}", s.snapshots);
     println!("secrets: {}", s.secrets);
     println!("E2B records: {}", s.e2b_records);
+    println!("preview access rows: {}", s.previews);
     println!("{}", report.connect);
     eprintln!(
         "done: start sbxd with --data-dir {} --database-url {}",

@@ -9,8 +9,8 @@
 
 use crate::{
     ApiKeyRecord, CreateOutcome, E2bRecord, IdempotencyBegin, IdempotencyRecord, NodeRecord,
-    NodeRegistration, SandboxCursor, SandboxRecord, SecretRecord, SnapshotCreateOutcome,
-    SnapshotRecord, SnapshotStatus, Store, StoreError,
+    NodeRegistration, PreviewRecord, SandboxCursor, SandboxRecord, SecretRecord,
+    SnapshotCreateOutcome, SnapshotRecord, SnapshotStatus, Store, StoreError,
 };
 use chrono::{DateTime, Utc};
 use sbx_api_types::SandboxStatus;
@@ -402,5 +402,21 @@ impl AsyncStore {
     /// See [`Store::delete_ended_e2b_records`].
     pub async fn delete_ended_e2b_records(&self) -> Result<usize, StoreError> {
         self.run(|s| s.delete_ended_e2b_records()).await
+    }
+
+    /// See [`Store::put_preview`].
+    pub async fn put_preview(&self, record: &PreviewRecord) -> Result<(), StoreError> {
+        let record = record.clone();
+        self.run(move |s| s.put_preview(&record)).await
+    }
+
+    /// See [`Store::get_preview`].
+    pub async fn get_preview(&self, id: Uuid) -> Result<Option<PreviewRecord>, StoreError> {
+        self.run(move |s| s.get_preview(id)).await
+    }
+
+    /// See [`Store::delete_preview`].
+    pub async fn delete_preview(&self, id: Uuid) -> Result<bool, StoreError> {
+        self.run(move |s| s.delete_preview(id)).await
     }
 }

@@ -10,6 +10,7 @@ mod e2b;
 mod migrate;
 mod nodes;
 mod postgres;
+mod previews;
 mod records;
 mod snapshots;
 mod sqlite;
@@ -22,6 +23,7 @@ pub use nodes::{FailOver, NodeRecord, NodeRegistration, NodeState, NodeUsage, NO
 pub use postgres::{
     redact_url, Pool as PostgresPool, PostgresStore, Session as PostgresSession, TestDatabase,
 };
+pub use previews::PreviewRecord;
 pub use records::*;
 pub use sqlite::SqliteStore;
 
@@ -333,4 +335,13 @@ pub trait Store: Send + Sync {
     /// Deletes the E2B records whose sandbox is no longer active (or has no row);
     /// returns how many.
     fn delete_ended_e2b_records(&self) -> Result<usize, StoreError>;
+
+    /// Sets a sandbox's preview-URL access (inserts or replaces its row).
+    fn put_preview(&self, record: &PreviewRecord) -> Result<(), StoreError>;
+    /// A sandbox's preview-URL access, if its owner turned it on.
+    fn get_preview(&self, id: Uuid) -> Result<Option<PreviewRecord>, StoreError>;
+    /// Turns a sandbox's preview URLs off; false if they were not on.
+    fn delete_preview(&self, id: Uuid) -> Result<bool, StoreError>;
+    /// Every preview row, by sandbox id (for `migrate-store`).
+    fn list_previews(&self) -> Result<Vec<PreviewRecord>, StoreError>;
 }

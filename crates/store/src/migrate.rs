@@ -72,9 +72,11 @@ pub struct CopyReport {
     pub secrets: Copied,
     /// E2B records (template, metadata, end time, access tokens of E2B sandboxes).
     pub e2b_records: Copied,
+    /// Preview-URL access of `/v1` sandboxes.
+    pub previews: Copied,
 }
 
-/// Copies every signing key, sandbox, snapshot, secret and E2B record of `from` into `to`.
+/// Copies every signing key, sandbox, snapshot, secret, E2B record and preview row of `from` into `to`.
 pub fn copy_store(from: &dyn Store, to: &dyn Store) -> Result<CopyReport, StoreError> {
     let mut report = CopyReport::default();
     for key in from.list_api_keys()? {
@@ -154,6 +156,13 @@ pub fn copy_store(from: &dyn Store, to: &dyn Store) -> Result<CopyReport, StoreE
     // After the sandboxes: an E2B record belongs to its sandbox's row.
     for record in from.list_e2b_records(None, &Default::default())? {
         report.e2b_records.count(to.create_e2b_record(&record)?);
+    }
+    for record in from.list_previews()? {
+        let present = to.get_preview(record.sandbox_id)?.is_some();
+        if !present {
+            to.put_preview(&record)?;
+        }
+        report.previews.count(!present);
     }
     Ok(report)
 }

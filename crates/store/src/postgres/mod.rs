@@ -9,6 +9,7 @@
 mod e2b;
 mod nodes;
 mod pool;
+mod previews;
 mod rows;
 mod secrets;
 mod store;
@@ -29,6 +30,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/postgres/0004_nodes.sql"),
     include_str!("../../migrations/postgres/0005_sandbox_node.sql"),
     include_str!("../../migrations/postgres/0006_e2b_sandboxes.sql"),
+    include_str!("../../migrations/postgres/0007_sandbox_previews.sql"),
 ];
 
 /// Connections kept open to the database (one worker thread each).

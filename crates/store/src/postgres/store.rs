@@ -662,4 +662,20 @@ impl Store for PostgresStore {
     fn delete_ended_e2b_records(&self) -> Result<usize, StoreError> {
         self.delete_ended_e2b_rows()
     }
+
+    fn put_preview(&self, record: &crate::PreviewRecord) -> Result<(), StoreError> {
+        self.put_preview_row(record)
+    }
+
+    fn get_preview(&self, id: Uuid) -> Result<Option<crate::PreviewRecord>, StoreError> {
+        self.get_preview_row(id)
+    }
+
+    fn delete_preview(&self, id: Uuid) -> Result<bool, StoreError> {
+        self.delete_preview_row(id)
+    }
+
+    fn list_previews(&self) -> Result<Vec<crate::PreviewRecord>, StoreError> {
+        self.list_preview_rows()
+    }
 }

@@ -14,6 +14,7 @@ use uuid::Uuid;
 
 mod e2b;
 mod nodes;
+mod previews;
 
 /// Schema versions, applied in order at open. Version N is `MIGRATIONS[N-1]`;
 /// the `schema_version` table (and `PRAGMA user_version`, which sbxd releases
@@ -29,6 +30,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/sqlite/0007_nodes.sql"),
     include_str!("../../migrations/sqlite/0008_sandbox_node.sql"),
     include_str!("../../migrations/sqlite/0009_e2b_sandboxes.sql"),
+    include_str!("../../migrations/sqlite/0010_sandbox_previews.sql"),
 ];
 
 /// SQLite-backed [`Store`].
@@ -573,6 +575,22 @@ impl Store for SqliteStore {
 
     fn delete_ended_e2b_records(&self) -> Result<usize, StoreError> {
         self.delete_ended_e2b_rows()
+    }
+
+    fn put_preview(&self, record: &crate::PreviewRecord) -> Result<(), StoreError> {
+        self.put_preview_row(record)
+    }
+
+    fn get_preview(&self, id: Uuid) -> Result<Option<crate::PreviewRecord>, StoreError> {
+        self.get_preview_row(id)
+    }
+
+    fn delete_preview(&self, id: Uuid) -> Result<bool, StoreError> {
+        self.delete_preview_row(id)
+    }
+
+    fn list_previews(&self) -> Result<Vec<crate::PreviewRecord>, StoreError> {
+        self.list_preview_rows()
     }
 }
 

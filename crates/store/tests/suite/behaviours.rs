@@ -13,9 +13,11 @@ use uuid::Uuid;
 pub use crate::copying::copy_store_moves_every_row_and_finishes_an_interrupted_copy;
 mod e2b;
 mod nodes;
+mod previews;
 mod secrets;
 pub use e2b::*;
 pub use nodes::*;
+pub use previews::*;
 pub use secrets::*;
 
 /// Opens another store on the same data.

@@ -66,6 +66,12 @@ fn populated() -> SqliteStore {
         generation: 0,
     })
     .expect("e2b record");
+    src.put_preview(&sbx_store::PreviewRecord {
+        sandbox_id: web.id,
+        workspace: "default".into(),
+        token: Some("preview-token".into()),
+    })
+    .expect("preview row");
     src
 }
 
@@ -89,6 +95,7 @@ pub fn copy_store_moves_every_row_and_finishes_an_interrupted_copy(target: &dyn 
     assert_eq!(report.snapshots, all(2));
     assert_eq!(report.secrets, all(1));
     assert_eq!(report.e2b_records, all(1));
+    assert_eq!(report.previews, all(1));
 
     let statuses = [
         SandboxStatus::Running,
@@ -129,6 +136,10 @@ pub fn copy_store_moves_every_row_and_finishes_an_interrupted_copy(target: &dyn 
     assert_eq!(keys, want);
     let e2b = |s: &dyn Store| s.list_e2b_records(None, &Default::default()).expect("e2b");
     assert_eq!(e2b(target), e2b(&src));
+    assert_eq!(
+        target.list_previews().unwrap(),
+        src.list_previews().unwrap()
+    );
 
     // Run again (as after a copy interrupted half-way): nothing is written twice.
     let again = copy_store(&src, target).expect("copy again");
@@ -141,6 +152,7 @@ pub fn copy_store_moves_every_row_and_finishes_an_interrupted_copy(target: &dyn 
     assert_eq!(again.snapshots, none(2));
     assert_eq!(again.secrets, none(1));
     assert_eq!(again.e2b_records, none(1));
+    assert_eq!(again.previews, none(1));
 
     // A target that has an active sandbox of the same name is refused, not merged.
     let other = populated();

@@ -101,6 +101,7 @@ on_every_backend!(
     e2b_updates_are_compare_and_set_and_exactly_one_racer_wins,
     e2b_records_due_are_the_running_sandboxes_of_one_node,
     e2b_records_of_ended_sandboxes_are_deleted,
+    preview_rows_are_put_replaced_listed_and_deleted,
 );
 
 mod schema {
