@@ -6,6 +6,7 @@
 pub mod errors;
 pub mod network;
 pub mod nodes;
+pub mod preview;
 pub mod requests;
 pub mod resources;
 pub mod signing_key;
@@ -15,6 +16,7 @@ pub mod validate;
 pub use errors::{ErrorBody, ErrorCode, ErrorItem};
 pub use network::{AllowRule, NetworkDenial, NetworkMode, NetworkPolicy, NetworkStatus};
 pub use nodes::{Node, NodeCapacity, NodeState};
+pub use preview::{PreviewRequest, SandboxPreview, PREVIEW_TOKEN_HEADER};
 pub use requests::*;
 pub use resources::*;
 pub use usage::{SandboxMetrics, UsageSample};

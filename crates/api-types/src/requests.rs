@@ -129,11 +129,20 @@ pub struct CreateSandboxV1Request {
     /// every pair may run the sandbox.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_selector: Option<BTreeMap<String, String>>,
+    /// Preview URLs on from the start (see `PUT /v1/sandboxes/{id}/preview`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preview: Option<crate::preview::PreviewRequest>,
 }
 
 impl CreateSandboxV1Request {
-    /// Splits into the v2 body and the policy.
-    pub fn split(self) -> (CreateSandboxRequest, Option<crate::network::NetworkPolicy>) {
+    /// Splits into the v2 body, the policy and the preview request.
+    pub fn split(
+        self,
+    ) -> (
+        CreateSandboxRequest,
+        Option<crate::network::NetworkPolicy>,
+        Option<crate::preview::PreviewRequest>,
+    ) {
         (
             CreateSandboxRequest {
                 name: self.name,
@@ -144,6 +153,7 @@ impl CreateSandboxV1Request {
                 snapshot_id: self.snapshot_id,
             },
             self.network,
+            self.preview,
         )
     }
 }

@@ -68,6 +68,29 @@ pub enum Command {
         #[arg(long = "allow", value_name = "RULE", value_parser = network::parse_allow)]
         allow: Vec<sbx_client::api::AllowRule>,
     },
+    /// Turn a sandbox's preview URLs on (--public, or --token: requests need
+    /// its token) or off (--off); without a flag, show them. Prints JSON.
+    Preview {
+        /// Sandbox id or name.
+        sandbox: String,
+        /// Anyone who knows the URL may call.
+        #[arg(long, conflicts_with_all = ["token", "off"])]
+        public: bool,
+        /// Requests need the sandbox's preview token.
+        #[arg(long, conflicts_with = "off")]
+        token: bool,
+        /// No preview URLs.
+        #[arg(long)]
+        off: bool,
+    },
+    /// Print the preview URL of a port of a sandbox (and, on stderr, the
+    /// header with its token when it needs one).
+    Port {
+        /// Sandbox id or name.
+        sandbox: String,
+        /// The port a server listens on inside the sandbox.
+        port: u16,
+    },
     /// Destroy a sandbox.
     Destroy {
         /// Sandbox id or name.
@@ -246,6 +269,10 @@ pub struct CreateArgs {
     /// Allowlist entry host=NAME[:PORT,...] or cidr=ADDR/LEN[:PORT,...] (repeatable).
     #[arg(long = "allow", value_name = "RULE", value_parser = network::parse_allow)]
     pub allow: Vec<sbx_client::api::AllowRule>,
+    /// Preview URLs on from the start: public, or token (requests need the
+    /// sandbox's preview token; see `sbx preview`).
+    #[arg(long, value_name = "ACCESS", value_parser = ["public", "token"])]
+    pub preview: Option<String>,
     /// Return without waiting for RUNNING.
     #[arg(long)]
     pub no_wait: bool,

@@ -3,7 +3,8 @@
 use crate::{ChunkStream, Client, ClientError};
 use reqwest::Method;
 use sbx_api_types::{
-    CreateSandboxRequest, CreateSandboxV1Request, Page, Sandbox, SandboxDetail, SandboxMetrics,
+    CreateSandboxRequest, CreateSandboxV1Request, Page, PreviewRequest, Sandbox, SandboxDetail,
+    SandboxMetrics, SandboxPreview,
 };
 use uuid::Uuid;
 
@@ -36,6 +37,44 @@ impl Client {
             .send(self.request(Method::GET, &["v1", "sandboxes", &id.to_string()]))
             .await?;
         Self::data(resp).await
+    }
+
+    /// `GET /v1/sandboxes/{id}/preview`: whether the sandbox's preview URLs
+    /// answer and who may call them; with `port`, the host of that port.
+    pub async fn preview(
+        &self,
+        id: Uuid,
+        port: Option<u16>,
+    ) -> Result<SandboxPreview, ClientError> {
+        let mut req = self.request(
+            Method::GET,
+            &["v1", "sandboxes", &id.to_string(), "preview"],
+        );
+        if let Some(port) = port {
+            req = req.query(&[("port", port)]);
+        }
+        Self::data(self.send(req).await?).await
+    }
+
+    /// `PUT /v1/sandboxes/{id}/preview`: turns preview URLs on (public, or
+    /// behind a token).
+    pub async fn enable_preview(
+        &self,
+        id: Uuid,
+        public: bool,
+    ) -> Result<SandboxPreview, ClientError> {
+        let path = ["v1", "sandboxes", &id.to_string(), "preview"];
+        let body = PreviewRequest { public };
+        let resp = self
+            .send(self.request(Method::PUT, &path).json(&body))
+            .await?;
+        Self::data(resp).await
+    }
+
+    /// `DELETE /v1/sandboxes/{id}/preview`: turns preview URLs off.
+    pub async fn disable_preview(&self, id: Uuid) -> Result<SandboxPreview, ClientError> {
+        let path = ["v1", "sandboxes", &id.to_string(), "preview"];
+        Self::data(self.send(self.request(Method::DELETE, &path)).await?).await
     }
 
     /// `PUT /v1/sandboxes/{id}/network`: a running sandbox's new egress policy.

@@ -181,3 +181,82 @@ async fn cli_top_once_lists_the_busy_sandbox_first() {
     assert!(piped.status.success());
     assert!(String::from_utf8_lossy(&piped.stdout).contains("top-idle"));
 }
+
+#[tokio::test]
+#[ignore = "needs root, runsc and the image; run ./scripts/test"]
+async fn cli_preview_and_port_print_a_url_that_reaches_the_guest_server() {
+    let d = Daemon::start(&["--e2b-domain", "sbx.test"]).await;
+    let out = sbx(&d, &["create", "--name", "web", "--preview", "token"]);
+    assert!(out.status.success());
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let out = sbx(
+        &d,
+        &[
+            "start",
+            "web",
+            "--",
+            "python3",
+            "-m",
+            "http.server",
+            "8000",
+            "-d",
+            "/etc",
+        ],
+    );
+    assert!(out.status.success());
+
+    // `sbx port`: the URL on stdout, the token header on stderr.
+    let out = sbx(&d, &["port", "web", "8000"]);
+    assert!(out.status.success());
+    let url = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert_eq!(url, format!("http://8000-{id}.sbx.test/"));
+    let stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
+    let token = stderr
+        .strip_prefix("e2b-traffic-access-token: ")
+        .unwrap_or_else(|| panic!("the token header on stderr: {stderr}"))
+        .to_string();
+    assert_eq!(token.len(), 64);
+
+    // That URL (its host, to this sbxd) with the token reaches the server.
+    let host = format!("8000-{id}.sbx.test");
+    let fetch = |token: Option<String>| {
+        let mut req = d.http.get(d.url("/hostname")).header("host", &host);
+        if let Some(t) = token {
+            req = req.header("e2b-traffic-access-token", t);
+        }
+        req.send()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let status = fetch(Some(token.clone())).await.unwrap().status().as_u16();
+        if status == 200 {
+            break;
+        }
+        assert_eq!(
+            status, 502,
+            "only 'nothing listens yet' while the server starts"
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server never answered"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert_eq!(fetch(None).await.unwrap().status().as_u16(), 401);
+
+    // `sbx preview --public`, then `--off`: `sbx port` then says how to turn them on.
+    let out = sbx(&d, &["preview", "web", "--public"]);
+    let shown: serde_json::Value = serde_json::from_slice(&out.stdout).expect("preview JSON");
+    assert_eq!(
+        (shown["enabled"].clone(), shown["public"].clone()),
+        (true.into(), true.into())
+    );
+    assert_eq!(fetch(None).await.unwrap().status().as_u16(), 200);
+    let out = sbx(&d, &["preview", "web", "--off"]);
+    assert!(out.status.success());
+    assert_eq!(fetch(None).await.unwrap().status().as_u16(), 404);
+    let out = sbx(&d, &["port", "web", "8000"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("sbx preview"));
+    assert!(sbx(&d, &["destroy", "web"]).status.success());
+}

@@ -358,3 +358,166 @@ async fn e2b_sdks_get_host_over_https_with_websockets_and_tokens() {
     d.assert_no_containers(Duration::from_secs(60), "the script kills what it made")
         .await;
 }
+
+/// A `/v1` call with a tenant's key: (status, the whole answer).
+async fn v1(d: &Daemon, key: &str, method: &str, path: &str, body: Option<&str>) -> (u16, Value) {
+    let bearer = format!("Bearer {}", hashed_signing_key(key));
+    d.call_with(
+        method,
+        path,
+        body.map(|b| b.as_bytes().to_vec()),
+        &[("authorization", &bearer)],
+    )
+    .await
+}
+
+#[tokio::test]
+#[ignore = "needs root, runsc and the image; run ./scripts/test"]
+async fn v1_sandboxes_have_preview_urls_once_their_owner_turns_them_on() {
+    let d = Daemon::start(&["--signing-key", LEGACY_KEY, "--e2b-domain", "sbx.test"]).await;
+    let acme = d.create_key("acme", None);
+    let other = d.create_key("other", None);
+
+    // Made through /v1 without preview: off, and its preview URL is 404.
+    let (status, made) = v1(
+        &d,
+        &acme,
+        "POST",
+        "/v1/sandboxes",
+        Some(r#"{"name": "plain", "vcpu": 1, "memoryMb": 1024}"#),
+    )
+    .await;
+    assert!(status == 201 || status == 202, "{made}");
+    let id = made["data"]["id"].as_str().unwrap().to_string();
+    let preview = format!("/v1/sandboxes/{id}/preview");
+    let (status, off) = v1(&d, &acme, "GET", &preview, None).await;
+    assert_eq!(status, 200, "{off}");
+    assert_eq!(off["data"]["enabled"], false, "{off}");
+    assert_eq!(off["data"]["domain"], "sbx.test", "{off}");
+    start(
+        &d,
+        &acme,
+        &id,
+        &["python3", "-m", "http.server", "8000", "-d", "/etc"],
+    )
+    .await;
+    let (status, body) = get(&d, 8000, &id, "/hostname", None).await;
+    assert_eq!(status, 404, "{}", String::from_utf8_lossy(&body));
+
+    // On, behind a token: the answer has it and the host of a port.
+    let (status, on) = v1(&d, &acme, "PUT", &preview, Some(r#"{"public": false}"#)).await;
+    assert_eq!(status, 200, "{on}");
+    let token = on["data"]["token"].as_str().unwrap().to_string();
+    assert_eq!(token.len(), 64, "{on}");
+    assert_eq!(on["data"]["tokenHeader"], "e2b-traffic-access-token");
+    let (_, shown) = v1(&d, &acme, "GET", &format!("{preview}?port=8000"), None).await;
+    assert_eq!(
+        shown["data"]["host"],
+        format!("8000-{id}.sbx.test"),
+        "{shown}"
+    );
+    assert_eq!(
+        shown["data"]["token"],
+        token.as_str(),
+        "asked again: the same token"
+    );
+    wait_listening(&d, 8000, &id, Some(&token)).await;
+    assert_eq!(get(&d, 8000, &id, "/hostname", Some(&token)).await.0, 200);
+    assert_eq!(get(&d, 8000, &id, "/hostname", None).await.0, 401);
+    assert_eq!(
+        get(&d, 8000, &id, "/hostname", Some(&"0".repeat(64)))
+            .await
+            .0,
+        403
+    );
+    // Asked again with the same setting: the token stays.
+    let (_, again) = v1(&d, &acme, "PUT", &preview, Some(r#"{"public": false}"#)).await;
+    assert_eq!(again["data"]["token"], token.as_str());
+
+    // Public: no token needed (and none shown).
+    let (status, public) = v1(&d, &acme, "PUT", &preview, Some(r#"{"public": true}"#)).await;
+    assert_eq!(status, 200, "{public}");
+    assert!(public["data"]["token"].is_null(), "{public}");
+    assert_eq!(get(&d, 8000, &id, "/hostname", None).await.0, 200);
+
+    // Another tenant cannot see, set or clear it.
+    for (method, body) in [("GET", None), ("PUT", Some("{}")), ("DELETE", None)] {
+        let (status, e) = v1(&d, &other, method, &preview, body).await;
+        assert_eq!(status, 404, "{method}: {e}");
+        assert_eq!(e["errors"][0]["code"], "sandbox_not_found", "{e}");
+    }
+    // Bad input is refused with a clear code and changes nothing.
+    for (method, path, body) in [
+        ("PUT", preview.clone(), Some(r#"{"public": "yes"}"#)),
+        (
+            "PUT",
+            preview.clone(),
+            Some(r#"{"public": true, "port": 1}"#),
+        ),
+        ("PUT", preview.clone(), Some("not json")),
+        ("GET", format!("{preview}?port=0"), None),
+        ("GET", format!("{preview}?port=65536"), None),
+        ("GET", format!("{preview}?port=x"), None),
+        ("GET", format!("{preview}?other=1"), None),
+    ] {
+        let (status, e) = v1(&d, &acme, method, &path, body).await;
+        assert_eq!(status, 400, "{method} {path} {body:?}: {e}");
+    }
+    assert_eq!(get(&d, 8000, &id, "/hostname", None).await.0, 200);
+
+    // Off again: 404.
+    let (status, gone) = v1(&d, &acme, "DELETE", &preview, None).await;
+    assert_eq!(
+        (status, &gone["data"]["enabled"]),
+        (200, &json!(false)),
+        "{gone}"
+    );
+    assert_eq!(get(&d, 8000, &id, "/hostname", None).await.0, 404);
+
+    // On from the create: the first request needs nothing more.
+    let body =
+        r#"{"name": "born-public", "vcpu": 1, "memoryMb": 1024, "preview": {"public": true}}"#;
+    let (status, made) = v1(&d, &acme, "POST", "/v1/sandboxes", Some(body)).await;
+    assert!(status == 201 || status == 202, "{made}");
+    let born = made["data"]["id"].as_str().unwrap().to_string();
+    start(
+        &d,
+        &acme,
+        &born,
+        &["python3", "-m", "http.server", "8000", "-d", "/etc"],
+    )
+    .await;
+    wait_listening(&d, 8000, &born, None).await;
+    assert_eq!(get(&d, 8000, &born, "/hostname", None).await.0, 200);
+
+    // An E2B sandbox's preview URLs are E2B's: /v1 may restrict them, not remove them.
+    let (e2b_id, _) = create(&d, &acme, json!({"templateID": "base"})).await;
+    let e2b_preview = format!("/v1/sandboxes/{e2b_id}/preview");
+    let (status, shown) = v1(&d, &acme, "GET", &e2b_preview, None).await;
+    assert_eq!(
+        (status, &shown["data"]["public"]),
+        (200, &json!(true)),
+        "{shown}"
+    );
+    let (status, e) = v1(&d, &acme, "DELETE", &e2b_preview, None).await;
+    assert_eq!(status, 409, "{e}");
+    let (_, locked) = v1(&d, &acme, "PUT", &e2b_preview, Some(r#"{"public": false}"#)).await;
+    let e2b_token = locked["data"]["token"].as_str().unwrap().to_string();
+    // The E2B SDK's connect hands out the same token.
+    let (_, info, _) = e2b_common::e2b(
+        &d,
+        Some(&acme),
+        "POST",
+        &format!("/v2/sandboxes/{e2b_id}/connect"),
+        Some(json!({"timeout": 300})),
+    )
+    .await;
+    assert_eq!(info["trafficAccessToken"], e2b_token.as_str(), "{info}");
+
+    for s in [&id, &born, &e2b_id] {
+        let (status, _) = v1(&d, &acme, "DELETE", &format!("/v2/sandboxes/{s}"), None).await;
+        assert!(status == 202 || status == 204, "{status}");
+    }
+    d.assert_no_containers(Duration::from_secs(60), "all destroyed")
+        .await;
+}

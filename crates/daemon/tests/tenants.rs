@@ -242,6 +242,9 @@ fn case(method: &str, template: &str, a: &Fixture) -> (String, Option<Vec<u8>>, 
         ("PUT", "/v1/sandboxes/{id}/network") => {
             (path, json(json!({"mode": "public"})), sandbox_nf)
         }
+        ("PUT", "/v1/sandboxes/{id}/preview") => {
+            (path, json(json!({"public": true})), sandbox_nf)
+        }
         ("POST", "/v1/sandboxes/{id}/fs/rename") => (
             path,
             json(json!({"from": "/tmp/a.txt", "to": "/tmp/b.txt"})),
@@ -257,7 +260,9 @@ fn case(method: &str, template: &str, a: &Fixture) -> (String, Option<Vec<u8>>, 
         | ("POST", "/v2/sandboxes/{id}/pause")
         | ("POST", "/v2/sandboxes/{id}/resume")
         | ("GET", "/v1/sandboxes/{id}")
-        | ("GET", "/v1/sandboxes/{id}/metrics") => (path, None, sandbox_nf),
+        | ("GET", "/v1/sandboxes/{id}/metrics")
+        | ("GET", "/v1/sandboxes/{id}/preview")
+        | ("DELETE", "/v1/sandboxes/{id}/preview") => (path, None, sandbox_nf),
         // Connect: B's namespace is its own; A's package, build, connection and run do not exist.
         ("GET", "/v1/connect/packages") => (path, None, Lacks(a.package.clone())),
         ("POST", "/v1/connect/packages") => (

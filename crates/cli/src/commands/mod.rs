@@ -47,6 +47,26 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
             let id = resolve::sandbox(c, &sandbox).await?;
             print_json(&c.update_network(id, &policy).await?.network)
         }
+        Command::Preview {
+            sandbox,
+            public,
+            token,
+            off,
+        } => {
+            let id = resolve::sandbox(c, &sandbox).await?;
+            let preview = if off {
+                c.disable_preview(id).await?
+            } else if public || token {
+                c.enable_preview(id, public).await?
+            } else {
+                c.preview(id, None).await?
+            };
+            print_json(&preview)
+        }
+        Command::Port { sandbox, port } => {
+            let id = resolve::sandbox(c, &sandbox).await?;
+            sandboxes::port(c, id, port).await
+        }
         Command::Destroy { sandbox } => {
             let id = resolve::sandbox(c, &sandbox).await?;
             let status = match c.destroy_sandbox(id).await? {

@@ -18,9 +18,12 @@ pub(super) async fn create(c: &Client, args: CreateArgs) -> anyhow::Result<u8> {
         secrets: (!args.secrets.is_empty()).then_some(args.secrets),
         snapshot_id: None,
     };
-    let Some(network) = network else {
+    let preview = args.preview.map(|p| sbx_client::api::PreviewRequest {
+        public: p == "public",
+    });
+    if network.is_none() && preview.is_none() {
         return create_and_report(c, &req, args.no_wait, args.timeout).await;
-    };
+    }
     let req = CreateSandboxV1Request {
         name: req.name,
         vcpu: req.vcpu,
@@ -28,11 +31,29 @@ pub(super) async fn create(c: &Client, args: CreateArgs) -> anyhow::Result<u8> {
         environment: req.environment,
         secrets: req.secrets,
         snapshot_id: None,
-        network: Some(network),
+        network,
         node_selector: None,
+        preview,
     };
     let sb = c.create_sandbox_v1(&req).await?;
     report_created(c, sb, args.no_wait, args.timeout).await
+}
+
+/// `sbx port`: the preview URL of `port` (same scheme as the API URL: sbxd
+/// serves both), and the token header on stderr when one is needed.
+pub(super) async fn port(c: &Client, id: uuid::Uuid, port: u16) -> anyhow::Result<u8> {
+    let preview = c.preview(id, Some(port)).await?;
+    if !preview.enabled {
+        bail!("the preview URLs of {id} are off; turn them on with `sbx preview {id} --public` or `--token`");
+    }
+    let Some(host) = preview.host else {
+        bail!("sbxd serves no preview domain; start it with --e2b-domain DOMAIN (see docs/e2b.md)");
+    };
+    println!("{}://{host}/", c.base_url().scheme());
+    if let Some(token) = preview.token {
+        eprintln!("{}: {token}", preview.token_header);
+    }
+    Ok(0)
 }
 
 /// Creates, waits for RUNNING unless told not to, prints the id (status on stderr).

@@ -18,6 +18,7 @@ mod nodes;
 mod pool;
 mod preview;
 mod processes;
+mod sandbox_preview;
 mod sandboxes;
 mod snapshots;
 
@@ -144,6 +145,12 @@ pub fn router(
             axum::routing::put(sandboxes::update_network),
         )
         .route("/v1/sandboxes/{id}/metrics", get(sandboxes::metrics))
+        .route(
+            "/v1/sandboxes/{id}/preview",
+            get(sandbox_preview::get)
+                .put(sandbox_preview::put)
+                .delete(sandbox_preview::delete),
+        )
         .route("/v1/sandboxes/{id}/fs/stat", get(files::stat))
         .route("/v1/sandboxes/{id}/fs/list", get(files::list))
         .route("/v1/sandboxes/{id}/fs/mkdir", post(files::mkdir))

@@ -46,8 +46,8 @@ pub async fn create_v1(
     if let Some(selector) = &req.node_selector {
         svc.check_node_selector(selector)?;
     }
-    let (req, network) = req.split();
-    let (record, fresh) = match svc.create_with_network(&ws.0, req, network).await? {
+    let (req, network, preview) = req.split();
+    let (record, fresh) = match svc.create_v1(&ws.0, req, network, preview).await? {
         CreateOutcome::Created(r) => (r, true),
         CreateOutcome::Existing(r) => (r, false),
     };

@@ -19,6 +19,25 @@ impl Service {
         self.create_with_network(workspace, req, None).await
     }
 
+    /// `POST /v1/sandboxes`: [`Service::create_with_network`], then preview
+    /// URLs turned on when asked (also for an existing sandbox of the name).
+    pub async fn create_v1(
+        self: &Arc<Self>,
+        workspace: &str,
+        req: CreateSandboxRequest,
+        network: Option<NetworkPolicy>,
+        preview: Option<sbx_api_types::PreviewRequest>,
+    ) -> Result<CreateOutcome> {
+        let outcome = self.create_with_network(workspace, req, network).await?;
+        if let Some(preview) = preview {
+            let id = match &outcome {
+                CreateOutcome::Created(r) | CreateOutcome::Existing(r) => r.id,
+            };
+            self.enable_preview(workspace, id, preview.public).await?;
+        }
+        Ok(outcome)
+    }
+
     /// `POST /v1/sandboxes`: like `create`, with an egress policy (`None`: the
     /// server's default). A clone always keeps its source's policy.
     pub async fn create_with_network(

@@ -5,9 +5,9 @@
 //! port inside the sandbox through a `port_open` stream over the agent
 //! channel (the sandbox stays on `--network=none`). Preview URLs carry no API
 //! key, so the sandbox's own settings are the gate:
-//! * only sandboxes with an E2B record have preview URLs (sandboxes made
-//!   through `/v1` or `/v2` and never seen by E2B, and Connect job sandboxes,
-//!   are "not found");
+//! * only sandboxes whose preview URLs are on have any (E2B sandboxes
+//!   always; `/v1` sandboxes when their owner turned them on, see
+//!   `preview_access`; Connect job sandboxes never): others are "not found";
 //! * a sandbox created with `network.allowPublicTraffic: false` (and one
 //!   first connected through E2B after being made elsewhere) needs its
 //!   `trafficAccessToken` in `e2b-traffic-access-token` (missing: 401,
@@ -19,6 +19,7 @@
 //! node ([`Route::Node`]), which checks again (one hop, like every forward).
 
 use super::e2b::E2b;
+use super::preview_access::Access;
 use super::ServiceError;
 use sbx_agent_proto::client::{AgentCallError, PortStream};
 use sbx_agent_proto::AgentErrorCode;
@@ -84,15 +85,18 @@ impl Preview {
     ) -> Result<Route, PreviewError> {
         let gone = || PreviewError::NotFound(sandbox.to_string());
         let id = Uuid::parse_str(sandbox).map_err(|_| gone())?;
-        let record = self
-            .e2b
-            .envd_record(id)
+        let svc = self.e2b.service();
+        let (workspace, access) = svc
+            .preview_access_of(id)
             .await
             .map_err(|e| PreviewError::Unavailable(port, e.to_string()))?
             .ok_or_else(gone)?;
-        check_token(record.traffic_access_token.as_deref(), token)?;
-        let svc = self.e2b.service();
-        let status = match svc.get(&record.workspace, id).await {
+        match access {
+            Access::Off => return Err(gone()),
+            Access::Public => {}
+            Access::Token(expected) => check_token(Some(&expected), token)?,
+        }
+        let status = match svc.get(&workspace, id).await {
             Ok(s) => s.status,
             Err(ServiceError::SandboxNotFound) => return Err(gone()),
             Err(e) => return Err(PreviewError::Unavailable(port, e.to_string())),
@@ -102,7 +106,7 @@ impl Preview {
         }
         if may_forward {
             let owner = svc
-                .remote_owner(&record.workspace, id)
+                .remote_owner(&workspace, id)
                 .await
                 .map_err(|e| PreviewError::Unavailable(port, e.to_string()))?;
             if let Some(url) = owner {
@@ -110,7 +114,7 @@ impl Preview {
             }
         }
         let conn = svc
-            .agent(&record.workspace, id)
+            .agent(&workspace, id)
             .await
             .map_err(|e| PreviewError::Unavailable(port, e.to_string()))?;
         match conn.open_port(port).await {
