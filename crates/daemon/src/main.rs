@@ -168,6 +168,8 @@ struct Args {
     connect: ConnectArgs,
     #[command(flatten)]
     secret_keys: sbx_daemon::secret_keys::SecretKeyArgs,
+    #[command(flatten)]
+    telemetry: sbx_daemon::telemetry::TelemetryArgs,
 }
 
 /// Settings of the HTTP server and the browser guard.
@@ -413,12 +415,32 @@ fn keys_main(args: KeysArgs) -> anyhow::Result<()> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SBX_LOG")
-                .unwrap_or_else(|_| "info".into()),
-        )
-        .init();
+    let command = std::env::args().nth(1);
+    if !command
+        .as_deref()
+        .is_some_and(|c| ADMIN_COMMANDS.contains(&c))
+    {
+        let args = Args::parse();
+        let telemetry = sbx_daemon::telemetry::init(
+            args.telemetry.log_format,
+            args.telemetry.otlp_endpoint.as_deref(),
+        )?;
+        let result = daemon_main(args).await;
+        // The spans of the last requests (and of a failed start) go out before exit.
+        telemetry.shutdown().await;
+        return result;
+    }
+    sbx_daemon::telemetry::init(sbx_daemon::telemetry::LogFormat::Text, None)?;
+    if std::env::args().nth(1).as_deref() == Some("backup") {
+        let args = sbx_daemon::backup::BackupArgs::parse_from(std::env::args().skip(1));
+        return backup_main(args);
+    }
+    if std::env::args().nth(1).as_deref() == Some("restore") {
+        let args = sbx_daemon::backup::RestoreArgs::parse_from(std::env::args().skip(1));
+        let report = sbx_daemon::backup::restore(&args)?;
+        println!("{report}");
+        return Ok(());
+    }
     if std::env::args().nth(1).as_deref() == Some("keys") {
         let args = KeysArgs::parse_from(std::env::args().skip(1));
         return keys_main(args);
@@ -440,7 +462,27 @@ async fn main() -> anyhow::Result<()> {
             connect.as_ref(),
         )?);
     }
-    let args = Args::parse();
+    unreachable!("every admin command returned above")
+}
+
+/// The first arguments that run an admin command instead of the daemon.
+const ADMIN_COMMANDS: &[&str] = &[
+    "keys",
+    "migrate-store",
+    "rotate-secret-key",
+    "backup",
+    "restore",
+];
+
+/// `sbxd backup DIR`: the store of the data dir (or of `--database-url`) and its key file.
+fn backup_main(args: sbx_daemon::backup::BackupArgs) -> anyhow::Result<()> {
+    let report = sbx_daemon::backup::backup(&args)?;
+    println!("{report}");
+    Ok(())
+}
+
+/// The daemon: serves until SIGINT or SIGTERM.
+async fn daemon_main(args: Args) -> anyhow::Result<()> {
     // Checked first: a node that cannot take part in its cluster must not start at all.
     let node = node_config(&args)?;
     let tls = match (&args.tls_cert, &args.tls_key) {
