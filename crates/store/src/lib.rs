@@ -23,7 +23,7 @@ pub use postgres::{
     redact_url, Pool as PostgresPool, PostgresStore, Session as PostgresSession, TestDatabase,
 };
 pub use records::*;
-pub use sqlite::SqliteStore;
+pub use sqlite::{backup_sqlite, SqliteStore};
 
 use uuid::Uuid;
 
