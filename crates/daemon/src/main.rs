@@ -584,6 +584,13 @@ async fn daemon_main(args: Args) -> anyhow::Result<()> {
     // Held until sbxd exits: one sbxd per data dir, and no migrate-store under it.
     let _data_dir_lock = sbx_daemon::data_dir::DataDirLock::acquire(&config.data_dir)?;
     let store = open_store(&config.database_path(), args.database_url.as_deref())?;
+    let stored_keys = store.list_api_keys().context("reading the signing keys")?;
+    config.check_keys(
+        stored_keys
+            .iter()
+            .filter(|k| k.revoked_at.is_none())
+            .count(),
+    )?;
     let runtime: Arc<GvisorRuntime> = Arc::new(
         GvisorRuntime::new(GvisorConfig {
             runsc_binary: config.runsc_binary.clone(),
