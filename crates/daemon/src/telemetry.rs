@@ -105,7 +105,10 @@ impl Telemetry {
 pub fn init(format: LogFormat, otlp_endpoint: Option<&str>) -> Result<Telemetry, TelemetryError> {
     let log_filter = env_filter("SBX_LOG", "info")?;
     // Logs go to stderr: stdout carries what sbxd's commands print (a new key).
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    // Colours only on a terminal: journald and log files get plain text.
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     let logs = match format {
         LogFormat::Text => fmt.boxed(),
         LogFormat::Json => fmt
