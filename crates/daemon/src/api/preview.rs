@@ -27,7 +27,17 @@ use std::sync::Arc;
 pub fn router(preview: Arc<Preview>, port: u16, id: String) -> Router {
     Router::new().fallback(move |req: Request| {
         let (preview, id) = (preview.clone(), id.clone());
-        async move { proxy(&preview, port, &id, req).await }
+        // Its own request span like API requests (no X-Request-Id on the guest's answer).
+        let request_id = uuid::Uuid::new_v4().to_string();
+        let span = super::forward::request_span(&request_id, &req);
+        async move {
+            use tracing::Instrument;
+            let resp = proxy(&preview, port, &id, req)
+                .instrument(span.clone())
+                .await;
+            span.record("status", i64::from(resp.status().as_u16()));
+            resp
+        }
     })
 }
 
