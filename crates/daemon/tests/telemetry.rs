@@ -1,6 +1,7 @@
 //! Logs and traces of a real sbxd: `--log-format json` writes one JSON object per
-//! stderr line, and `--otlp-endpoint` exports the spans of a request and of the
-//! sandbox boot it caused to an OTLP/HTTP collector, flushed at SIGTERM.
+//! stderr line, and `--otlp-endpoint` exports the spans of requests and of the
+//! sandbox boot, checkpoint, restore and teardown they caused to an OTLP/HTTP
+//! collector, flushed at SIGTERM.
 //!
 //! The collector is a stand-in inside the test: an HTTP server on 127.0.0.1 that
 //! accepts `POST /v1/traces` and decodes the protobuf body with the
@@ -268,6 +269,7 @@ async fn spans_of_a_request_and_its_boot_reach_an_otlp_collector() {
     )
     .await;
     let (id, request_id) = create_sandbox(port).await;
+    let snapshot_request_id = snapshot(port, &id).await;
     destroy(port, &id).await;
     let (_, stderr) = terminate(child);
 
@@ -317,4 +319,67 @@ async fn spans_of_a_request_and_its_boot_reach_an_otlp_collector() {
         teardown.trace_id, request.trace_id,
         "the destroy is another request"
     );
+    // The snapshot: a checkpoint of the sandbox, then (verify) a restore of a probe,
+    // both in the trace of the request that asked for the snapshot.
+    let snap_request = spans
+        .iter()
+        .find(|s| {
+            s.name == "request"
+                && attr_str(&s.attributes, "request_id") == Some(&snapshot_request_id)
+        })
+        .unwrap_or_else(|| panic!("no request span for the snapshot: {names:?}"));
+    let checkpoint = spans
+        .iter()
+        .find(|s| {
+            s.name == "sandbox.checkpoint" && attr_str(&s.attributes, "sandbox_id") == Some(&id)
+        })
+        .unwrap_or_else(|| panic!("no sandbox.checkpoint span for {id}: {names:?}"));
+    assert_eq!(checkpoint.trace_id, snap_request.trace_id);
+    let restore = spans
+        .iter()
+        .find(|s| s.name == "sandbox.restore")
+        .unwrap_or_else(|| panic!("no sandbox.restore span (the verify probe): {names:?}"));
+    assert_eq!(restore.trace_id, snap_request.trace_id);
+}
+
+/// Snapshots the sandbox (waits for READY); returns the X-Request-Id of the request.
+async fn snapshot(port: u16, id: &str) -> String {
+    let http = reqwest::Client::new();
+    let resp = http
+        .post(format!(
+            "http://127.0.0.1:{port}/v2/sandboxes/{id}/snapshots"
+        ))
+        .header("content-type", "application/json")
+        .body(json!({"name": "traced"}).to_string())
+        .send()
+        .await
+        .expect("snapshot");
+    let request_id = resp
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .expect("x-request-id")
+        .to_string();
+    let body: Value = resp.json().await.expect("snapshot body");
+    let snap = body["data"]["id"]
+        .as_str()
+        .expect("snapshot id")
+        .to_string();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let got: Value = http
+            .get(format!("http://127.0.0.1:{port}/v2/snapshots/{snap}"))
+            .send()
+            .await
+            .expect("get snapshot")
+            .json()
+            .await
+            .expect("json");
+        if got["data"]["status"] == "READY" {
+            return request_id;
+        }
+        assert_ne!(got["data"]["status"], "FAILED", "{got}");
+        assert!(Instant::now() < deadline, "snapshot not READY: {got}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
