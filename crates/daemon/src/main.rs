@@ -433,12 +433,12 @@ async fn main() -> anyhow::Result<()> {
     sbx_daemon::telemetry::init(sbx_daemon::telemetry::LogFormat::Text, None)?;
     if std::env::args().nth(1).as_deref() == Some("backup") {
         let args = sbx_daemon::backup::BackupArgs::parse_from(std::env::args().skip(1));
-        return backup_main(args);
+        println!("{}", sbx_daemon::backup::backup(&args)?);
+        return Ok(());
     }
     if std::env::args().nth(1).as_deref() == Some("restore") {
         let args = sbx_daemon::backup::RestoreArgs::parse_from(std::env::args().skip(1));
-        let report = sbx_daemon::backup::restore(&args)?;
-        println!("{report}");
+        println!("{}", sbx_daemon::backup::restore(&args)?);
         return Ok(());
     }
     if std::env::args().nth(1).as_deref() == Some("keys") {
@@ -462,7 +462,7 @@ async fn main() -> anyhow::Result<()> {
             connect.as_ref(),
         )?);
     }
-    unreachable!("every admin command returned above")
+    anyhow::bail!("unknown command {command:?}")
 }
 
 /// The first arguments that run an admin command instead of the daemon.
@@ -473,13 +473,6 @@ const ADMIN_COMMANDS: &[&str] = &[
     "backup",
     "restore",
 ];
-
-/// `sbxd backup DIR`: the store of the data dir (or of `--database-url`) and its key file.
-fn backup_main(args: sbx_daemon::backup::BackupArgs) -> anyhow::Result<()> {
-    let report = sbx_daemon::backup::backup(&args)?;
-    println!("{report}");
-    Ok(())
-}
 
 /// The daemon: serves until SIGINT or SIGTERM.
 async fn daemon_main(args: Args) -> anyhow::Result<()> {
