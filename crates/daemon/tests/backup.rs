@@ -1,6 +1,7 @@
 //! `sbxd backup` and `sbxd restore` on a real node: a backup taken while sbxd runs
 //! restores into a fresh data dir, and an sbxd started there has the keys, the
-//! secret (opened with the restored key) and the snapshot record; bad inputs are
+//! secret (opened with the restored key), the snapshot record and a built Connect
+//! package with its files; bad inputs are
 //! refused with clear errors and nothing is overwritten.
 //!
 //! Needs root, runsc, the image and the agent (`./scripts/test`).
@@ -49,12 +50,35 @@ fn path(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
 }
 
-async fn call(d: &Daemon, key: &str, method: &str, url: &str, body: Option<Value>) -> (u16, Value) {
-    // What the SDK sends: the hashed form of the signing key.
-    let auth = format!(
+/// What the SDK sends: the hashed form of the signing key.
+fn bearer(key: &str) -> String {
+    format!(
         "Bearer {}",
         sbx_api_types::signing_key::hashed_signing_key(key)
-    );
+    )
+}
+
+/// `examples/NAME` as a gzipped tarball under `package/`, as `npm pack` lays it out.
+fn package_tarball(name: &str) -> Vec<u8> {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("p.tgz");
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let status = Command::new("tar")
+        .arg("-czf")
+        .arg(&out)
+        .arg("-C")
+        .arg(&examples)
+        .arg("--transform")
+        .arg(format!("s,^{name},package,"))
+        .arg(name)
+        .status()
+        .expect("tar");
+    assert!(status.success());
+    std::fs::read(out).unwrap()
+}
+
+async fn call(d: &Daemon, key: &str, method: &str, url: &str, body: Option<Value>) -> (u16, Value) {
+    let auth = bearer(key);
     d.call_with(
         method,
         url,
@@ -156,6 +180,47 @@ async fn a_backup_taken_online_restores_into_a_fresh_data_dir_with_its_data() {
         assert_ne!(got["data"]["status"], "FAILED", "{got}");
         assert!(Instant::now() < deadline, "snapshot not READY: {got}");
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A Connect package, uploaded and built: its rows, tarball and built artifact.
+    let (status, body) = d
+        .call_with(
+            "POST",
+            "/v1/connect/packages",
+            Some(package_tarball("connector-items")),
+            &[
+                ("content-type", "application/gzip"),
+                ("authorization", bearer(&key).as_str()),
+            ],
+        )
+        .await;
+    assert_eq!(status, 201, "upload: {body}");
+    let (status, body) = call(
+        &d,
+        &key,
+        "POST",
+        "/v1/connect/packages/connector-items/versions/1.0.0/builds",
+        None,
+    )
+    .await;
+    assert_eq!(status, 202, "build: {body}");
+    let build_id = body["data"]["id"].as_str().expect("build id").to_string();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let (_, b) = call(
+            &d,
+            &key,
+            "GET",
+            &format!("/v1/connect/builds/{build_id}"),
+            None,
+        )
+        .await;
+        match b["data"]["status"].as_str() {
+            Some("succeeded") => break,
+            Some("failed") => panic!("build failed: {b}"),
+            _ => {}
+        }
+        assert!(Instant::now() < deadline, "build not finished: {b}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
     // Running sandboxes are not in a backup: this one is gone before it.
     let (status, _) = call(
@@ -270,6 +335,26 @@ async fn a_backup_taken_online_restores_into_a_fresh_data_dir_with_its_data() {
     .await;
     assert_eq!(status, 200, "{ran}");
     assert_eq!(common::b64(&ran["data"]["stdout"]), "kept-by-the-key");
+    // Connect: the package version and its build, with the files they name.
+    let (status, got) = call(
+        &r,
+        &key,
+        "GET",
+        &format!("/v1/connect/builds/{build_id}"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{got}");
+    assert_eq!(got["data"]["status"], "succeeded", "{got}");
+    let restored = r.data_dir().join("connect");
+    assert!(
+        std::fs::read_dir(restored.join("tarballs")).map_or(0, |e| e.count()) > 0,
+        "the package tarball is restored"
+    );
+    assert!(
+        restored.join("artifacts").join(&build_id).is_dir(),
+        "the built artifact is restored"
+    );
     // A key of another workspace does not exist there either: the key table is the backup's.
     let (status, _) = call(&r, "signkey-sbx-unknown", "GET", "/v2/snapshots", None).await;
     assert_eq!(status, 401);
