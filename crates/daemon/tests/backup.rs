@@ -277,6 +277,19 @@ async fn a_backup_taken_online_restores_into_a_fresh_data_dir_with_its_data() {
         std::fs::read(target.path().join("keep.txt")).unwrap(),
         b"mine"
     );
+    // --force: the store and key are put in; other files stay.
+    std::fs::write(target.path().join("sbx.sqlite-wal"), b"stale journal").unwrap();
+    let (ok, _, err) = restore(&dir, target.path(), &["--force"]);
+    assert!(ok, "restore --force: {err}");
+    assert_eq!(
+        std::fs::read(target.path().join("sbx.sqlite")).unwrap(),
+        std::fs::read(dir.join("sbx.sqlite")).unwrap()
+    );
+    assert!(
+        !target.path().join("sbx.sqlite-wal").exists(),
+        "a journal of the replaced store would be replayed onto the restored one"
+    );
+    assert!(target.path().join("keep.txt").exists());
     let (ok, _, err) = restore(&dir, d.data_dir(), &["--force"]);
     assert!(
         !ok && err.contains("another sbxd is using"),
