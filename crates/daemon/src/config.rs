@@ -402,8 +402,8 @@ pub enum ConfigError {
     /// Dev mode may only listen on loopback.
     #[error("dev mode refuses to listen on non-loopback address {0}; use 127.0.0.1 or configure signing keys")]
     DevNotLoopback(SocketAddr),
-    /// Without dev mode at least one key is needed.
-    #[error("no signing keys configured; pass --signing-key (or SBX_SIGNING_KEYS) or use --dev on loopback")]
+    /// Without dev mode at least one key is needed: by flag, or stored.
+    #[error("no signing keys: create one with `sbxd keys create --workspace NAME` (stored in the data dir's database), pass --signing-key (or SBX_SIGNING_KEYS), or use --dev on loopback")]
     NoKeys,
     /// A sandbox disk too small to format.
     #[error("--sandbox-disk-mb {0} is too small: use 0 (no limit) or at least {min}", min = crate::runtime::disk::MIN_DISK_MB)]
@@ -446,9 +446,6 @@ impl Config {
         if self.dev && !self.listen.ip().is_loopback() {
             return Err(ConfigError::DevNotLoopback(self.listen));
         }
-        if !self.dev && self.signing_keys.is_empty() {
-            return Err(ConfigError::NoKeys);
-        }
         // Marking private ranges public is how tests reach their own hosts;
         // on a production node it would open the local network to guests.
         if !self.dev && !self.network_test_public.is_empty() {
@@ -475,6 +472,16 @@ impl Config {
         }
         // Builds the client once (no traffic): a bad endpoint is refused at start.
         self.snapshot_store.check()?;
+        Ok(())
+    }
+
+    /// Checks that a production sbxd accepts some key: one given by flag, or
+    /// one of `stored_active_keys` made with `sbxd keys create` (checked once
+    /// the store is open).
+    pub fn check_keys(&self, stored_active_keys: usize) -> Result<(), ConfigError> {
+        if !self.dev && self.signing_keys.is_empty() && stored_active_keys == 0 {
+            return Err(ConfigError::NoKeys);
+        }
         Ok(())
     }
 
@@ -714,9 +721,12 @@ mod tests {
         c.listen = "0.0.0.0:8731".parse().unwrap();
         assert!(matches!(c.validate(), Err(ConfigError::DevNotLoopback(_))));
         c.dev = false;
-        assert!(matches!(c.validate(), Err(ConfigError::NoKeys)));
+        assert!(c.validate().is_ok());
+        assert!(matches!(c.check_keys(0), Err(ConfigError::NoKeys)));
+        assert!(c.check_keys(1).is_ok(), "a key made by `sbxd keys create`");
         c.signing_keys = vec!["signkey-prod-00".into()];
         assert!(c.validate().is_ok());
+        assert!(c.check_keys(0).is_ok());
         c.network_test_public = vec!["10.213.0.0/30".into()];
         assert!(matches!(
             c.validate(),

@@ -5,6 +5,7 @@
 //! `sbx-node` (re-exported here as `runtime`, `network` and `reaper`).
 
 pub mod api;
+pub mod backup;
 pub mod config;
 pub mod connect_jobs;
 pub mod console;
@@ -13,6 +14,7 @@ pub mod migrate_store;
 pub mod secret_keys;
 pub mod server;
 pub mod service;
+pub mod telemetry;
 pub mod tenants;
 pub mod tls;
 

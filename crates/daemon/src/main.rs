@@ -168,6 +168,8 @@ struct Args {
     connect: ConnectArgs,
     #[command(flatten)]
     secret_keys: sbx_daemon::secret_keys::SecretKeyArgs,
+    #[command(flatten)]
+    telemetry: sbx_daemon::telemetry::TelemetryArgs,
 }
 
 /// Settings of the HTTP server and the browser guard.
@@ -414,12 +416,32 @@ fn keys_main(args: KeysArgs) -> anyhow::Result<()> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SBX_LOG")
-                .unwrap_or_else(|_| "info".into()),
-        )
-        .init();
+    let command = std::env::args().nth(1);
+    if !command
+        .as_deref()
+        .is_some_and(|c| ADMIN_COMMANDS.contains(&c))
+    {
+        let args = Args::parse();
+        let telemetry = sbx_daemon::telemetry::init(
+            args.telemetry.log_format,
+            args.telemetry.otlp_endpoint.as_deref(),
+        )?;
+        let result = daemon_main(args).await;
+        // The spans of the last requests (and of a failed start) go out before exit.
+        telemetry.shutdown().await;
+        return result;
+    }
+    sbx_daemon::telemetry::init(sbx_daemon::telemetry::LogFormat::Text, None)?;
+    if std::env::args().nth(1).as_deref() == Some("backup") {
+        let args = sbx_daemon::backup::BackupArgs::parse_from(std::env::args().skip(1));
+        println!("{}", sbx_daemon::backup::backup(&args)?);
+        return Ok(());
+    }
+    if std::env::args().nth(1).as_deref() == Some("restore") {
+        let args = sbx_daemon::backup::RestoreArgs::parse_from(std::env::args().skip(1));
+        println!("{}", sbx_daemon::backup::restore(&args)?);
+        return Ok(());
+    }
     if std::env::args().nth(1).as_deref() == Some("keys") {
         let args = KeysArgs::parse_from(std::env::args().skip(1));
         return keys_main(args);
@@ -441,7 +463,20 @@ async fn main() -> anyhow::Result<()> {
             connect.as_ref(),
         )?);
     }
-    let args = Args::parse();
+    anyhow::bail!("unknown command {command:?}")
+}
+
+/// The first arguments that run an admin command instead of the daemon.
+const ADMIN_COMMANDS: &[&str] = &[
+    "keys",
+    "migrate-store",
+    "rotate-secret-key",
+    "backup",
+    "restore",
+];
+
+/// The daemon: serves until SIGINT or SIGTERM.
+async fn daemon_main(args: Args) -> anyhow::Result<()> {
     // Checked first: a node that cannot take part in its cluster must not start at all.
     let node = node_config(&args)?;
     let tls = match (&args.tls_cert, &args.tls_key) {
@@ -543,6 +578,13 @@ async fn main() -> anyhow::Result<()> {
     // Held until sbxd exits: one sbxd per data dir, and no migrate-store under it.
     let _data_dir_lock = sbx_daemon::data_dir::DataDirLock::acquire(&config.data_dir)?;
     let store = open_store(&config.database_path(), args.database_url.as_deref())?;
+    let stored_keys = store.list_api_keys().context("reading the signing keys")?;
+    config.check_keys(
+        stored_keys
+            .iter()
+            .filter(|k| k.revoked_at.is_none())
+            .count(),
+    )?;
     let runtime: Arc<GvisorRuntime> = Arc::new(
         GvisorRuntime::new(GvisorConfig {
             runsc_binary: config.runsc_binary.clone(),

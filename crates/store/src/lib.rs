@@ -25,7 +25,7 @@ pub use postgres::{
 };
 pub use previews::PreviewRecord;
 pub use records::*;
-pub use sqlite::SqliteStore;
+pub use sqlite::{backup_sqlite, SqliteStore};
 
 use uuid::Uuid;
 

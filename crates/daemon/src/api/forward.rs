@@ -278,13 +278,26 @@ pub async fn request_context(
     }
     let id = forwarded_request_id(&req).unwrap_or_else(|| Uuid::new_v4().to_string());
     req.extensions_mut().insert(RequestId(id.clone()));
-    let span =
-        tracing::info_span!("request", id = %id, method = %req.method(), path = %req.uri().path());
-    let mut resp = next.run(req).instrument(span).await;
+    let span = request_span(&id, &req);
+    let mut resp = next.run(req).instrument(span.clone()).await;
+    span.record("status", i64::from(resp.status().as_u16()));
     if let Ok(v) = HeaderValue::from_str(&id) {
         resp.headers_mut().insert("x-request-id", v);
     }
     resp
+}
+
+/// The span a request runs in (its logs, and its trace with `--otlp-endpoint`):
+/// the request id (also the `X-Request-Id` answer header), method, path, and
+/// the status once answered.
+pub fn request_span(request_id: &str, req: &Request) -> tracing::Span {
+    tracing::info_span!(
+        "request",
+        request_id = %request_id,
+        method = %req.method(),
+        path = %req.uri().path(),
+        status = tracing::field::Empty,
+    )
 }
 
 /// What a create body asks for, as far as placement cares.

@@ -337,8 +337,9 @@ async fn request_context(
         forward::forwarded_request_id(&req).unwrap_or_else(|| Uuid::new_v4().to_string());
     req.extensions_mut()
         .insert(forward::RequestId(request_id.clone()));
-    let span = tracing::info_span!("request", id = %request_id, method = %req.method(), path = %req.uri().path());
+    let span = forward::request_span(&request_id, &req);
     let mut resp = next.run(req).instrument(span.clone()).await;
+    span.record("status", i64::from(resp.status().as_u16()));
     span.in_scope(|| tracing::debug!(status = resp.status().as_u16(), "response"));
     if resp.status().as_u16() >= 400 && !is_json(&resp) {
         resp = framework_error(resp.status()).into_response();

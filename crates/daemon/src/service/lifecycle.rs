@@ -9,6 +9,7 @@ use sbx_api_types::{validate, NetworkMode, SandboxStatus};
 use sbx_store::{SandboxCursor, SandboxRecord};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use tracing::Instrument;
 use uuid::Uuid;
 
 /// Wait before the first retry of a failed teardown; doubled per retry.
@@ -166,15 +167,20 @@ impl Service {
             .unwrap_or_else(|p| p.into_inner())
             .insert(id, rx.clone());
         let this = self.clone();
-        tokio::spawn(async move {
-            let row = this.boot(id, warm, inserted).await;
-            this.boots
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&id);
-            let _ = tx.send(true);
-            row
-        })
+        // In the span of the request that created the sandbox (when one did):
+        // the runtime's boot span is its child in the trace.
+        tokio::spawn(
+            async move {
+                let row = this.boot(id, warm, inserted).await;
+                this.boots
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&id);
+                let _ = tx.send(true);
+                row
+            }
+            .in_current_span(),
+        )
     }
 
     /// Runtime part (start, restore, or a warm pool member's agent), then the
@@ -417,19 +423,23 @@ impl Service {
         teardowns.insert(id, rx.clone());
         drop(teardowns);
         let this = self.clone();
-        tokio::spawn(async move {
-            this.forget_agent(id);
-            let mut delay = TEARDOWN_RETRY_FIRST;
-            while !this.teardown_once(id, &reason).await {
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(TEARDOWN_RETRY_MAX);
+        tokio::spawn(
+            async move {
+                this.forget_agent(id);
+                let mut delay = TEARDOWN_RETRY_FIRST;
+                while !this.teardown_once(id, &reason).await {
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(TEARDOWN_RETRY_MAX);
+                }
+                this.teardowns
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&id);
+                let _ = tx.send(true);
             }
-            this.teardowns
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&id);
-            let _ = tx.send(true);
-        });
+            // The runtime's teardown span is a child of the request that asked for it.
+            .in_current_span(),
+        );
         rx
     }
 

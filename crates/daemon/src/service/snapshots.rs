@@ -11,6 +11,7 @@ use sbx_api_types::SandboxStatus;
 use sbx_store::{SandboxCursor, SnapshotCreateOutcome, SnapshotRecord, SnapshotStatus};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use tracing::Instrument;
 use uuid::Uuid;
 
 /// Checkpoints taken before a snapshot gives up (each one is verified).
@@ -106,10 +107,14 @@ impl Service {
         let (tx, mut rx) = tokio::sync::watch::channel(false);
         let this = self.clone();
         let snap_id = record.id;
-        tokio::spawn(async move {
-            this.capture(snap_id, id).await;
-            let _ = tx.send(true);
-        });
+        // The checkpoint (and verify restore) spans are children of the request.
+        tokio::spawn(
+            async move {
+                this.capture(snap_id, id).await;
+                let _ = tx.send(true);
+            }
+            .in_current_span(),
+        );
         let _ =
             tokio::time::timeout(self.config.limits.create_sync_wait, rx.wait_for(|d| *d)).await;
         self.store

@@ -329,8 +329,7 @@ impl Daemon {
         let mut cmd = Command::new(sbxd_binary());
         cmd.args(["keys", "create", "--workspace", workspace, "--data-dir"])
             .arg(self.dir.path())
-            // sbxd logs to stdout, where the key is printed: info lines (the store
-            // it opened) would come before it.
+            // Quiet: sbxd logs to stderr, which a failed assertion below prints.
             .env("SBX_LOG", "warn");
         if let Some(url) = self.database_url() {
             cmd.args(["--database-url", url]);

@@ -385,9 +385,45 @@ async fn remove_sandbox_dir(dir: &Path) -> Result<(), RuntimeError> {
     }
 }
 
+/// The span of a long sandbox operation (boot, restore, checkpoint, teardown):
+/// a child of the request or task that asked for it, in logs and exported traces.
+fn long_span(name: &'static str, id: Uuid, spec: Option<&SandboxSpec>) -> tracing::Span {
+    // Span names must be literals: one macro call per operation.
+    let (vcpu, memory_mb) = spec.map_or((0, 0), |s| (s.vcpu, s.memory_mb));
+    match name {
+        "sandbox.boot" => {
+            tracing::info_span!("sandbox.boot", sandbox_id = %id, vcpu, memory_mb, job = false, error = tracing::field::Empty, otel.status_code = tracing::field::Empty)
+        }
+        "sandbox.restore" => {
+            tracing::info_span!("sandbox.restore", sandbox_id = %id, vcpu, memory_mb, error = tracing::field::Empty, otel.status_code = tracing::field::Empty)
+        }
+        "sandbox.checkpoint" => {
+            tracing::info_span!("sandbox.checkpoint", sandbox_id = %id, error = tracing::field::Empty, otel.status_code = tracing::field::Empty)
+        }
+        _ => {
+            tracing::info_span!("sandbox.teardown", sandbox_id = %id, error = tracing::field::Empty, otel.status_code = tracing::field::Empty)
+        }
+    }
+}
+
+/// Runs `op` in `span`, recording its error (and an error status for OpenTelemetry).
+async fn traced<T>(
+    op: impl std::future::Future<Output = Result<T, RuntimeError>>,
+    span: tracing::Span,
+) -> Result<T, RuntimeError> {
+    use tracing::Instrument;
+    let result = op.instrument(span.clone()).await;
+    if let Err(e) = &result {
+        span.record("error", tracing::field::display(e));
+        span.record("otel.status_code", "ERROR");
+    }
+    result
+}
+
 impl Runtime for GvisorRuntime {
     fn start(&self, spec: SandboxSpec) -> BoxFuture<'_, Result<AgentConn, RuntimeError>> {
-        self.start_inner(spec, None).boxed()
+        let span = long_span("sandbox.boot", spec.id, Some(&spec));
+        traced(self.start_inner(spec, None), span).boxed()
     }
 
     fn start_job(
@@ -395,7 +431,9 @@ impl Runtime for GvisorRuntime {
         spec: SandboxSpec,
         job: JobOptions,
     ) -> BoxFuture<'_, Result<AgentConn, RuntimeError>> {
-        self.start_inner(spec, Some(job)).boxed()
+        let span = long_span("sandbox.boot", spec.id, Some(&spec));
+        span.record("job", true);
+        traced(self.start_inner(spec, Some(job)), span).boxed()
     }
 
     fn connect(&self, id: Uuid) -> BoxFuture<'_, Result<AgentConn, RuntimeError>> {
@@ -478,7 +516,11 @@ impl Runtime for GvisorRuntime {
     }
 
     fn destroy(&self, id: Uuid) -> BoxFuture<'_, Result<(), RuntimeError>> {
-        self.destroy_inner(id).boxed()
+        traced(
+            self.destroy_inner(id),
+            long_span("sandbox.teardown", id, None),
+        )
+        .boxed()
     }
 
     fn list(&self) -> BoxFuture<'_, Result<Vec<Uuid>, RuntimeError>> {
@@ -494,7 +536,8 @@ impl Runtime for GvisorRuntime {
     }
 
     fn checkpoint(&self, id: Uuid, dir: PathBuf) -> BoxFuture<'_, Result<(), RuntimeError>> {
-        async move {
+        let span = long_span("sandbox.checkpoint", id, None);
+        let checkpoint = async move {
             let opts = CheckpointOptions {
                 image_path: dir,
                 leave_running: true,
@@ -502,12 +545,13 @@ impl Runtime for GvisorRuntime {
             };
             self.wait_for_no_exec(id).await?;
             Ok(self.runsc.checkpoint(&container_id(id), &opts).await?)
-        }
-        .boxed()
+        };
+        traced(checkpoint, span).boxed()
     }
 
     fn restore(&self, spec: SandboxSpec, dir: PathBuf) -> BoxFuture<'_, Result<(), RuntimeError>> {
-        self.restore_inner(spec, dir).boxed()
+        let span = long_span("sandbox.restore", spec.id, Some(&spec));
+        traced(self.restore_inner(spec, dir), span).boxed()
     }
 
     fn compatibility_id(&self) -> String {

@@ -111,6 +111,36 @@ impl SqliteStore {
     }
 }
 
+/// Copies the SQLite database at `source` into a new file `target`, online:
+/// `VACUUM INTO` reads one consistent snapshot (a read transaction; in WAL
+/// mode writers go on meanwhile), whatever processes write the file. The
+/// copy is checked with `PRAGMA quick_check`. `source` must exist (it is
+/// never created) and `target` must not.
+pub fn backup_sqlite(source: &Path, target: &Path) -> Result<(), StoreError> {
+    use rusqlite::OpenFlags;
+    let conn = Connection::open_with_flags(
+        source,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(std::time::Duration::from_secs(30))?;
+    let target_str = target.to_str().ok_or_else(|| {
+        StoreError::Database(format!("backup path {} is not UTF-8", target.display()).into())
+    })?;
+    conn.execute("VACUUM INTO ?1", params![target_str])?;
+    let copy = Connection::open_with_flags(target, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+    let check: String = copy.query_row("PRAGMA quick_check", [], |r| r.get(0))?;
+    if check != "ok" {
+        return Err(StoreError::Corrupt(
+            format!(
+                "the backup copy of {} fails its check: {check}",
+                source.display()
+            )
+            .into(),
+        ));
+    }
+    Ok(())
+}
+
 impl From<rusqlite::Error> for StoreError {
     fn from(e: rusqlite::Error) -> Self {
         use rusqlite::ErrorCode as C;

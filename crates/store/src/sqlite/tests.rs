@@ -81,3 +81,27 @@ fn reopening_a_file_keeps_rows() {
     let again = SqliteStore::open(&path).unwrap();
     assert_eq!(again.get_sandbox(r.id).unwrap().unwrap(), r);
 }
+
+#[test]
+fn an_online_backup_holds_the_rows_of_an_open_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db.sqlite");
+    let live = SqliteStore::open(&path).unwrap();
+    let r = record("kept", 5);
+    live.create_sandbox(&r).unwrap();
+    let copy = dir.path().join("copy.sqlite");
+    // The source stays open (WAL, a writer after the copy): the copy is a snapshot.
+    backup_sqlite(&path, &copy).unwrap();
+    live.create_sandbox(&record("later", 6)).unwrap();
+    let restored = SqliteStore::open(&copy).unwrap();
+    assert_eq!(restored.get_sandbox(r.id).unwrap().unwrap(), r);
+    assert_eq!(
+        restored.list_sandboxes("default", 10, None).unwrap().len(),
+        1
+    );
+    // An existing target is never overwritten; a missing source is never created.
+    assert!(backup_sqlite(&path, &copy).is_err());
+    let missing = dir.path().join("missing.sqlite");
+    assert!(backup_sqlite(&missing, &dir.path().join("c2.sqlite")).is_err());
+    assert!(!missing.exists());
+}
