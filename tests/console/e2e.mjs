@@ -183,6 +183,9 @@ await step("API callers with the header need no CSRF token (a secret for the cre
 await step("create a sandbox (shape, secret, network) with progress", async () => {
   await page.getByRole("link", { name: "New sandbox", exact: true }).click();
   await page.getByLabel("Name").fill("console-e2e");
+  // Every shape sbxd offers (GET /v1/shapes: the whole grid by default).
+  assert((await page.locator("input[name=shape]").count()) === 9, "nine shapes offered");
+  await page.getByLabel("4 vCPU, 16 GiB").waitFor();
   await page.getByLabel("1 vCPU, 1 GiB").check();
   await page.getByLabel("CONSOLE_TOKEN").check();
   await page.getByLabel("Network").selectOption("none");
@@ -251,7 +254,29 @@ await step("the sandbox page shows CPU and memory sparklines", async () => {
   }
   const now = await page.locator('.usage-chart[data-metric="memory"] .usage-now').textContent();
   assert(/MiB of 1\.0 GiB|KiB of/.test(now), `memory caption: ${now}`);
+});
+
+await step("a busy process shows in the sparklines (usage screenshot)", async () => {
+  // One vCPU kept busy by a process holding 200 MiB: both lines climb.
+  await page.getByRole("link", { name: "Processes", exact: true }).click();
+  const busy = "python3 -c \"b = b'x' * (200 << 20); exec('while True: pass')\"";
+  await page.getByLabel("Start a background process").fill(busy);
+  await page.getByRole("button", { name: "Start", exact: true }).click();
+  const row = page.locator("table[aria-label=Processes] tr", { hasText: "while True" });
+  await row.locator(".badge", { hasText: "RUNNING" }).waitFor();
+  // sbxd samples every second here (--usage-sample-secs 1); the page redraws every 2 s.
+  // Wait for 5 samples above 50 % (y of the 36-pixel-high line under 18).
+  await page.waitForFunction(() => {
+    const line = document.querySelector('.usage-chart[data-metric="cpu"] svg.spark polyline');
+    const ys = (line?.getAttribute("points") || "").trim().split(/\s+/).map((p) => Number(p.split(",")[1]));
+    return ys.filter((y) => y < 18).length >= 5;
+  }, undefined, { timeout: 60_000 });
+  const memNow = await page.locator('.usage-chart[data-metric="memory"] .usage-now').textContent();
+  const mib = /^([\d.]+) MiB of 1\.0 GiB/.exec(memNow);
+  assert(mib && Number(mib[1]) >= 200, `memory caption: ${memNow}`);
   await shot("usage");
+  await row.getByRole("button", { name: "Kill", exact: true }).click();
+  await row.locator(".badge", { hasText: /EXITED|SIGNALED|KILLED/ }).waitFor();
 });
 
 await step("pause and resume", async () => {

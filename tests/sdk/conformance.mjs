@@ -81,8 +81,10 @@ const main = async () => {
   await step("name taken with another config", () =>
     expectError(sbx.create({ name: tag, vcpu: 2, memoryMb: 2048 }), "sandbox_name_taken", { retryable: false }));
 
-  await step("shape outside 1/1024, 2/2048, 4/4096 is refused", () =>
-    expectError(sbx.create({ name: `${tag}-big`, vcpu: 3, memoryMb: 3072 }), "invalid_field_format"));
+  await step("shapes off the grid (1, 2 or 4 vCPU with 1, 2 or 4 GiB each) are refused", async () => {
+    await expectError(sbx.create({ name: `${tag}-big`, vcpu: 3, memoryMb: 3072 }), "invalid_field_format");
+    await expectError(sbx.create({ name: `${tag}-thin`, vcpu: 4, memoryMb: 2048 }), "invalid_field_format");
+  });
 
   await step("unknown secret is refused", () =>
     expectError(sbx.create({ name: `${tag}-sec`, vcpu: 1, memoryMb: 1024, secrets: ["NO_SUCH_SECRET"] }), "invalid_field_format"));

@@ -370,3 +370,20 @@ mod tests {
         }
     }
 }
+
+/// One shape a fresh sandbox may have, as listed by `GET /v1/shapes`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ShapeInfo {
+    /// vCPUs.
+    pub vcpu: u32,
+    /// Memory in MiB.
+    pub memory_mb: u32,
+}
+
+impl ShapeInfo {
+    /// `VCPUxMIB`, as in `--shapes` and `--warm-pool`.
+    pub fn key(&self) -> String {
+        format!("{}x{}", self.vcpu, self.memory_mb)
+    }
+}

@@ -334,12 +334,39 @@ pub fn file_mode(value: Option<&str>) -> Result<u32, ValidationError> {
     }
 }
 
-/// The resource shapes fresh sandboxes may have.
-pub const SHAPES: [(u32, u32); 3] = [(1, 1024), (2, 2048), (4, 4096)];
+/// vCPU counts a sandbox may have.
+pub const VCPUS: [u32; 3] = [1, 2, 4];
+/// Memory per vCPU a sandbox may have, MiB (1, 2 or 4 GiB).
+pub const MIB_PER_VCPU: [u32; 3] = [1024, 2048, 4096];
 
-/// Checks `vcpu`/`memoryMb` against [`SHAPES`].
+/// Every shape `(vcpu, memory_mb)` sbxd offers: [`VCPUS`] × [`MIB_PER_VCPU`],
+/// the grid of the Sandboxes reference for newer SDKs, by vCPU then memory.
+/// It includes the seed's three (1/1024, 2/2048, 4/4096).
+pub const SHAPES: [(u32, u32); 9] = [
+    (1, 1024),
+    (1, 2048),
+    (1, 4096),
+    (2, 2048),
+    (2, 4096),
+    (2, 8192),
+    (4, 4096),
+    (4, 8192),
+    (4, 16384),
+];
+
+/// Checks `vcpu`/`memoryMb` against the whole grid [`SHAPES`].
 pub fn shape(vcpu: u64, memory_mb: u64) -> Result<(u32, u32), ValidationError> {
-    SHAPES
+    shape_in(&SHAPES, vcpu, memory_mb)
+}
+
+/// Checks `vcpu`/`memoryMb` against `allowed` (a node's `--shapes`); the
+/// refusal lists the allowed shapes.
+pub fn shape_in(
+    allowed: &[(u32, u32)],
+    vcpu: u64,
+    memory_mb: u64,
+) -> Result<(u32, u32), ValidationError> {
+    allowed
         .iter()
         .copied()
         .find(|(c, m)| u64::from(*c) == vcpu && u64::from(*m) == memory_mb)
@@ -347,10 +374,36 @@ pub fn shape(vcpu: u64, memory_mb: u64) -> Result<(u32, u32), ValidationError> {
             bad(
                 "resources",
                 format!(
-                    "{vcpu} vCPU / {memory_mb} MiB is not offered; use 1/1024, 2/2048 or 4/4096"
+                    "{vcpu} vCPU / {memory_mb} MiB is not offered; use {}",
+                    describe_shapes(allowed)
                 ),
             )
         })
+}
+
+/// `allowed` as `vcpu/memoryMb` items, e.g. `1/1024, 2/2048 or 4/4096`.
+pub fn describe_shapes(allowed: &[(u32, u32)]) -> String {
+    let items: Vec<String> = allowed.iter().map(|(c, m)| format!("{c}/{m}")).collect();
+    match items.split_last() {
+        None => "none (no shape is offered)".into(),
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+    }
+}
+
+/// Parses one `VCPUxMIB` shape (as in `--shapes` and `--warm-pool`), e.g.
+/// `2x4096`, and checks it against the grid.
+pub fn parse_shape(value: &str) -> Result<(u32, u32), ValidationError> {
+    let malformed = || {
+        bad(
+            "shape",
+            format!("{value:?}: expected VCPUxMIB, e.g. 2x4096"),
+        )
+    };
+    let (vcpu, mem) = value.trim().split_once('x').ok_or_else(malformed)?;
+    let vcpu: u64 = vcpu.trim().parse().map_err(|_| malformed())?;
+    let mem: u64 = mem.trim().parse().map_err(|_| malformed())?;
+    shape(vcpu, mem)
 }
 
 #[cfg(test)]
@@ -545,6 +598,49 @@ mod tests {
         assert!(environment("environment", &env, &[]).is_ok());
         env.insert("A=B".to_string(), "x".to_string());
         assert!(environment("environment", &env, &[]).is_err());
+    }
+
+    #[test]
+    fn the_grid_is_vcpus_times_gib_per_vcpu() {
+        let grid: Vec<(u32, u32)> = VCPUS
+            .iter()
+            .flat_map(|c| MIB_PER_VCPU.iter().map(move |m| (*c, c * m)))
+            .collect();
+        assert_eq!(grid, SHAPES);
+        for seed in [(1, 1024), (2, 2048), (4, 4096)] {
+            assert!(SHAPES.contains(&seed), "{seed:?}");
+        }
+        for (c, m) in SHAPES {
+            assert_eq!(shape(c.into(), m.into()).unwrap(), (c, m));
+        }
+        // Off the grid: 3 vCPUs, 8 GiB per vCPU, less than 1 GiB per vCPU, 0.
+        for (c, m) in [
+            (3, 3072),
+            (1, 8192),
+            (2, 1024),
+            (4, 2048),
+            (0, 0),
+            (8, 8192),
+        ] {
+            let e = shape(c, m).unwrap_err();
+            assert!(e.to_string().contains("4/16384"), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_narrowed_list_is_named_in_the_refusal() {
+        let allowed = [(1, 1024), (2, 8192)];
+        assert_eq!(shape_in(&allowed, 2, 8192).unwrap(), (2, 8192));
+        let e = shape_in(&allowed, 2, 2048).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "resources: 2 vCPU / 2048 MiB is not offered; use 1/1024 or 2/8192"
+        );
+        assert_eq!(describe_shapes(&[(4, 4096)]), "4/4096");
+        assert_eq!(parse_shape(" 2x4096 ").unwrap(), (2, 4096));
+        for bad_value in ["2x", "x4096", "2*4096", "3x3072", "2x2048x1", ""] {
+            assert!(parse_shape(bad_value).is_err(), "{bad_value:?}");
+        }
     }
 
     #[test]

@@ -12,7 +12,7 @@ use clap::{Args, Parser, Subcommand};
 use sbx_client::ClientError;
 use std::process::ExitCode;
 use std::time::Duration;
-use util::{parse_duration, parse_env_pair, parse_mode, parse_signal};
+use util::{parse_duration, parse_env_pair, parse_mode, parse_shape, parse_signal};
 
 /// Command-line client of sbxd. Sandboxes may be named by id or by name.
 #[derive(Debug, Parser)]
@@ -44,6 +44,8 @@ pub enum Command {
     Create(CreateArgs),
     /// List sandboxes.
     List,
+    /// List the shapes (vCPUs and memory) the server offers for new sandboxes.
+    Shapes,
     /// Show running and paused sandboxes by CPU and memory (refreshed every
     /// 2 s on a terminal; one table otherwise).
     Top {
@@ -251,12 +253,15 @@ pub struct CreateArgs {
     /// Sandbox name (creating again with the same configuration returns the same sandbox).
     #[arg(long)]
     pub name: String,
-    /// Virtual CPUs.
-    #[arg(long, default_value_t = 1)]
+    /// Virtual CPUs: 1, 2 or 4.
+    #[arg(long, default_value_t = 1, conflicts_with = "shape")]
     pub vcpu: u64,
-    /// Memory in MiB.
-    #[arg(long, default_value_t = 1024)]
+    /// Memory in MiB: 1, 2 or 4 GiB per vCPU (e.g. 2048 with --vcpu 2, up to 16384 with --vcpu 4).
+    #[arg(long, default_value_t = 1024, conflicts_with = "shape")]
     pub memory: u64,
+    /// vCPUs and memory as VCPUxMIB, e.g. 2x4096 (`sbx shapes` lists what the server offers).
+    #[arg(long, value_name = "VCPUxMIB", value_parser = parse_shape)]
+    pub shape: Option<(u32, u32)>,
     /// Environment variable K=V (repeatable).
     #[arg(short = 'e', long = "env", value_name = "K=V", value_parser = parse_env_pair)]
     pub env: Vec<(String, String)>,

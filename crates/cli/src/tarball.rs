@@ -77,12 +77,20 @@ fn walk(root: &Path, rel: &str, out: &mut Vec<String>) -> Result<(), PackError> 
 /// owners and modes, so that packing the same files again gives the same bytes (an upload
 /// of unchanged files is then the idempotent `200`, not a version conflict).
 pub fn pack_dir(root: &Path) -> Result<Vec<u8>, PackError> {
+    pack_dir_with(root, &[])
+}
+
+/// [`pack_dir`], with the contents of some files (by relative path) replaced.
+pub fn pack_dir_with(root: &Path, replaced: &[(&str, Vec<u8>)]) -> Result<Vec<u8>, PackError> {
     let files = list_files(root)?;
     let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
     let mut builder = tar::Builder::new(gz);
     for rel in &files {
         let path = root.join(rel);
-        let data = fs::read(&path).map_err(io(&path))?;
+        let data = match replaced.iter().find(|(r, _)| r == rel) {
+            Some((_, data)) => data.clone(),
+            None => fs::read(&path).map_err(io(&path))?,
+        };
         let executable = is_executable(&path)?;
         let mut header = tar::Header::new_gnu();
         header.set_size(data.len() as u64);

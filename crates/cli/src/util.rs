@@ -14,6 +14,15 @@ pub fn parse_env_pair(s: &str) -> Result<(String, String), String> {
     }
 }
 
+/// Parses `--shape VCPUxMIB` (e.g. `2x4096`): a shape of the grid, 1, 2 or 4
+/// vCPU with 1, 2 or 4 GiB per vCPU. A server may offer fewer (`sbx shapes`).
+pub fn parse_shape(s: &str) -> Result<(u32, u32), String> {
+    sbx_client::api::validate::parse_shape(s).map_err(|e| match e {
+        sbx_client::api::validate::ValidationError::Format { reason, .. } => reason,
+        other => other.to_string(),
+    })
+}
+
 /// Parses durations such as `30s`, `500ms`, `2m`, `1h`, `1m30s`; a bare number is seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();

@@ -103,6 +103,14 @@ impl Client {
         Self::data(resp).await
     }
 
+    /// `GET /v1/shapes`: the shapes `(vcpu, memoryMb)` fresh sandboxes may have on the server.
+    pub async fn shapes(&self) -> Result<Vec<crate::api::ShapeInfo>, ClientError> {
+        let resp = self
+            .send(self.request(Method::GET, &["v1", "shapes"]))
+            .await?;
+        Self::data(resp).await
+    }
+
     /// `GET /v2/sandboxes/{id}`.
     pub async fn get_sandbox(&self, id: Uuid) -> Result<Sandbox, ClientError> {
         let resp = self

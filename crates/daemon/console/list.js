@@ -5,11 +5,6 @@ import { call, get, q } from "./api.js";
 import { alertError, badge, bytes, errorView, field, h, replace, sleep, time, withProgress } from "./dom.js";
 
 export const POLL_MS = 2000;
-const SHAPES = [
-  [1, 1024],
-  [2, 2048],
-  [4, 4096],
-];
 const ENDED = new Set(["TERMINATED", "FAILED"]);
 
 /** Repeats `tick` every `ms` until the signal aborts; errors are shown once per streak. */
@@ -95,14 +90,16 @@ export async function waitStarted(id, setLabel) {
   }
 }
 
-/** `#/sandboxes/new`: name, shape, secrets and network policy. */
+/** `#/sandboxes/new`: name, shape (of those sbxd offers), secrets and network policy. */
 export async function createPage(el, signal) {
   const [nameField, nameInput] = field("Name", h("input", { name: "name", required: true, maxlength: 255, autocomplete: "off" }),
     "Also an idempotency key while the sandbox is active.");
-  const shapes = h("fieldset", { class: "field" }, h("legend", {}, "Shape"),
-    SHAPES.map(([vcpu, mem], i) => h("label", { class: "choice" },
-      h("input", { type: "radio", name: "shape", value: `${vcpu}/${mem}`, checked: i === 0 }),
-      ` ${vcpu} vCPU, ${mem / 1024} GiB`)));
+  // The shapes this sbxd offers (`--shapes`; by default 1, 2 or 4 vCPU with 1, 2 or 4 GiB each).
+  const offered = await get("/v1/shapes", { signal });
+  const shapes = h("fieldset", { class: "field shapes" }, h("legend", {}, "Shape"),
+    offered.map(({ vcpu, memoryMb }, i) => h("label", { class: "choice" },
+      h("input", { type: "radio", name: "shape", value: `${vcpu}/${memoryMb}`, checked: i === 0 }),
+      ` ${vcpu} vCPU, ${memoryMb / 1024} GiB`)));
   const secretsBox = h("fieldset", { class: "field" }, h("legend", {}, "Secrets"), h("p", { class: "muted" }, "Loading secrets…"));
   const [netField, netSelect] = field("Network", h("select", { name: "network" },
     h("option", { value: "" }, "Server default"),

@@ -33,6 +33,8 @@ pub struct Config {
     pub network_test_public: Vec<String>,
     /// Warm pool size per shape `(vcpu, memory_mb)`; empty: no pool.
     pub warm_pool: std::collections::BTreeMap<(u32, u32), usize>,
+    /// Shapes `(vcpu, memory_mb)` fresh sandboxes may have (`--shapes`; default: the whole grid).
+    pub shapes: Vec<(u32, u32)>,
     /// What the node may hand out to sandboxes (admission control).
     pub capacity: CapacityConfig,
     /// HTTP server timeouts, connection caps and the browser guard.
@@ -534,6 +536,7 @@ impl Config {
             default_network: sbx_api_types::NetworkMode::Public,
             network_test_public: Vec::new(),
             warm_pool: Default::default(),
+            shapes: sbx_api_types::validate::SHAPES.to_vec(),
             capacity: CapacityConfig {
                 memory_mb: Some(1 << 20),
                 vcpus: Some(1024),
@@ -577,9 +580,32 @@ pub fn snapshot_store_config(
 /// Largest warm pool per shape.
 pub const WARM_POOL_MAX: usize = 64;
 
-/// Parses `--warm-pool` values (`VCPUxMIB=N`, e.g. `1x1024=2`) into sizes per shape.
+/// Parses `--shapes` values (`VCPUxMIB`, e.g. `2x4096`), each on the grid of
+/// [`sbx_api_types::validate::SHAPES`], into the shapes this node offers, in
+/// grid order; none given: the whole grid.
+pub fn parse_shapes(values: &[String]) -> Result<Vec<(u32, u32)>, String> {
+    let mut chosen = Vec::new();
+    for value in values.iter().map(|v| v.trim()).filter(|v| !v.is_empty()) {
+        let shape = sbx_api_types::validate::parse_shape(value)
+            .map_err(|e| format!("--shapes {value:?}: {e}"))?;
+        if !chosen.contains(&shape) {
+            chosen.push(shape);
+        }
+    }
+    if chosen.is_empty() {
+        return Ok(sbx_api_types::validate::SHAPES.to_vec());
+    }
+    Ok(sbx_api_types::validate::SHAPES
+        .into_iter()
+        .filter(|s| chosen.contains(s))
+        .collect())
+}
+
+/// Parses `--warm-pool` values (`VCPUxMIB=N`, e.g. `1x1024=2`) into sizes per
+/// shape; each shape must be one of `allowed` (`--shapes`).
 pub fn parse_warm_pool(
     values: &[String],
+    allowed: &[(u32, u32)],
 ) -> Result<std::collections::BTreeMap<(u32, u32), usize>, String> {
     let mut pool = std::collections::BTreeMap::new();
     for value in values.iter().map(|v| v.trim()).filter(|v| !v.is_empty()) {
@@ -589,7 +615,7 @@ pub fn parse_warm_pool(
         let vcpu: u64 = vcpu.trim().parse().map_err(|_| bad())?;
         let mem: u64 = mem.trim().parse().map_err(|_| bad())?;
         let n: usize = n.trim().parse().map_err(|_| bad())?;
-        let shape = sbx_api_types::validate::shape(vcpu, mem)
+        let shape = sbx_api_types::validate::shape_in(allowed, vcpu, mem)
             .map_err(|e| format!("--warm-pool {value:?}: {e}"))?;
         if n > WARM_POOL_MAX {
             return Err(format!(
@@ -642,6 +668,7 @@ mod tests {
             default_network: sbx_api_types::NetworkMode::Public,
             network_test_public: vec![],
             warm_pool: Default::default(),
+            shapes: sbx_api_types::validate::SHAPES.to_vec(),
             capacity: CapacityConfig::default(),
             http: HttpConfig::default(),
             node: NodeConfig::default(),
@@ -701,7 +728,10 @@ mod tests {
 
     #[test]
     fn warm_pool_values() {
-        let v = |s: &[&str]| parse_warm_pool(&s.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        let grid = sbx_api_types::validate::SHAPES;
+        let v = |s: &[&str]| {
+            parse_warm_pool(&s.iter().map(|s| s.to_string()).collect::<Vec<_>>(), &grid)
+        };
         assert!(v(&[]).unwrap().is_empty());
         let p = v(&["1x1024=2", "2x2048=1", "4x4096=0"]).unwrap();
         assert_eq!(
@@ -712,6 +742,27 @@ mod tests {
             assert!(v(&[bad]).is_err(), "{bad}");
         }
         assert!(v(&["1x1024=1", "1x1024=2"]).is_err());
+        // Every shape of the grid may have a pool, unless --shapes leaves it out.
+        assert_eq!(v(&["2x8192=1", "4x16384=1"]).unwrap().len(), 2);
+        let narrowed = parse_warm_pool(&["2x4096=1".to_string()], &[(1, 1024), (2, 2048)]);
+        let e = narrowed.unwrap_err();
+        assert!(e.contains("use 1/1024 or 2/2048"), "{e}");
+    }
+
+    #[test]
+    fn shapes_narrow_the_grid() {
+        let v = |s: &[&str]| parse_shapes(&s.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(v(&[]).unwrap(), sbx_api_types::validate::SHAPES.to_vec());
+        assert_eq!(v(&[" "]).unwrap().len(), 9);
+        // Grid order, duplicates dropped.
+        assert_eq!(
+            v(&["4x4096", "1x1024", "2x2048", "1x1024"]).unwrap(),
+            vec![(1, 1024), (2, 2048), (4, 4096)]
+        );
+        for bad in ["3x3072", "1x8192", "2", "2x", "8x8192"] {
+            let e = v(&[bad]).unwrap_err();
+            assert!(e.starts_with("--shapes"), "{e}");
+        }
     }
 
     #[test]

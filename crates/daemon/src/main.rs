@@ -110,6 +110,10 @@ struct Args {
     /// --warm-pool 1x1024=2; comma-separated in SBX_WARM_POOL). Default: no pool.
     #[arg(long = "warm-pool", env = "SBX_WARM_POOL", value_delimiter = ',')]
     warm_pool: Vec<String>,
+    /// Shapes fresh sandboxes may have, VCPUxMIB (repeatable, e.g. --shapes
+    /// 1x1024,2x2048,4x4096): 1, 2 or 4 vCPU with 1, 2 or 4 GiB per vCPU. Default: all nine.
+    #[arg(long, env = "SBX_SHAPES", value_delimiter = ',')]
+    shapes: Vec<String>,
     /// How long an Idempotency-Key and its stored response are kept, seconds (default 24 h).
     #[arg(long, env = "SBX_IDEMPOTENCY_TTL_SECS", default_value_t = 24 * 3600)]
     idempotency_ttl_secs: u64,
@@ -497,6 +501,7 @@ async fn daemon_main(args: Args) -> anyhow::Result<()> {
              are for testing against one's own API and are refused outside --dev"
         );
     }
+    let shapes = sbx_daemon::config::parse_shapes(&args.shapes).map_err(anyhow::Error::msg)?;
     let config = Config {
         listen: args.listen,
         data_dir: args.data_dir.clone(),
@@ -539,8 +544,9 @@ async fn daemon_main(args: Args) -> anyhow::Result<()> {
             _ => anyhow::bail!("--default-network must be none, public or https-only"),
         },
         network_test_public: args.network_test_public_cidr,
-        warm_pool: sbx_daemon::config::parse_warm_pool(&args.warm_pool)
+        warm_pool: sbx_daemon::config::parse_warm_pool(&args.warm_pool, &shapes)
             .map_err(anyhow::Error::msg)?,
+        shapes,
         capacity: sbx_daemon::config::CapacityConfig {
             memory_mb: args.capacity_memory_mb,
             vcpus: args.capacity_vcpus,

@@ -260,3 +260,96 @@ async fn cli_preview_and_port_print_a_url_that_reaches_the_guest_server() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("sbx preview"));
     assert!(sbx(&d, &["destroy", "web"]).status.success());
 }
+
+/// `sbx shapes` lists what this sbxd offers (`--shapes`); `sbx create --shape`
+/// asks for one; a shape sbxd leaves out is refused by it, naming the offered
+/// ones, and a shape off the grid by the CLI before any request.
+#[tokio::test]
+#[ignore = "needs root, runsc and the image; run ./scripts/test"]
+async fn cli_shapes_lists_and_creates_the_offered_shapes() {
+    let d = Daemon::start(&["--shapes", "1x1024,2x4096"]).await;
+    let out = sbx(&d, &["shapes"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let shapes: Vec<&str> = text
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(shapes, ["1x1024", "2x4096"], "{text}");
+
+    let out = sbx(&d, &["create", "--name", "wide", "--shape", "2x4096"]);
+    assert!(out.status.success());
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let (_, body) = d.call("GET", &format!("/v2/sandboxes/{id}"), None).await;
+    assert_eq!(
+        body["data"]["resources"],
+        serde_json::json!({"vcpu": 2, "memoryMb": 4096})
+    );
+
+    let out = sbx(&d, &["create", "--name", "seed", "--shape", "2x2048"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("invalid_field_format") && err.contains("use 1/1024 or 2/4096"),
+        "{err}"
+    );
+    let out = sbx(&d, &["create", "--name", "odd", "--shape", "3x3072"]);
+    assert_eq!(out.status.code(), Some(2), "refused by the CLI's parser");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("4/16384"));
+    d.destroy_all(std::time::Duration::from_secs(60)).await;
+}
+
+/// `sbx top` live on a terminal: scripts/top-capture runs it in tmux with
+/// three busy sandboxes of three shapes and captures the screen once each
+/// shows its load (the capture shown in docs/operations.md).
+#[tokio::test]
+#[ignore = "needs root, runsc, the image and tmux; run ./scripts/test"]
+async fn cli_top_under_tmux_shows_three_busy_sandboxes() {
+    let d = Daemon::start(&["--usage-sample-secs", "1"]).await;
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/top-capture");
+    let dir = tempfile::tempdir().unwrap();
+    let screen = dir.path().join("top.txt");
+    let d2 = d.base.clone();
+    let (bin, path) = (sbx_binary(), screen.clone());
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(script)
+            .arg(&path)
+            .env("SBX_URL", d2)
+            .env("SBX_BIN", bin)
+            .output()
+            .expect("run scripts/top-capture")
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "top-capture: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&screen).unwrap();
+    println!("{text}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[0].starts_with("ID") && lines[0].contains("CPU%"),
+        "{text}"
+    );
+    assert_eq!(lines.len(), 4, "the header and three sandboxes: {text}");
+    // Every sandbox with a sample, sorted by CPU, highest first.
+    let cpu: Vec<f64> = lines[1..]
+        .iter()
+        .map(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            cols[3].parse().unwrap_or_else(|_| panic!("CPU% of {l}"))
+        })
+        .collect();
+    assert!(cpu.windows(2).all(|w| w[0] >= w[1]), "{text}");
+    for name in ["build-", "train-", "serve-"] {
+        assert!(lines.iter().any(|l| l.contains(name)), "{name}: {text}");
+    }
+    // The script destroyed its sandboxes.
+    let (_, list) = d.call("GET", "/v2/sandboxes", None).await;
+    for s in list["data"].as_array().unwrap() {
+        assert_eq!(s["status"], "TERMINATED", "{s}");
+    }
+}

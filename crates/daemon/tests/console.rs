@@ -274,7 +274,8 @@ fn run_e2e(dir: &Path, base: &str, key: &str, shots: &Path, tarballs: &[&Path]) 
 async fn console_end_to_end_in_chromium() {
     let dir = console_dir();
     let shots = screenshot_dir();
-    let d = Daemon::start(&["--signing-key", KEY]).await;
+    // Usage sampled every second: the sparklines of a busy process fill in seconds.
+    let d = Daemon::start(&["--signing-key", KEY, "--usage-sample-secs", "1"]).await;
     let _leftovers = KillLeftovers::of(&d);
     let tmp = tempfile::tempdir().unwrap();
     let tarball = tmp.path().join("connector-items.tgz");

@@ -127,10 +127,21 @@ async fn e2b_timeouts_act_once_across_nodes_and_a_lost_nodes_sandboxes_end() {
     // A 2 s timeout with auto-pause, on B, created through A.
     let paused = create_avoiding(&a, "node-a", json!({"timeout": 2, "autoPause": true})).await;
     assert_eq!(node_of(&a, &paused), "node-b");
+    // E2B's "paused" covers PAUSING too: wait for the pause to have finished on B.
+    let status_on_b = |b: &Daemon| {
+        b.sql(&format!(
+            "SELECT status FROM sandboxes WHERE id = '{paused}'"
+        ))
+        .trim()
+        .to_string()
+    };
     wait_until(
         "the auto-pause at the timeout",
         Duration::from_secs(60),
-        || async { state_through(&a, &paused).await.1.as_deref() == Some("paused") },
+        || async {
+            state_through(&a, &paused).await.1.as_deref() == Some("paused")
+                && status_on_b(&b) == "PAUSED"
+        },
     )
     .await;
     // Acted on once: the only write to its E2B row since the create is the

@@ -26,8 +26,17 @@ fn node(script: &str, envs: &[(&str, &str)]) -> (bool, String) {
 #[tokio::test]
 #[ignore = "needs root, runsc, the image and node; run ./scripts/test"]
 async fn sdk_smoke_every_group() {
+    // A large shape of the grid (issue 20): the SDK's whole smoke run on 2
+    // vCPU / 8 GiB, memory checked inside; the keyed run below uses 2/2048.
     let d = Daemon::start(&[]).await;
-    let (ok, out) = node("sdk-smoke.mjs", &[("SBX_URL", &d.base)]);
+    let (ok, out) = node(
+        "sdk-smoke.mjs",
+        &[
+            ("SBX_URL", &d.base),
+            ("SBX_VCPU", "2"),
+            ("SBX_MEMORY_MB", "8192"),
+        ],
+    );
     assert!(
         ok && out.contains("all steps passed"),
         "sdk-smoke failed:\n{out}"
@@ -38,6 +47,7 @@ async fn sdk_smoke_every_group() {
         "snapshot (create + wait READY)",
         "snapshot.clone",
         "clone has the snapshotted file",
+        "the guest's memory is the shape's",
     ] {
         assert!(
             out.contains(&format!("ok   {group}")),

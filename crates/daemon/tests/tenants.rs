@@ -181,6 +181,8 @@ fn case(method: &str, template: &str, a: &Fixture) -> (String, Option<Vec<u8>>, 
             NoLeak(a.sandbox.clone()),
         ),
         ("GET", "/v1/pool") => (path, None, Lacks(a.sandbox.clone())),
+        // The node's offered shapes: the same for every tenant.
+        ("GET", "/v1/shapes") => (path, None, Lacks(a.sandbox.clone())),
         // Nodes belong to the operator: any key lists them (never a tenant's
         // resources), only a key of the `default` workspace drains them.
         ("GET", "/v1/nodes") => (path, None, Lacks(a.sandbox.clone())),

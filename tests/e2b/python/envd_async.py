@@ -15,7 +15,7 @@ import asyncio
 import re
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import httpx
 from e2b import (
@@ -38,6 +38,7 @@ from steps import (
     TIMEOUT_CMD,
     await_for,
     check,
+    check_busy_metric,
     connection_opts,
     eq,
     fail,
@@ -45,6 +46,7 @@ from steps import (
     raises,
     step,
     terminal_text,
+    utc,
 )
 
 OPTS = connection_opts()
@@ -401,6 +403,27 @@ async def files(sbx):
 async def sandbox(sbx):
     with step("is_running: True"):
         eq(await sbx.is_running(), True, "is_running")
+
+    # Usage (GET /sandboxes/{id}/metrics): sbxd samples every few seconds; a
+    # sample taken while a busy loop runs shows it (polled within a deadline).
+    with step("get_metrics: a sample of the busy sandbox (CPU, memory, disk)"):
+        check(isinstance(await sbx.get_metrics(), list), "get_metrics returns a list")
+        busy = await sbx.commands.run("while :; do :; done", background=True)
+        since = datetime.now(timezone.utc).replace(microsecond=0)
+        found = []
+
+        async def sampled():
+            found[:] = [m for m in await sbx.get_metrics(start=since) if m.cpu_used_pct > 0 and utc(m.timestamp) >= since]
+            return bool(found)
+
+        await await_for(sampled, "a sample with CPU in use", timeout=60)
+        check_busy_metric(found[-1])
+        eq(await busy.kill(), True, "kill the busy loop")
+
+    with step("get_metrics: by sandbox id; a start in the future selects none"):
+        by_id = await AsyncSandbox.get_metrics(sbx.sandbox_id, **OPTS)
+        check(len(by_id) > 0 and all(m.mem_total == 2048 << 20 for m in by_id), "by id", by_id)
+        eq(await sbx.get_metrics(start=datetime.now(timezone.utc) + timedelta(hours=1)), [], "future start")
 
     with step("get_host(port) names the sandbox"):
         host = sbx.get_host(8080)

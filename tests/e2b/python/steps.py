@@ -8,6 +8,7 @@ import sys
 import time
 import traceback
 from contextlib import contextmanager
+from datetime import timezone
 
 HOME = "/home/user"
 
@@ -86,6 +87,18 @@ class raises:
 def _timed_out(what, timeout):
     """what: a text, or a function making one (called at the timeout)."""
     return AssertionError(f"timed out after {timeout} s waiting for {what() if callable(what) else what}")
+
+
+def check_busy_metric(m, vcpu=2, memory_mb=2048):
+    """An E2B SandboxMetrics sample of a busy sandbox of the default E2B shape (2 vCPU, 2 GiB)."""
+    check(m.cpu_used_pct > 0 and m.cpu_count == vcpu, "cpuUsedPct > 0 and cpuCount", m)
+    check(0 < m.mem_used <= m.mem_total and m.mem_total == memory_mb << 20, "memUsed within memTotal", m)
+    check(m.mem_cache >= 0 and m.disk_used >= 0 and m.disk_total >= 0, "memCache, diskUsed, diskTotal", m)
+
+
+def utc(ts):
+    """ts as an aware UTC datetime (the SDK's timestamps may be naive)."""
+    return ts if ts.tzinfo else ts.replace(tzinfo=timezone.utc)
 
 
 def wait_for(pred, what, timeout=15.0):

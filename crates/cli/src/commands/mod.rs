@@ -29,6 +29,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
     match cli.command {
         Command::Create(args) => sandboxes::create(c, args).await,
         Command::List => sandboxes::list(c).await,
+        Command::Shapes => sandboxes::shapes(c).await,
         Command::Top { once } => top::run(c, once).await,
         Command::Get { sandbox } => {
             let id = resolve::sandbox(c, &sandbox).await?;

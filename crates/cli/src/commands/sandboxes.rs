@@ -10,10 +10,14 @@ use std::time::{Duration, Instant};
 
 pub(super) async fn create(c: &Client, args: CreateArgs) -> anyhow::Result<u8> {
     let network = crate::network::policy(args.network, args.allow).map_err(|e| anyhow!(e))?;
+    let (vcpu, memory_mb) = match args.shape {
+        Some((vcpu, memory_mb)) => (u64::from(vcpu), u64::from(memory_mb)),
+        None => (args.vcpu, args.memory),
+    };
     let req = CreateSandboxRequest {
         name: Some(args.name),
-        vcpu: Some(args.vcpu),
-        memory_mb: Some(args.memory),
+        vcpu: Some(vcpu),
+        memory_mb: Some(memory_mb),
         environment: env_map(args.env),
         secrets: (!args.secrets.is_empty()).then_some(args.secrets),
         snapshot_id: None,
@@ -169,6 +173,28 @@ pub(super) async fn list(c: &Client) -> anyhow::Result<u8> {
     print!(
         "{}",
         table(&["ID", "NAME", "STATUS", "RESOURCES", "CREATED"], &rows)
+    );
+    Ok(0)
+}
+
+/// `sbx shapes`: the shapes the server offers, one per line.
+pub(super) async fn shapes(c: &Client) -> anyhow::Result<u8> {
+    let rows: Vec<Vec<String>> = c
+        .shapes()
+        .await?
+        .iter()
+        .map(|s| {
+            vec![
+                s.key(),
+                s.vcpu.to_string(),
+                s.memory_mb.to_string(),
+                format!("{} GiB", s.memory_mb / 1024),
+            ]
+        })
+        .collect();
+    print!(
+        "{}",
+        table(&["SHAPE", "VCPU", "MEMORY_MB", "MEMORY"], &rows)
     );
     Ok(0)
 }

@@ -7,6 +7,18 @@ use std::time::Duration;
 /// `sbx connect ...`.
 #[derive(Debug, Subcommand)]
 pub enum ConnectCommand {
+    /// Scaffold a new package directory: package.json (ES module), a lockfile, an entry
+    /// using the SDK, a sync in src/ and its test (`npm test`).
+    Init {
+        /// npm package name (lower case, optionally @scope/name).
+        name: String,
+        /// Directory to create (default: ./NAME without the scope); must be new or empty.
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+    },
+    /// Try a package directory against the server: upload it as a dev version, build it,
+    /// run verify and one sync in a fresh connection `dev NAME`, print logs and records.
+    Dev(Box<DevCommand>),
     /// Upload and inspect packages.
     #[command(subcommand)]
     Package(PackageCommand),
@@ -259,4 +271,28 @@ pub enum ConnectionCommand {
         #[arg(long)]
         code: String,
     },
+}
+
+/// `sbx connect dev DIR --origin URL --auth ...`.
+#[derive(Debug, Args)]
+pub struct DevCommand {
+    /// Package directory.
+    pub dir: std::path::PathBuf,
+    /// Origin the package's requests go to (https://api.example.com).
+    #[arg(long)]
+    pub origin: String,
+    /// Config as JSON, or @FILE.
+    #[arg(long, default_value = "{}")]
+    pub config: String,
+    /// The sync to run (default: the package's first).
+    #[arg(long)]
+    pub sync: Option<String>,
+    /// Print at most this many committed records.
+    #[arg(long, default_value_t = 10)]
+    pub records: u64,
+    /// How long the build and each run may take.
+    #[arg(long, default_value = "15m", value_parser = parse_duration)]
+    pub timeout: Duration,
+    #[command(flatten)]
+    pub credentials: CredentialArgs,
 }

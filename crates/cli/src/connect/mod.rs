@@ -1,6 +1,8 @@
 //! `sbx connect ...`: packages, builds, connections, runs, logs and records of the Connect API.
 
 mod args;
+mod dev;
+mod init;
 
 pub use args::{
     AuthType, BuildCommand, ConnectCommand, ConnectionCommand, CredentialArgs, PackageCommand,
@@ -21,6 +23,16 @@ const POLL: Duration = Duration::from_secs(1);
 /// Runs `sbx connect ...`.
 pub async fn run(c: &Client, cmd: ConnectCommand) -> anyhow::Result<u8> {
     match cmd {
+        ConnectCommand::Init { name, dir } => {
+            let dir = init::init(&name, dir.as_deref())?;
+            eprintln!(
+                "created {}: try it with sbx connect dev {} --origin URL --auth api-key --api-key KEY",
+                dir.display(),
+                dir.display()
+            );
+            Ok(0)
+        }
+        ConnectCommand::Dev(cmd) => dev::dev(c, *cmd).await,
         ConnectCommand::Package(cmd) => package(c, cmd).await,
         ConnectCommand::Build(cmd) => build(c, cmd).await,
         ConnectCommand::Connection(cmd) => connection(c, *cmd).await,

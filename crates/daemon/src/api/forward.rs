@@ -412,6 +412,16 @@ pub(super) async fn place(
                 .run(Request::from_parts(parts, Body::from(bytes)))
                 .await
         }
+        // A shape this node does not offer is refused here (400, naming the
+        // offered ones) rather than placed: placement would answer 503 when no
+        // node had room for it. The nodes of a cluster share one --shapes.
+        Some(CreateKind::Fresh(vcpu, memory_mb, _))
+            if !state.config().shapes.contains(&(vcpu, memory_mb)) =>
+        {
+            return next
+                .run(Request::from_parts(parts, Body::from(bytes)))
+                .await
+        }
         Some(kind) => kind,
     };
     let mut tried = Vec::new();

@@ -157,6 +157,7 @@ pub fn router(
         .route("/v1/sandboxes/{id}/fs/remove", post(files::remove))
         .route("/v1/sandboxes/{id}/fs/rename", post(files::rename))
         .route("/v1/pool", get(pool::status))
+        .route("/v1/shapes", get(pool::shapes))
         .route("/v1/nodes", get(nodes::list))
         .route("/v1/nodes/{id}/drain", post(nodes::drain))
         .route("/v1/nodes/{id}/undrain", post(nodes::undrain))

@@ -55,6 +55,20 @@ impl Capacity {
     }
 }
 
+impl Capacity {
+    /// The shapes of `shapes` larger than the whole capacity (vCPUs or memory):
+    /// creates of them can only get `compute_unavailable` on this node.
+    pub fn unfit(&self, shapes: &[(u32, u32)]) -> Vec<(u32, u32)> {
+        shapes
+            .iter()
+            .copied()
+            .filter(|&(vcpu, memory_mb)| {
+                u64::from(vcpu) * 1000 > self.vcpu_milli || u64::from(memory_mb) > self.memory_mb
+            })
+            .collect()
+    }
+}
+
 fn mem_total_mb() -> u64 {
     let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
     meminfo
@@ -216,6 +230,25 @@ impl Service {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shapes_larger_than_the_node_are_named() {
+        let cap = Capacity {
+            vcpu_milli: 64_000,
+            memory_mb: 8192,
+            min_free_disk: 0,
+        };
+        let grid = sbx_api_types::validate::SHAPES;
+        assert_eq!(cap.unfit(&grid), vec![(4, 16384)]);
+        let one_cpu = Capacity {
+            vcpu_milli: 1000,
+            ..cap
+        };
+        assert_eq!(
+            one_cpu.unfit(&[(1, 4096), (2, 2048), (4, 4096)]),
+            vec![(2, 2048), (4, 4096)]
+        );
+    }
 
     #[test]
     fn capacity_applies_reserve_and_overcommit() {

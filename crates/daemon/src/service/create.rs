@@ -102,7 +102,7 @@ impl Service {
         let memory_mb = req
             .memory_mb
             .ok_or(validate::ValidationError::Missing("memoryMb"))?;
-        let (vcpu, memory_mb) = validate::shape(vcpu, memory_mb)?;
+        let (vcpu, memory_mb) = validate::shape_in(&self.config.shapes, vcpu, memory_mb)?;
         let environment = req.environment.clone().unwrap_or_default();
         let mut secrets = req.secrets.clone().unwrap_or_default();
         for s in &secrets {

@@ -141,12 +141,23 @@ impl Service {
             .snapshot_store
             .open(secrets.keys())
             .unwrap_or_else(|e| panic!("invalid snapshot store configuration: {e}"));
+        let capacity = admission::Capacity::detect(&config.capacity);
+        let unfit = capacity.unfit(&config.shapes);
+        if !unfit.is_empty() {
+            // Offered, yet never admitted here: the operator should narrow --shapes.
+            tracing::warn!(
+                shapes = %sbx_api_types::validate::describe_shapes(&unfit),
+                capacity_mb = capacity.memory_mb,
+                capacity_vcpu_milli = capacity.vcpu_milli,
+                "shapes larger than this node's capacity: their creates get compute_unavailable (narrow --shapes)"
+            );
+        }
         Arc::new(Service {
             snapshot_store,
             cache_sweep: Mutex::new(None),
             usage: Mutex::new(sbx_node::usage::History::new(usage::USAGE_HISTORY)),
             pool: pool::Pool::new(config.warm_pool.clone()),
-            admission: admission::Admission::new(admission::Capacity::detect(&config.capacity)),
+            admission: admission::Admission::new(capacity),
             boot_id: Uuid::new_v4(),
             unrecorded: idempotency::Unrecorded::default(),
             node_epoch: std::sync::atomic::AtomicU64::new(0),

@@ -159,6 +159,15 @@ impl Service {
         self.pool.status()
     }
 
+    /// The shapes fresh sandboxes may have on this node (`--shapes`), in grid order.
+    pub fn shapes(&self) -> Vec<sbx_api_types::ShapeInfo> {
+        self.config
+            .shapes
+            .iter()
+            .map(|&(vcpu, memory_mb)| sbx_api_types::ShapeInfo { vcpu, memory_mb })
+            .collect()
+    }
+
     /// Boots members until every shape has its configured size (ready +
     /// starting). Call after [`Service::reconcile`]; create calls it after
     /// each assignment.

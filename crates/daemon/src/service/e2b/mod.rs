@@ -33,6 +33,25 @@ pub const DEFAULT_TEMPLATES: &[&str] = &["base"];
 /// vCPUs and MiB of an E2B sandbox: E2B's default template has 2 vCPUs, and
 /// 2/2048 is the sbx shape with 2 vCPUs.
 pub const DEFAULT_SHAPE: (u64, u64) = (2, 2048);
+
+/// The shape of a fresh E2B sandbox on a node offering `allowed` (`--shapes`):
+/// [`DEFAULT_SHAPE`], or when the node leaves it out the smallest allowed
+/// shape with 2 vCPUs, else the smallest allowed shape (E2B's create has no
+/// resources field: a template decides them).
+pub fn shape_for(allowed: &[(u32, u32)]) -> (u64, u64) {
+    let default = (DEFAULT_SHAPE.0 as u32, DEFAULT_SHAPE.1 as u32);
+    let chosen = if allowed.contains(&default) {
+        Some(default)
+    } else {
+        allowed
+            .iter()
+            .copied()
+            .find(|(c, _)| *c == default.0)
+            .or_else(|| allowed.first().copied())
+    };
+    let (vcpu, memory_mb) = chosen.unwrap_or(default);
+    (u64::from(vcpu), u64::from(memory_mb))
+}
 /// Most metadata entries per sandbox.
 pub const MAX_METADATA: usize = 64;
 /// Longest metadata key and value, bytes.
@@ -237,10 +256,11 @@ impl E2b {
         check_metadata(&spec.metadata)?;
         let name = format!("e2b-{}", Uuid::new_v4().simple());
         let req = if self.is_default_template(&template) {
+            let (vcpu, memory_mb) = shape_for(&self.svc.config().shapes);
             CreateSandboxRequest {
                 name: Some(name),
-                vcpu: Some(DEFAULT_SHAPE.0),
-                memory_mb: Some(DEFAULT_SHAPE.1),
+                vcpu: Some(vcpu),
+                memory_mb: Some(memory_mb),
                 environment: (!spec.env_vars.is_empty()).then(|| spec.env_vars.clone()),
                 ..CreateSandboxRequest::default()
             }

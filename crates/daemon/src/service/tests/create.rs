@@ -103,3 +103,61 @@ async fn a_destroy_during_the_boot_leaves_nothing_on_the_host() {
     .await;
     assert_eq!(h.get(r.id).status, SandboxStatus::Terminated);
 }
+
+#[tokio::test]
+async fn every_grid_shape_boots_and_others_are_refused_naming_the_allowed() {
+    let h = Harness::new();
+    for (vcpu, memory_mb) in sbx_api_types::validate::SHAPES {
+        let mut req = request(&format!("shape-{vcpu}x{memory_mb}"));
+        req.vcpu = Some(vcpu.into());
+        req.memory_mb = Some(memory_mb.into());
+        match h.service.create(WS, req).await {
+            Ok(CreateOutcome::Created(s)) => {
+                assert_eq!((s.vcpu, s.memory_mb), (vcpu, memory_mb));
+            }
+            other => panic!("{vcpu}/{memory_mb}: {other:?}"),
+        }
+    }
+    let mut off = request("off-grid");
+    off.vcpu = Some(3);
+    off.memory_mb = Some(3072);
+    match h.service.create(WS, off).await {
+        Err(ServiceError::Invalid(e)) => assert!(e.to_string().contains("4/16384"), "{e}"),
+        other => panic!("3/3072: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn shapes_narrow_what_creates_may_ask_for() {
+    let h = Harness::with(|c| c.shapes = vec![(1, 1024), (2, 8192)]);
+    let mut big = request("big");
+    big.vcpu = Some(2);
+    big.memory_mb = Some(8192);
+    assert!(matches!(
+        h.service.create(WS, big).await,
+        Ok(CreateOutcome::Created(_))
+    ));
+    let mut seed = request("seed");
+    seed.vcpu = Some(2);
+    seed.memory_mb = Some(2048);
+    match h.service.create(WS, seed).await {
+        Err(ServiceError::Invalid(e)) => assert_eq!(
+            e.to_string(),
+            "resources: 2 vCPU / 2048 MiB is not offered; use 1/1024 or 2/8192"
+        ),
+        other => panic!("2/2048 outside --shapes: {other:?}"),
+    }
+    assert_eq!(
+        h.runtime.calls(Op::Start),
+        1,
+        "the refused create booted nothing"
+    );
+}
+
+#[test]
+fn e2b_sandboxes_take_two_vcpus_when_offered() {
+    use crate::service::e2b::shape_for;
+    assert_eq!(shape_for(&sbx_api_types::validate::SHAPES), (2, 2048));
+    assert_eq!(shape_for(&[(1, 1024), (2, 4096), (2, 8192)]), (2, 4096));
+    assert_eq!(shape_for(&[(1, 2048), (4, 4096)]), (1, 2048));
+}
