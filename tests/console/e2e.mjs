@@ -279,6 +279,30 @@ await step("a busy process shows in the sparklines (usage screenshot)", async ()
   await row.locator(".badge", { hasText: /EXITED|SIGNALED|KILLED/ }).waitFor();
 });
 
+await step("preview URLs: token, public, a port's URL, off", async () => {
+  const panel = page.locator("section.panel");
+  await page.getByRole("link", { name: "Preview", exact: true }).click();
+  await panel.locator("p", { hasText: "off: preview URLs answer 404" }).waitFor();
+  await page.getByRole("button", { name: "Token only", exact: true }).click();
+  const token = (await panel.locator("code.mono").textContent()).trim();
+  assert(/^[0-9a-f]{64}$/.test(token), `token: ${token}`);
+  const apiToken = await page.evaluate(
+    async (p) => (await (await fetch(p)).json()).data.token,
+    `/v1/sandboxes/${sandboxId}/preview`,
+  );
+  assert(apiToken === token, `the API's token: ${apiToken}`);
+  await page.getByRole("button", { name: "Public", exact: true }).click();
+  await panel.locator("p", { hasText: "public: anyone with the URL may call" }).waitFor();
+  await page.getByLabel("Port").fill("8000");
+  await page.getByRole("button", { name: "Show URL", exact: true }).click();
+  const url = `http://8000-${sandboxId}.sbx.localhost/`;
+  await panel.getByRole("link", { name: url, exact: true }).waitFor();
+  await shot("preview");
+  await page.getByRole("button", { name: "Off", exact: true }).click();
+  await panel.locator("p", { hasText: "off: preview URLs answer 404" }).waitFor();
+  await page.getByRole("link", { name: "Processes", exact: true }).click();
+});
+
 await step("pause and resume", async () => {
   await page.getByRole("button", { name: "Pause", exact: true }).click();
   await page.locator(".title-row .badge", { hasText: "PAUSED" }).waitFor();

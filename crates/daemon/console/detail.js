@@ -5,12 +5,14 @@ import { b64text, call, get, ndjson } from "./api.js";
 import { alertError, badge, bytes, errorView, field, h, replace, sleep, time, withProgress } from "./dom.js";
 import { poll, snapshotTable } from "./list.js";
 import { filesTab } from "./files.js";
+import { previewTab } from "./preview.js";
 
 const TABS = [
   ["terminal", "Terminal"],
   ["processes", "Processes"],
   ["files", "Files"],
   ["snapshots", "Snapshots"],
+  ["preview", "Preview"],
 ];
 
 /** The detail page of one sandbox. */
@@ -115,7 +117,7 @@ export async function detailPage(el, signal, id, tab) {
     }
   });
 
-  const tabs = { terminal: terminalTab, processes: processesTab, files: filesTab, snapshots: snapshotsTab };
+  const tabs = { terminal: terminalTab, processes: processesTab, files: filesTab, snapshots: snapshotsTab, preview: previewTab };
   tabs[tab](panel, signal, id).catch((err) => {
     if (!signal.aborted && err.name !== "AbortError") alertError(err);
   });

@@ -275,7 +275,16 @@ async fn console_end_to_end_in_chromium() {
     let dir = console_dir();
     let shots = screenshot_dir();
     // Usage sampled every second: the sparklines of a busy process fill in seconds.
-    let d = Daemon::start(&["--signing-key", KEY, "--usage-sample-secs", "1"]).await;
+    // A preview domain: the Preview tab shows a port's URL under it.
+    let d = Daemon::start(&[
+        "--signing-key",
+        KEY,
+        "--usage-sample-secs",
+        "1",
+        "--e2b-domain",
+        "sbx.localhost",
+    ])
+    .await;
     let _leftovers = KillLeftovers::of(&d);
     let tmp = tempfile::tempdir().unwrap();
     let tarball = tmp.path().join("connector-items.tgz");
@@ -295,6 +304,7 @@ async fn console_end_to_end_in_chromium() {
         "processes",
         "files",
         "usage",
+        "preview",
         "snapshots",
         "packages",
         "package-build",

@@ -36,6 +36,7 @@ pub static ASSETS: &[Asset] = &[
     asset!("connect.js", JS),
     asset!("detail.js", JS),
     asset!("files.js", JS),
+    asset!("preview.js", JS),
     asset!("favicon.svg", "image/svg+xml"),
 ];
 
