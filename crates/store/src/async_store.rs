@@ -415,6 +415,11 @@ impl AsyncStore {
         self.run(move |s| s.get_preview(id)).await
     }
 
+    /// See [`Store::delete_ended_previews`].
+    pub async fn delete_ended_previews(&self) -> Result<usize, StoreError> {
+        self.run(|s| s.delete_ended_previews()).await
+    }
+
     /// See [`Store::delete_preview`].
     pub async fn delete_preview(&self, id: Uuid) -> Result<bool, StoreError> {
         self.run(move |s| s.delete_preview(id)).await

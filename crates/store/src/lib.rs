@@ -342,6 +342,9 @@ pub trait Store: Send + Sync {
     fn get_preview(&self, id: Uuid) -> Result<Option<PreviewRecord>, StoreError>;
     /// Turns a sandbox's preview URLs off; false if they were not on.
     fn delete_preview(&self, id: Uuid) -> Result<bool, StoreError>;
+    /// Deletes the preview rows whose sandbox is no longer active (or has no
+    /// row); returns how many.
+    fn delete_ended_previews(&self) -> Result<usize, StoreError>;
     /// Every preview row, by sandbox id (for `migrate-store`).
     fn list_previews(&self) -> Result<Vec<PreviewRecord>, StoreError>;
 }

@@ -47,6 +47,17 @@ impl PostgresStore {
         })
     }
 
+    pub(super) fn delete_ended_preview_rows(&self) -> Result<usize, StoreError> {
+        self.pool.run(|c| {
+            let n = c.execute(
+                "DELETE FROM sandbox_previews p WHERE NOT EXISTS \
+                 (SELECT 1 FROM sandboxes s WHERE s.id = p.id AND s.active)",
+                &[],
+            )?;
+            Ok(n as usize)
+        })
+    }
+
     pub(super) fn list_preview_rows(&self) -> Result<Vec<PreviewRecord>, StoreError> {
         self.pool.run(move |c| {
             c.query(

@@ -619,6 +619,10 @@ impl Store for SqliteStore {
         self.delete_preview_row(id)
     }
 
+    fn delete_ended_previews(&self) -> Result<usize, StoreError> {
+        self.delete_ended_preview_rows()
+    }
+
     fn list_previews(&self) -> Result<Vec<crate::PreviewRecord>, StoreError> {
         self.list_preview_rows()
     }

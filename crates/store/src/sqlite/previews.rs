@@ -46,6 +46,14 @@ impl SqliteStore {
         Ok(n == 1)
     }
 
+    pub(crate) fn delete_ended_preview_rows(&self) -> Result<usize, StoreError> {
+        Ok(self.lock().execute(
+            "DELETE FROM sandbox_previews WHERE NOT EXISTS \
+             (SELECT 1 FROM sandboxes s WHERE s.id = sandbox_previews.id AND s.active = 1)",
+            [],
+        )?)
+    }
+
     pub(crate) fn list_preview_rows(&self) -> Result<Vec<PreviewRecord>, StoreError> {
         let conn = self.lock();
         let mut stmt = conn.prepare(&format!(

@@ -589,13 +589,22 @@ impl E2b {
         }
     }
 
-    /// Deletes the records of sandboxes that ended (any node may: the store
-    /// decides which, and deleting twice deletes nothing).
+    /// Deletes the E2B records and preview settings of sandboxes that ended
+    /// (any node may: the store decides which, and deleting twice deletes nothing).
     pub async fn forget_ended(&self) {
         match self.store().delete_ended_e2b_records().await {
             Ok(0) => {}
             Ok(n) => tracing::debug!(records = n, "forgot the E2B records of ended sandboxes"),
             Err(e) => tracing::warn!(error = %e, "could not forget E2B records of ended sandboxes"),
+        }
+        // The preview settings of /v1 sandboxes end with their sandboxes too;
+        // this sweep runs on every node, E2B or not.
+        match self.store().delete_ended_previews().await {
+            Ok(0) => {}
+            Ok(n) => tracing::debug!(rows = n, "forgot the preview settings of ended sandboxes"),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not forget preview settings of ended sandboxes")
+            }
         }
     }
 

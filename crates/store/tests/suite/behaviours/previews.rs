@@ -36,8 +36,17 @@ pub fn preview_rows_are_put_replaced_listed_and_deleted(store: &dyn Store, _othe
     let mut listed = store.list_previews().unwrap();
     listed.sort_by_key(|r| r.sandbox_id.to_string());
     assert_eq!(listed, want);
+    // A row outlives nothing: once its sandbox ended, the sweep deletes it.
+    let mut ended = store.get_sandbox(b.id).unwrap().unwrap();
+    ended.status = sbx_api_types::SandboxStatus::Terminated;
+    ended.ended_at = Some(super::at(3_000));
+    store.update_sandbox(&mut ended).unwrap();
+    assert_eq!(store.delete_ended_previews().unwrap(), 1);
+    assert_eq!(store.delete_ended_previews().unwrap(), 0);
+    assert_eq!(store.get_preview(b.id).unwrap(), None);
+    assert!(store.get_preview(a.id).unwrap().is_some());
     assert!(store.delete_preview(a.id).unwrap());
     assert!(!store.delete_preview(a.id).unwrap());
     assert_eq!(store.get_preview(a.id).unwrap(), None);
-    assert_eq!(store.list_previews().unwrap().len(), 1);
+    assert!(store.list_previews().unwrap().is_empty());
 }
