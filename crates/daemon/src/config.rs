@@ -263,6 +263,37 @@ pub fn parse_node_labels(
     Ok(labels)
 }
 
+/// The secret a Prometheus server shows to scrape `GET /metrics` outside dev
+/// mode (`--metrics-token-file`). Never printed.
+#[derive(Clone, PartialEq)]
+pub struct MetricsToken(String);
+
+/// Fewest characters of a metrics token.
+pub const MIN_METRICS_TOKEN: usize = 32;
+
+impl MetricsToken {
+    /// A token from the contents of its file (surrounding white space dropped).
+    pub fn parse(raw: &str) -> Result<MetricsToken, ConfigError> {
+        let t = raw.trim();
+        if t.len() < MIN_METRICS_TOKEN || !t.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(ConfigError::BadMetricsToken);
+        }
+        Ok(MetricsToken(t.to_string()))
+    }
+
+    /// Whether `shown` is this token, compared in constant time.
+    pub fn matches(&self, shown: &[u8]) -> bool {
+        use subtle::ConstantTimeEq;
+        self.0.as_bytes().ct_eq(shown).into()
+    }
+}
+
+impl std::fmt::Debug for MetricsToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MetricsToken(..)")
+    }
+}
+
 /// HTTP server settings (`crate::server`) and the browser guard (`crate::api::browser_guard`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct HttpConfig {
@@ -282,6 +313,8 @@ pub struct HttpConfig {
     pub browser_guard: bool,
     /// Host names accepted besides loopback names and the listen address.
     pub allowed_hosts: Vec<String>,
+    /// The token `GET /metrics` needs outside dev mode (`--metrics-token-file`).
+    pub metrics_token: Option<MetricsToken>,
 }
 
 impl Default for HttpConfig {
@@ -294,6 +327,7 @@ impl Default for HttpConfig {
             max_connections_per_ip: 1024,
             browser_guard: false,
             allowed_hosts: Vec::new(),
+            metrics_token: None,
         }
     }
 }
@@ -435,6 +469,9 @@ pub enum ConfigError {
     /// A cluster token too short or with white space or control characters inside.
     #[error("the cluster token must be at least 32 printable characters without spaces (for example: openssl rand -hex 32)")]
     BadClusterToken,
+    /// A metrics token too short or with white space or control characters inside.
+    #[error("the metrics token must be at least 32 printable characters without spaces (for example: openssl rand -hex 32)")]
+    BadMetricsToken,
     /// `--snapshot-store` and the S3 settings do not make a usable store.
     #[error(transparent)]
     SnapshotStore(#[from] sbx_node::snapshot_store::SnapshotStoreError),
