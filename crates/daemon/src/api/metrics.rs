@@ -2,7 +2,7 @@
 
 use super::{ApiError, AppState};
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::{header, HeaderMap};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use std::time::Instant;
@@ -16,7 +16,12 @@ pub async fn scrape(
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
     let text = state.scrape(authorization).await?;
-    Ok(([(header::CONTENT_TYPE, sbx_metrics::CONTENT_TYPE)], text).into_response())
+    Ok((
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, sbx_metrics::CONTENT_TYPE)],
+        text,
+    )
+        .into_response())
 }
 
 /// The route template that answered a request, carried on its response to [`observed`].
