@@ -716,6 +716,24 @@ mod tests {
     }
 
     #[test]
+    fn metrics_tokens_are_long_printable_and_compared_whole() {
+        let t = MetricsToken::parse(&format!("  {}\n", "a".repeat(32))).unwrap();
+        assert!(t.matches("a".repeat(32).as_bytes()));
+        assert!(!t.matches("a".repeat(31).as_bytes()));
+        assert!(!t.matches(format!("{}b", "a".repeat(32)).as_bytes()));
+        assert_eq!(format!("{t:?}"), "MetricsToken(..)");
+        for bad in [
+            "a".repeat(31),
+            format!("{} {}", "a".repeat(20), "b".repeat(20)),
+        ] {
+            assert!(matches!(
+                MetricsToken::parse(&bad),
+                Err(ConfigError::BadMetricsToken)
+            ));
+        }
+    }
+
+    #[test]
     fn http_figures_are_not_zero() {
         assert!(base().validate().is_ok());
         let mut c = base();
