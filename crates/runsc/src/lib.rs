@@ -282,6 +282,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn subcommand_for_metrics_skips_global_flags() {
+        let r = Runsc::new("/bin/runsc", "/run/x").with_global(GlobalOptions {
+            debug: true,
+            extra: vec!["--host-uds=none".into()],
+            ..GlobalOptions::default()
+        });
+        let mut a = r.argv(None);
+        assert_eq!(a.subcommand(), "other");
+        a.arg("checkpoint").arg("--image-path=/x").arg("sbx-1");
+        assert_eq!(a.subcommand(), "checkpoint");
+        let mut b = r.argv(None);
+        b.arg("sbx-guest-word");
+        assert_eq!(b.subcommand(), "other");
+    }
+
+    #[test]
     fn global_flags_in_order() {
         let r = Runsc::new("/bin/runsc", "/run/x").with_global(GlobalOptions {
             platform: Some("ptrace".into()),
