@@ -253,8 +253,18 @@ impl AgentConn {
     ) -> Result<Answer, AgentCallError> {
         let id = self.next_id();
         let rx = self.register_once(id);
-        self.exchange(id, Body::Request(request), payload, rx, limit)
-            .await
+        let kind = request_kind(&request);
+        let started = std::time::Instant::now();
+        let res = self
+            .exchange(id, Body::Request(request), payload, rx, limit)
+            .await;
+        // An error answer is an answer: only no answer counts as a failure.
+        let answered = matches!(
+            res,
+            Ok(_) | Err(AgentCallError::Agent(_)) | Err(AgentCallError::Unexpected(_))
+        );
+        sbx_metrics::global().agent_request(kind, started.elapsed(), answered);
+        res
     }
 
     /// Sends `body` on request `id` and waits for the answer registered as
@@ -500,6 +510,49 @@ async fn read_loop<R: AsyncRead + Unpin>(mut reader: R, inner: Arc<Inner>) {
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .clear();
+}
+
+/// A request's kind for metrics: its `op` word (a fixed set).
+fn request_kind(request: &Request) -> &'static str {
+    match request {
+        Request::Ping => "ping",
+        Request::Hello => "hello",
+        Request::Configure { .. } => "configure",
+        Request::Exec { .. } => "exec",
+        Request::ProcessStart { .. } => "process_start",
+        Request::ProcessInput { .. } => "process_input",
+        Request::ProcessCloseStdin { .. } => "process_close_stdin",
+        Request::ProcessResize { .. } => "process_resize",
+        Request::ProcessList => "process_list",
+        Request::ProcessGet { .. } => "process_get",
+        Request::ProcessSignal { .. } => "process_signal",
+        Request::ProcessWait { .. } => "process_wait",
+        Request::ProcessOutput { .. } => "process_output",
+        Request::ProcessStream { .. } => "process_stream",
+        Request::FileWriteBegin { .. } => "file_write_begin",
+        Request::FileWriteData => "file_write_data",
+        Request::FileWriteEnd => "file_write_end",
+        Request::FileWriteAbort => "file_write_abort",
+        Request::FileRead { .. } => "file_read",
+        Request::Stat { .. } => "stat",
+        Request::ListDir { .. } => "list_dir",
+        Request::Mkdir { .. } => "mkdir",
+        Request::Remove { .. } => "remove",
+        Request::Rename { .. } => "rename",
+        Request::Watch { .. } => "watch",
+        Request::Sync => "sync",
+        Request::Quiesce => "quiesce",
+        Request::NetServe => "net_serve",
+        Request::NetDialResult { .. } => "net_dial_result",
+        Request::NetData { .. } => "net_data",
+        Request::NetAck { .. } => "net_ack",
+        Request::NetClose { .. } => "net_close",
+        Request::NetResolveResult { .. } => "net_resolve_result",
+        Request::PortOpen { .. } => "port_open",
+        Request::PortData => "port_data",
+        Request::PortAck { .. } => "port_ack",
+        Request::PortClose { .. } => "port_close",
+    }
 }
 
 #[cfg(test)]

@@ -139,6 +139,15 @@ impl Api {
         Ok(())
     }
 
+    /// `GET /metrics` (a dev-mode sbxd: no token): the exposition's text.
+    pub async fn metrics(&self) -> Result<String> {
+        let r = self.http.get(self.url("/metrics")).send().await?;
+        if !r.status().is_success() {
+            bail!("GET /metrics: HTTP {}", r.status());
+        }
+        Ok(r.text().await?)
+    }
+
     /// Polls `GET path` until `data.status` is `want`; `bad` statuses fail.
     async fn wait_status(&self, path: &str, want: &str, bad: &[&str]) -> Result<()> {
         let deadline = Instant::now() + STATE_DEADLINE;

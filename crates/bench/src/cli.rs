@@ -27,6 +27,7 @@ pub const SCENARIOS: &[&str] = &[
     "exec-load",
     "density-mem",
     "density-exec",
+    "density-metrics",
     "sbxd-cpu",
     "connect-job",
     "store-create",
@@ -202,7 +203,7 @@ pub fn select(names: &[String]) -> Result<Vec<&'static str>> {
             continue;
         }
         if n.eq_ignore_ascii_case("density") {
-            out.extend(["density-mem", "density-exec"]);
+            out.extend(["density-mem", "density-exec", "density-metrics"]);
             continue;
         }
         match SCENARIOS.iter().find(|s| s.eq_ignore_ascii_case(n)) {
@@ -243,7 +244,13 @@ mod tests {
         );
         assert_eq!(
             select(&["exec-load".into(), "density".into(), "sbxd-cpu".into()]).unwrap(),
-            ["exec-load", "density-mem", "density-exec", "sbxd-cpu"]
+            [
+                "exec-load",
+                "density-mem",
+                "density-exec",
+                "density-metrics",
+                "sbxd-cpu"
+            ]
         );
         for s in WARM_SCENARIOS.iter().chain(network::SCENARIOS) {
             assert!(SCENARIOS.contains(s));

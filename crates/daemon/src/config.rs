@@ -265,6 +265,37 @@ pub fn parse_node_labels(
     Ok(labels)
 }
 
+/// The secret a Prometheus server shows to scrape `GET /metrics` outside dev
+/// mode (`--metrics-token-file`). Never printed.
+#[derive(Clone, PartialEq)]
+pub struct MetricsToken(String);
+
+/// Fewest characters of a metrics token.
+pub const MIN_METRICS_TOKEN: usize = 32;
+
+impl MetricsToken {
+    /// A token from the contents of its file (surrounding white space dropped).
+    pub fn parse(raw: &str) -> Result<MetricsToken, ConfigError> {
+        let t = raw.trim();
+        if t.len() < MIN_METRICS_TOKEN || !t.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(ConfigError::BadMetricsToken);
+        }
+        Ok(MetricsToken(t.to_string()))
+    }
+
+    /// Whether `shown` is this token, compared in constant time.
+    pub fn matches(&self, shown: &[u8]) -> bool {
+        use subtle::ConstantTimeEq;
+        self.0.as_bytes().ct_eq(shown).into()
+    }
+}
+
+impl std::fmt::Debug for MetricsToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MetricsToken(..)")
+    }
+}
+
 /// HTTP server settings (`crate::server`) and the browser guard (`crate::api::browser_guard`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct HttpConfig {
@@ -284,6 +315,8 @@ pub struct HttpConfig {
     pub browser_guard: bool,
     /// Host names accepted besides loopback names and the listen address.
     pub allowed_hosts: Vec<String>,
+    /// The token `GET /metrics` needs outside dev mode (`--metrics-token-file`).
+    pub metrics_token: Option<MetricsToken>,
 }
 
 impl Default for HttpConfig {
@@ -296,6 +329,7 @@ impl Default for HttpConfig {
             max_connections_per_ip: 1024,
             browser_guard: false,
             allowed_hosts: Vec::new(),
+            metrics_token: None,
         }
     }
 }
@@ -437,6 +471,9 @@ pub enum ConfigError {
     /// A cluster token too short or with white space or control characters inside.
     #[error("the cluster token must be at least 32 printable characters without spaces (for example: openssl rand -hex 32)")]
     BadClusterToken,
+    /// A metrics token too short or with white space or control characters inside.
+    #[error("the metrics token must be at least 32 printable characters without spaces (for example: openssl rand -hex 32)")]
+    BadMetricsToken,
     /// `--snapshot-store` and the S3 settings do not make a usable store.
     #[error(transparent)]
     SnapshotStore(#[from] sbx_node::snapshot_store::SnapshotStoreError),
@@ -710,6 +747,24 @@ mod tests {
         assert_eq!(labels.get("gpu").map(String::as_str), Some("no"));
         assert!(parse_node_labels(&["novalue".into()]).is_err());
         assert!(parse_node_labels(&["a=1".into(), "a=2".into()]).is_err());
+    }
+
+    #[test]
+    fn metrics_tokens_are_long_printable_and_compared_whole() {
+        let t = MetricsToken::parse(&format!("  {}\n", "a".repeat(32))).unwrap();
+        assert!(t.matches("a".repeat(32).as_bytes()));
+        assert!(!t.matches("a".repeat(31).as_bytes()));
+        assert!(!t.matches(format!("{}b", "a".repeat(32)).as_bytes()));
+        assert_eq!(format!("{t:?}"), "MetricsToken(..)");
+        for bad in [
+            "a".repeat(31),
+            format!("{} {}", "a".repeat(20), "b".repeat(20)),
+        ] {
+            assert!(matches!(
+                MetricsToken::parse(&bad),
+                Err(ConfigError::BadMetricsToken)
+            ));
+        }
     }
 
     #[test]

@@ -211,6 +211,11 @@ struct HttpArgs {
         value_delimiter = ','
     )]
     http_allowed_hosts: Vec<String>,
+    /// A file holding the token (at least 32 characters) that `GET /metrics`
+    /// needs outside dev mode, sent as `Authorization: Bearer TOKEN`. Without
+    /// it, only a dev-mode sbxd can be scraped.
+    #[arg(long, env = "SBX_METRICS_TOKEN_FILE")]
+    metrics_token_file: Option<PathBuf>,
 }
 
 /// Settings of the Connect runtime.
@@ -569,6 +574,14 @@ async fn daemon_main(args: Args) -> anyhow::Result<()> {
                 .map(|h| h.trim().to_ascii_lowercase())
                 .filter(|h| !h.is_empty())
                 .collect(),
+            metrics_token: match &args.http.metrics_token_file {
+                Some(path) => Some(sbx_daemon::config::MetricsToken::parse(
+                    &std::fs::read_to_string(path).with_context(|| {
+                        format!("reading the metrics token file {}", path.display())
+                    })?,
+                )?),
+                None => None,
+            },
         },
         node,
         snapshot_store: sbx_daemon::config::snapshot_store_config(
@@ -580,6 +593,7 @@ async fn daemon_main(args: Args) -> anyhow::Result<()> {
     sbx_daemon::network::Network::new(config.default_network, &config.network_test_public)
         .map_err(anyhow::Error::msg)?;
     config.validate()?;
+    sbx_daemon::service::metrics::record_build_info(&config.runsc_binary);
     std::fs::create_dir_all(&config.data_dir).context("creating data dir")?;
     // Held until sbxd exits: one sbxd per data dir, and no migrate-store under it.
     let _data_dir_lock = sbx_daemon::data_dir::DataDirLock::acquire(&config.data_dir)?;

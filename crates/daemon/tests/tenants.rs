@@ -167,6 +167,8 @@ fn case(method: &str, template: &str, a: &Fixture) -> (String, Option<Vec<u8>>, 
     let sandbox_nf = NotFound("sandbox_not_found");
     match (method, template) {
         ("GET", "/healthz") => (path, None, Status(200)),
+        // The node's metrics hold no tenant's ids; a tenant's key is not the metrics token.
+        ("GET", "/metrics") => (path, None, Status(401)),
         ("GET", "/") | ("GET", "/console/session") | ("DELETE", "/console/session") => {
             (path, None, NoLeak(a.sandbox.clone()))
         }

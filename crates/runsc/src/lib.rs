@@ -232,6 +232,43 @@ impl Argv {
             .collect()
     }
 
+    /// The subcommand, for metrics: the first argument after the global
+    /// flags that is a known runsc subcommand (`other` if none is).
+    pub(crate) fn subcommand(&self) -> &'static str {
+        const KNOWN: &[&str] = &[
+            "run",
+            "create",
+            "start",
+            "exec",
+            "kill",
+            "delete",
+            "state",
+            "list",
+            "ps",
+            "checkpoint",
+            "restore",
+            "pause",
+            "resume",
+            "wait",
+            "events",
+            "spec",
+            "flags",
+            "version",
+            "install",
+            "debug",
+            "usage",
+            "portforward",
+            "tar",
+        ];
+        self.0
+            .iter()
+            .skip(1)
+            .filter_map(|a| a.to_str())
+            .find(|a| !a.starts_with('-'))
+            .and_then(|a| KNOWN.iter().find(|k| **k == a).copied())
+            .unwrap_or("other")
+    }
+
     /// A `tokio::process::Command` for this argv with no stdio configured.
     pub(crate) fn command(&self) -> tokio::process::Command {
         let mut c = tokio::process::Command::new(&self.0[0]);
@@ -243,6 +280,22 @@ impl Argv {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn subcommand_for_metrics_skips_global_flags() {
+        let r = Runsc::new("/bin/runsc", "/run/x").with_global(GlobalOptions {
+            debug: true,
+            extra: vec!["--host-uds=none".into()],
+            ..GlobalOptions::default()
+        });
+        let mut a = r.argv(None);
+        assert_eq!(a.subcommand(), "other");
+        a.arg("checkpoint").arg("--image-path=/x").arg("sbx-1");
+        assert_eq!(a.subcommand(), "checkpoint");
+        let mut b = r.argv(None);
+        b.arg("sbx-guest-word");
+        assert_eq!(b.subcommand(), "other");
+    }
 
     #[test]
     fn global_flags_in_order() {

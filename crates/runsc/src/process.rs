@@ -11,11 +11,28 @@ use crate::{Argv, Error, IoTarget, ProcessIo, Result, Runsc};
 /// How much of a console log is read back into [`Error::Failed`].
 const MAX_TAIL: u64 = 64 * 1024;
 
+/// runsc's own exit code for its failures in `exec` (as opposed to the process's).
+const RUNSC_FAILURE: i32 = 128;
+
 impl Runsc {
     /// Runs `argv` to completion with stdin null and stdout/stderr captured.
     /// Only spawn errors and timeouts are errors here; the exit status is
     /// left to the caller.
     pub(crate) async fn output(&self, argv: &Argv) -> Result<Output> {
+        let started = std::time::Instant::now();
+        let res = self.output_inner(argv).await;
+        let sub = argv.subcommand();
+        // `exec` exits with the guest process's status: only runsc's own 128 is a runsc failure.
+        let failed = match &res {
+            Ok(out) if sub == "exec" => out.status.code() == Some(RUNSC_FAILURE),
+            Ok(out) => !out.status.success(),
+            Err(_) => true,
+        };
+        sbx_metrics::global().runsc_command(sub, started.elapsed(), failed);
+        res
+    }
+
+    async fn output_inner(&self, argv: &Argv) -> Result<Output> {
         let mut cmd = argv.command();
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -69,6 +86,13 @@ impl Runsc {
     /// Waits for the runsc process itself to exit. On failure, the bytes the
     /// command appended to file-backed stdout/stderr become the error text.
     pub(crate) async fn detached(&self, argv: &Argv, io: &ProcessIo) -> Result<()> {
+        let started = std::time::Instant::now();
+        let res = self.detached_inner(argv, io).await;
+        sbx_metrics::global().runsc_command(argv.subcommand(), started.elapsed(), res.is_err());
+        res
+    }
+
+    async fn detached_inner(&self, argv: &Argv, io: &ProcessIo) -> Result<()> {
         let mut cmd = argv.command();
         cmd.stdin(open_target(&io.stdin, false)?)
             .stdout(open_target(&io.stdout, true)?)

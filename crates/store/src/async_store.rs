@@ -48,6 +48,15 @@ impl AsyncStore {
         T: Send + 'static,
         F: FnOnce(&dyn Store) -> Result<T, StoreError> + Send + 'static,
     {
+        // Several calls in one go: counted together.
+        self.call("batch", f).await
+    }
+
+    async fn run_untimed<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&dyn Store) -> Result<T, StoreError> + Send + 'static,
+    {
         let store = Arc::clone(&self.inner);
         match tokio::task::spawn_blocking(move || f(store.as_ref())).await {
             Ok(result) => result,
@@ -57,13 +66,26 @@ impl AsyncStore {
         }
     }
 
+    /// [`AsyncStore::run`] for one [`Store`] method, timed and counted as `op`.
+    async fn call<T, F>(&self, op: &'static str, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&dyn Store) -> Result<T, StoreError> + Send + 'static,
+    {
+        let started = std::time::Instant::now();
+        let res = self.run_untimed(f).await;
+        sbx_metrics::global().store_call(op, started.elapsed(), res.is_err());
+        res
+    }
+
     /// See [`Store::create_sandbox`].
     pub async fn create_sandbox(
         &self,
         record: &SandboxRecord,
     ) -> Result<CreateOutcome, StoreError> {
         let record = record.clone();
-        self.run(move |s| s.create_sandbox(&record)).await
+        self.call("create_sandbox", move |s| s.create_sandbox(&record))
+            .await
     }
 
     /// See [`Store::active_sandbox_named`].
@@ -73,20 +95,24 @@ impl AsyncStore {
         name: &str,
     ) -> Result<Option<SandboxRecord>, StoreError> {
         let (workspace, name) = (workspace.to_string(), name.to_string());
-        self.run(move |s| s.active_sandbox_named(&workspace, &name))
-            .await
+        self.call("active_sandbox_named", move |s| {
+            s.active_sandbox_named(&workspace, &name)
+        })
+        .await
     }
 
     /// See [`Store::get_sandbox`].
     pub async fn get_sandbox(&self, id: Uuid) -> Result<Option<SandboxRecord>, StoreError> {
-        self.run(move |s| s.get_sandbox(id)).await
+        self.call("get_sandbox", move |s| s.get_sandbox(id)).await
     }
 
     /// See [`Store::update_sandbox`]: on success `record` carries the row's new generation.
     pub async fn update_sandbox(&self, record: &mut SandboxRecord) -> Result<(), StoreError> {
         let mut copy = record.clone();
         let copy = self
-            .run(move |s| s.update_sandbox(&mut copy).map(|()| copy))
+            .call("update_sandbox", move |s| {
+                s.update_sandbox(&mut copy).map(|()| copy)
+            })
             .await?;
         *record = copy;
         Ok(())
@@ -100,8 +126,10 @@ impl AsyncStore {
         after: Option<&SandboxCursor>,
     ) -> Result<Vec<SandboxRecord>, StoreError> {
         let (workspace, after) = (workspace.to_string(), after.cloned());
-        self.run(move |s| s.list_sandboxes(&workspace, limit, after.as_ref()))
-            .await
+        self.call("list_sandboxes", move |s| {
+            s.list_sandboxes(&workspace, limit, after.as_ref())
+        })
+        .await
     }
 
     /// See [`Store::sandboxes_in_status`].
@@ -112,8 +140,10 @@ impl AsyncStore {
     ) -> Result<Vec<SandboxRecord>, StoreError> {
         let statuses = statuses.to_vec();
         let node_id = node_id.map(str::to_string);
-        self.run(move |s| s.sandboxes_in_status(node_id.as_deref(), &statuses))
-            .await
+        self.call("sandboxes_in_status", move |s| {
+            s.sandboxes_in_status(node_id.as_deref(), &statuses)
+        })
+        .await
     }
 
     /// See [`Store::create_snapshot`].
@@ -124,20 +154,24 @@ impl AsyncStore {
         max_live: u32,
     ) -> Result<SnapshotCreateOutcome, StoreError> {
         let record = record.clone();
-        self.run(move |s| s.create_snapshot(&record, now, max_live))
-            .await
+        self.call("create_snapshot", move |s| {
+            s.create_snapshot(&record, now, max_live)
+        })
+        .await
     }
 
     /// See [`Store::get_snapshot`].
     pub async fn get_snapshot(&self, id: Uuid) -> Result<Option<SnapshotRecord>, StoreError> {
-        self.run(move |s| s.get_snapshot(id)).await
+        self.call("get_snapshot", move |s| s.get_snapshot(id)).await
     }
 
     /// See [`Store::update_snapshot`]: on success `record` carries the row's new generation.
     pub async fn update_snapshot(&self, record: &mut SnapshotRecord) -> Result<(), StoreError> {
         let mut copy = record.clone();
         let copy = self
-            .run(move |s| s.update_snapshot(&mut copy).map(|()| copy))
+            .call("update_snapshot", move |s| {
+                s.update_snapshot(&mut copy).map(|()| copy)
+            })
             .await?;
         *record = copy;
         Ok(())
@@ -156,8 +190,10 @@ impl AsyncStore {
             name.map(str::to_string),
             after.cloned(),
         );
-        self.run(move |s| s.list_snapshots(&workspace, name.as_deref(), limit, after.as_ref()))
-            .await
+        self.call("list_snapshots", move |s| {
+            s.list_snapshots(&workspace, name.as_deref(), limit, after.as_ref())
+        })
+        .await
     }
 
     /// See [`Store::snapshots_in_status`].
@@ -166,13 +202,17 @@ impl AsyncStore {
         statuses: &[SnapshotStatus],
     ) -> Result<Vec<SnapshotRecord>, StoreError> {
         let statuses = statuses.to_vec();
-        self.run(move |s| s.snapshots_in_status(&statuses)).await
+        self.call("snapshots_in_status", move |s| {
+            s.snapshots_in_status(&statuses)
+        })
+        .await
     }
 
     /// See [`Store::put_secret`].
     pub async fn put_secret(&self, record: &SecretRecord) -> Result<(), StoreError> {
         let record = record.clone();
-        self.run(move |s| s.put_secret(&record)).await
+        self.call("put_secret", move |s| s.put_secret(&record))
+            .await
     }
 
     /// See [`Store::get_secret`].
@@ -182,41 +222,47 @@ impl AsyncStore {
         name: &str,
     ) -> Result<Option<SecretRecord>, StoreError> {
         let (workspace, name) = (workspace.to_string(), name.to_string());
-        self.run(move |s| s.get_secret(&workspace, &name)).await
+        self.call("get_secret", move |s| s.get_secret(&workspace, &name))
+            .await
     }
 
     /// See [`Store::list_secrets`].
     pub async fn list_secrets(&self, workspace: &str) -> Result<Vec<SecretRecord>, StoreError> {
         let workspace = workspace.to_string();
-        self.run(move |s| s.list_secrets(&workspace)).await
+        self.call("list_secrets", move |s| s.list_secrets(&workspace))
+            .await
     }
 
     /// See [`Store::delete_secret`].
     pub async fn delete_secret(&self, workspace: &str, name: &str) -> Result<bool, StoreError> {
         let (workspace, name) = (workspace.to_string(), name.to_string());
-        self.run(move |s| s.delete_secret(&workspace, &name)).await
+        self.call("delete_secret", move |s| s.delete_secret(&workspace, &name))
+            .await
     }
 
     /// See [`Store::create_api_key`].
     pub async fn create_api_key(&self, record: &ApiKeyRecord) -> Result<(), StoreError> {
         let record = record.clone();
-        self.run(move |s| s.create_api_key(&record)).await
+        self.call("create_api_key", move |s| s.create_api_key(&record))
+            .await
     }
 
     /// See [`Store::find_api_key`].
     pub async fn find_api_key(&self, digest: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
         let digest = digest.to_string();
-        self.run(move |s| s.find_api_key(&digest)).await
+        self.call("find_api_key", move |s| s.find_api_key(&digest))
+            .await
     }
 
     /// See [`Store::list_api_keys`].
     pub async fn list_api_keys(&self) -> Result<Vec<ApiKeyRecord>, StoreError> {
-        self.run(|s| s.list_api_keys()).await
+        self.call("list_api_keys", |s| s.list_api_keys()).await
     }
 
     /// See [`Store::revoke_api_key`].
     pub async fn revoke_api_key(&self, id: Uuid, now: DateTime<Utc>) -> Result<bool, StoreError> {
-        self.run(move |s| s.revoke_api_key(id, now)).await
+        self.call("revoke_api_key", move |s| s.revoke_api_key(id, now))
+            .await
     }
 
     /// See [`Store::idempotency_begin`].
@@ -226,7 +272,10 @@ impl AsyncStore {
         now: DateTime<Utc>,
     ) -> Result<IdempotencyBegin, StoreError> {
         let record = record.clone();
-        self.run(move |s| s.idempotency_begin(&record, now)).await
+        self.call("idempotency_begin", move |s| {
+            s.idempotency_begin(&record, now)
+        })
+        .await
     }
 
     /// See [`Store::idempotency_get`].
@@ -237,8 +286,10 @@ impl AsyncStore {
         key: &str,
     ) -> Result<Option<IdempotencyRecord>, StoreError> {
         let (tenant, path, key) = (tenant.to_string(), path.to_string(), key.to_string());
-        self.run(move |s| s.idempotency_get(&tenant, &path, &key))
-            .await
+        self.call("idempotency_get", move |s| {
+            s.idempotency_get(&tenant, &path, &key)
+        })
+        .await
     }
 
     /// See [`Store::idempotency_finish`].
@@ -256,8 +307,10 @@ impl AsyncStore {
             key.to_string(),
             body.to_vec(),
         );
-        self.run(move |s| s.idempotency_finish(&tenant, &path, &key, status, &body))
-            .await
+        self.call("idempotency_finish", move |s| {
+            s.idempotency_finish(&tenant, &path, &key, status, &body)
+        })
+        .await
     }
 
     /// See [`Store::idempotency_forget`].
@@ -268,8 +321,10 @@ impl AsyncStore {
         key: &str,
     ) -> Result<(), StoreError> {
         let (tenant, path, key) = (tenant.to_string(), path.to_string(), key.to_string());
-        self.run(move |s| s.idempotency_forget(&tenant, &path, &key))
-            .await
+        self.call("idempotency_forget", move |s| {
+            s.idempotency_forget(&tenant, &path, &key)
+        })
+        .await
     }
 
     /// See [`Store::idempotency_renew`].
@@ -278,17 +333,24 @@ impl AsyncStore {
         owner: Uuid,
         until: DateTime<Utc>,
     ) -> Result<usize, StoreError> {
-        self.run(move |s| s.idempotency_renew(owner, until)).await
+        self.call("idempotency_renew", move |s| {
+            s.idempotency_renew(owner, until)
+        })
+        .await
     }
 
     /// See [`Store::idempotency_abandon_others`].
     pub async fn idempotency_abandon_others(&self, owner: Uuid) -> Result<usize, StoreError> {
-        self.run(move |s| s.idempotency_abandon_others(owner)).await
+        self.call("idempotency_abandon_others", move |s| {
+            s.idempotency_abandon_others(owner)
+        })
+        .await
     }
 
     /// See [`Store::idempotency_expire`].
     pub async fn idempotency_expire(&self, now: DateTime<Utc>) -> Result<usize, StoreError> {
-        self.run(move |s| s.idempotency_expire(now)).await
+        self.call("idempotency_expire", move |s| s.idempotency_expire(now))
+            .await
     }
 
     /// See [`Store::register_node`].
@@ -299,8 +361,10 @@ impl AsyncStore {
         lease_until: DateTime<Utc>,
     ) -> Result<NodeRecord, StoreError> {
         let node = node.clone();
-        self.run(move |s| s.register_node(&node, now, lease_until))
-            .await
+        self.call("register_node", move |s| {
+            s.register_node(&node, now, lease_until)
+        })
+        .await
     }
 
     /// See [`Store::heartbeat_node`].
@@ -312,13 +376,15 @@ impl AsyncStore {
         lease_until: DateTime<Utc>,
     ) -> Result<NodeRecord, StoreError> {
         let id = id.to_string();
-        self.run(move |s| s.heartbeat_node(&id, epoch, now, lease_until))
-            .await
+        self.call("heartbeat_node", move |s| {
+            s.heartbeat_node(&id, epoch, now, lease_until)
+        })
+        .await
     }
 
     /// See [`Store::list_nodes`].
     pub async fn list_nodes(&self) -> Result<Vec<NodeRecord>, StoreError> {
-        self.run(|s| s.list_nodes()).await
+        self.call("list_nodes", |s| s.list_nodes()).await
     }
 
     /// See [`Store::set_node_draining`].
@@ -328,7 +394,10 @@ impl AsyncStore {
         draining: bool,
     ) -> Result<NodeRecord, StoreError> {
         let id = id.to_string();
-        self.run(move |s| s.set_node_draining(&id, draining)).await
+        self.call("set_node_draining", move |s| {
+            s.set_node_draining(&id, draining)
+        })
+        .await
     }
 
     /// See [`Store::fail_over_node`].
@@ -339,35 +408,43 @@ impl AsyncStore {
         now: DateTime<Utc>,
     ) -> Result<Option<crate::FailOver>, StoreError> {
         let id = id.to_string();
-        self.run(move |s| s.fail_over_node(&id, epoch, now)).await
+        self.call("fail_over_node", move |s| s.fail_over_node(&id, epoch, now))
+            .await
     }
 
     /// See [`Store::adopt_unowned_sandboxes`].
     pub async fn adopt_unowned_sandboxes(&self, node_id: &str) -> Result<usize, StoreError> {
         let node_id = node_id.to_string();
-        self.run(move |s| s.adopt_unowned_sandboxes(&node_id)).await
+        self.call("adopt_unowned_sandboxes", move |s| {
+            s.adopt_unowned_sandboxes(&node_id)
+        })
+        .await
     }
 
     /// See [`Store::node_usage`].
     pub async fn node_usage(&self) -> Result<Vec<crate::NodeUsage>, StoreError> {
-        self.run(|s| s.node_usage()).await
+        self.call("node_usage", |s| s.node_usage()).await
     }
     /// See [`Store::create_e2b_record`].
     pub async fn create_e2b_record(&self, record: &E2bRecord) -> Result<bool, StoreError> {
         let record = record.clone();
-        self.run(move |s| s.create_e2b_record(&record)).await
+        self.call("create_e2b_record", move |s| s.create_e2b_record(&record))
+            .await
     }
 
     /// See [`Store::get_e2b_record`].
     pub async fn get_e2b_record(&self, id: Uuid) -> Result<Option<E2bRecord>, StoreError> {
-        self.run(move |s| s.get_e2b_record(id)).await
+        self.call("get_e2b_record", move |s| s.get_e2b_record(id))
+            .await
     }
 
     /// See [`Store::update_e2b_record`]: on success `record` carries the row's new generation.
     pub async fn update_e2b_record(&self, record: &mut E2bRecord) -> Result<(), StoreError> {
         let mut copy = record.clone();
         let copy = self
-            .run(move |s| s.update_e2b_record(&mut copy).map(|()| copy))
+            .call("update_e2b_record", move |s| {
+                s.update_e2b_record(&mut copy).map(|()| copy)
+            })
             .await?;
         *record = copy;
         Ok(())
@@ -380,8 +457,10 @@ impl AsyncStore {
         metadata: &BTreeMap<String, String>,
     ) -> Result<Vec<E2bRecord>, StoreError> {
         let (workspace, metadata) = (workspace.map(str::to_string), metadata.clone());
-        self.run(move |s| s.list_e2b_records(workspace.as_deref(), &metadata))
-            .await
+        self.call("list_e2b_records", move |s| {
+            s.list_e2b_records(workspace.as_deref(), &metadata)
+        })
+        .await
     }
 
     /// See [`Store::e2b_records_due`].
@@ -391,17 +470,20 @@ impl AsyncStore {
         now: DateTime<Utc>,
     ) -> Result<Vec<E2bRecord>, StoreError> {
         let node_id = node_id.to_string();
-        self.run(move |s| s.e2b_records_due(&node_id, now)).await
+        self.call("e2b_records_due", move |s| s.e2b_records_due(&node_id, now))
+            .await
     }
 
     /// See [`Store::delete_e2b_record`].
     pub async fn delete_e2b_record(&self, id: Uuid) -> Result<bool, StoreError> {
-        self.run(move |s| s.delete_e2b_record(id)).await
+        self.call("delete_e2b_record", move |s| s.delete_e2b_record(id))
+            .await
     }
 
     /// See [`Store::delete_ended_e2b_records`].
     pub async fn delete_ended_e2b_records(&self) -> Result<usize, StoreError> {
-        self.run(|s| s.delete_ended_e2b_records()).await
+        self.call("delete_ended_e2b_records", |s| s.delete_ended_e2b_records())
+            .await
     }
 
     /// See [`Store::put_preview`].

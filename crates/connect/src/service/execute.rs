@@ -248,13 +248,26 @@ impl ConnectService {
 
     /// Runs the plan to its end and records the result on the run.
     pub(super) async fn execute(&self, plan: JobPlan<'_>) -> Result<JobResult, ServiceError> {
+        let started = std::time::Instant::now();
+        let result = self.execute_timed(plan).await;
+        if let Ok((outcome, records, _)) = &result {
+            sbx_metrics::global().connect_run(outcome, started.elapsed(), *records);
+        }
+        result.map(|(_, _, r)| r)
+    }
+
+    /// [`Self::execute`]: the result with its metrics outcome and records committed.
+    async fn execute_timed(
+        &self,
+        plan: JobPlan<'_>,
+    ) -> Result<(&'static str, u64, JobResult), ServiceError> {
         let ws = plan.workspace;
         let run_id = plan.run.id.clone();
         if let Err(e) = self.ensure_artifact(&plan.artifact_dir).await {
             tracing::warn!(error = %e, run = %run_id, "the built package is not available on this node");
             let (category, kind) = (FailureCategory::Platform, "package_unavailable".to_string());
             self.store.fail_run(ws, &run_id, category, &kind)?;
-            return Ok(JobResult::Failed { category, kind });
+            return Ok((category.as_str(), 0, JobResult::Failed { category, kind }));
         }
         let mut attempt = 0;
         loop {
@@ -265,7 +278,7 @@ impl ConnectService {
                 JobOutcome::Succeeded { result, .. } => {
                     let stored = (plan.spec.kind != JobKind::Sync).then_some(&result);
                     self.store.succeed_run(ws, &run_id, records, stored)?;
-                    return Ok(JobResult::Succeeded { result });
+                    return Ok(("succeeded", records, JobResult::Succeeded { result }));
                 }
                 JobOutcome::Failed { category, kind } => {
                     if category == FailureCategory::Platform && attempt <= plan.retries {
@@ -273,7 +286,7 @@ impl ConnectService {
                         continue;
                     }
                     self.store.fail_run(ws, &run_id, category, &kind)?;
-                    return Ok(JobResult::Failed { category, kind });
+                    return Ok((category.as_str(), 0, JobResult::Failed { category, kind }));
                 }
             }
         }

@@ -54,6 +54,17 @@ impl From<crate::tenants::TenantError> for ApiError {
     }
 }
 
+impl From<crate::service::metrics::MetricsError> for ApiError {
+    fn from(e: crate::service::metrics::MetricsError) -> Self {
+        use crate::service::metrics::MetricsError as M;
+        let code = match &e {
+            M::Missing => ErrorCode::AuthorizationHeaderMissing,
+            M::NoToken | M::Wrong => ErrorCode::InvalidApiKey,
+        };
+        ApiError::new(code, e.to_string())
+    }
+}
+
 impl From<ServiceError> for ApiError {
     fn from(e: ServiceError) -> Self {
         use ServiceError as S;

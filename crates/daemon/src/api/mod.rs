@@ -14,6 +14,7 @@ mod error;
 mod files;
 pub mod forward;
 mod idempotency;
+mod metrics;
 mod nodes;
 mod pool;
 mod preview;
@@ -32,6 +33,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, MethodRouter};
 use axum::Router;
+use futures::FutureExt;
 use sbx_api_types::ErrorCode;
 use serde::de::DeserializeOwned;
 use std::sync::Arc;
@@ -241,6 +243,7 @@ pub fn router(
         .merge(uploads)
         .merge(packages)
         .route("/healthz", get(|| async { "ok" }))
+        .route("/metrics", get(metrics::scrape))
         .route("/", get(console::index))
         .route("/console/assets/{file}", get(console::asset))
         .route(
@@ -268,6 +271,7 @@ pub fn router(
             forwarder,
             request_context,
         ))
+        .layer(axum::middleware::from_fn(metrics::route_label))
         .with_state(state.clone());
     // The E2B and envd routers forward other nodes' sandboxes with the same state.
     let cluster_state = state;
@@ -283,7 +287,9 @@ pub fn router(
     );
     let previews = crate::service::preview::Preview::new(e2b_state.clone());
     let preview_state = cluster_state.clone();
-    let e2b = e2b::router(e2b_state, guard, cluster_state);
+    let e2b = e2b::router(e2b_state, guard, cluster_state)
+        .layer(axum::middleware::from_fn(metrics::route_label));
+    let envd = envd.layer(axum::middleware::from_fn(metrics::route_label));
     Router::new().fallback_service(tower::service_fn(move |mut req: Request| {
         let target = match envd::host::route(req.headers(), req.uri(), domain.as_deref()) {
             envd::host::HostRoute::Api => {
@@ -306,7 +312,15 @@ pub fn router(
             }
             envd::host::HostRoute::Refused(why) => envd::refusal(why),
         };
-        tower::ServiceExt::oneshot(target, req)
+        metrics::observed(req, move |req| {
+            Box::pin(async move {
+                match tower::ServiceExt::oneshot(target, req).await {
+                    Ok(resp) => resp,
+                    Err(never) => match never {},
+                }
+            })
+        })
+        .map(Ok::<_, std::convert::Infallible>)
     }))
 }
 

@@ -160,6 +160,7 @@ impl Service {
         let cap = self.admission.capacity;
         if let Some(free) = free_disk(&self.config.data_dir) {
             if free < cap.min_free_disk {
+                sbx_metrics::global().admission_refused("disk");
                 // The same code as a store write refused for a full disk: one cause, one code.
                 return Err(ServiceError::StorageFull(format!(
                     "the data disk is full: {} MiB free in the data dir, a new sandbox needs {} MiB \
@@ -173,6 +174,12 @@ impl Service {
         let cpu = used_cpu + pending.0 + extra.0;
         let mem = used_mem + pending.1 + extra.1;
         if cpu > cap.vcpu_milli || mem > cap.memory_mb {
+            let reason = if cpu > cap.vcpu_milli {
+                "cpu"
+            } else {
+                "memory"
+            };
+            sbx_metrics::global().admission_refused(reason);
             return Err(ServiceError::Unavailable(format!(
                 "node is at capacity ({:.1} of {:.1} vCPUs, {} of {} MiB in use or requested); retry later",
                 (used_cpu + pending.0) as f64 / 1000.0,

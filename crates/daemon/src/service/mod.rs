@@ -24,6 +24,7 @@ mod idempotency;
 mod job_placement;
 mod lifecycle;
 mod logs;
+pub mod metrics;
 mod network_update;
 mod nodes;
 mod pause;

@@ -245,6 +245,15 @@ impl Service {
 
     /// Takes a live ready member of the shape, if any; dead ones are removed.
     pub(super) async fn take_member(self: &Arc<Self>, shape: Shape) -> Option<Member> {
+        let member = self.take_live_member(shape).await;
+        // Only shapes with a pool count: without one every create boots cold by design.
+        if self.config.warm_pool.contains_key(&shape) {
+            sbx_metrics::global().warm_pool_claim(member.is_some());
+        }
+        member
+    }
+
+    async fn take_live_member(self: &Arc<Self>, shape: Shape) -> Option<Member> {
         while let Some(member) = self.pool.pop(shape) {
             let alive = !member.conn.is_closed()
                 && matches!(

@@ -125,6 +125,7 @@ impl Service {
     }
 
     async fn capture(self: &Arc<Self>, snap_id: Uuid, sandbox: Uuid) {
+        let started = std::time::Instant::now();
         // Uploaded (when the store is remote) after the source is serving
         // again and before the row says READY: a READY snapshot can be cloned
         // on any node. A failed upload fails the snapshot, never the source.
@@ -132,6 +133,7 @@ impl Service {
             Ok(bytes) => self.upload_snapshot(snap_id).await.map(|()| bytes),
             Err(e) => Err(e),
         };
+        sbx_metrics::global().snapshot(result.as_ref().ok().copied(), started.elapsed());
         let Ok(Some(snap)) = self.store.get_snapshot(snap_id).await else {
             return;
         };

@@ -69,15 +69,19 @@ pub struct SandboxStats {
 
 impl SandboxStats {
     fn allowed(&self) {
+        sbx_metrics::global().egress_allowed();
         self.allowed.fetch_add(1, Ordering::Relaxed);
     }
 
     fn failed(&self) {
+        sbx_metrics::global().egress_failed();
         self.failed.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts and (rate-limited) logs a refusal.
-    fn denied(&self, sandbox: Uuid, host: &str, port: u16, reason: &str) {
+    fn denied(&self, sandbox: Uuid, host: &str, port: u16, reason: &'static str) {
+        // The reason is one of the policy's fixed words: a bounded label.
+        sbx_metrics::global().egress_denied(reason);
         self.denied.fetch_add(1, Ordering::Relaxed);
         {
             let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
