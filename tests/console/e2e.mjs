@@ -4,7 +4,7 @@
 //   node e2e.mjs <baseUrl> --dev <screenshotDir>     (sbxd --dev: no sign-in, no screenshots)
 //
 // Signs in (after a wrong key), checks the cookie and CSRF protection, creates a
-// sandbox, runs a command, follows a process, uploads and downloads a file,
+// sandbox, uses its terminal (resize, reattach after a reload), follows a process, uploads and downloads a file,
 // snapshots and clones, pauses and resumes, destroys; with the tarball of
 // examples/connector-items, the Connect pages too: upload, build, create a
 // connection, Run now, the run and its logs, Test connection, delete; with an
@@ -84,7 +84,26 @@ const pageFetch = (path, init) =>
     } catch {}
     return { status: r.status, code, requestId: r.headers.get("x-request-id") };
   }, [path, init]);
-const terminal = () => page.locator("pre.terminal").first();
+/** The text on the Terminal tab's screen (xterm.js's rows). */
+const termText = () =>
+  page.evaluate(() => (document.querySelector(".xterm-box .xterm-rows")?.textContent || "").replace(/\u00a0/g, " "));
+/** Waits until the Terminal tab's shell is connected. */
+const termConnected = () => page.locator('.term-state[data-state="connected"]').waitFor({ timeout: 30_000 });
+/** Types `line` and Enter into the terminal; waits until its screen shows `want`. */
+async function termRun(line, want) {
+  await page.locator(".xterm-box").click();
+  await page.keyboard.type(line);
+  await page.keyboard.press("Enter");
+  try {
+    await page.waitForFunction(
+      (w) => (document.querySelector(".xterm-box .xterm-rows")?.textContent || "").replace(/\u00a0/g, " ").includes(w),
+      want,
+      { timeout: 30_000 },
+    );
+  } catch (err) {
+    throw new Error(`the terminal never showed ${JSON.stringify(want)}: ${await termText()}`);
+  }
+}
 /** Form controls on the page without an accessible label. */
 const unlabelled = () =>
   page.evaluate(() =>
@@ -200,15 +219,26 @@ await step("create a sandbox (shape, secret, network) with progress", async () =
   await page.locator(".title-row .badge", { hasText: "RUNNING" }).waitFor();
 });
 
-await step("run a command and see its output", async () => {
-  await page.getByRole("textbox", { name: "Command", exact: true }).fill("echo hello-from-console $CONSOLE_TOKEN; python3 -c 'print(6*7)'; echo oops >&2");
-  await page.getByRole("button", { name: "Run", exact: true }).click();
-  await terminal().locator(".exit", { hasText: "[exit 0]" }).waitFor();
-  const text = await terminal().textContent();
-  assert(text.includes("hello-from-console s3cret-from-console") && text.includes("42") && text.includes("oops"), `terminal: ${text}`);
-  await page.getByRole("textbox", { name: "Command", exact: true }).fill("uname -a; ls /");
-  await page.getByRole("textbox", { name: "Command", exact: true }).press("Enter");
-  await terminal().locator(".exit").nth(1).waitFor();
+await step("the terminal: a shell in the sandbox, resized, reattached after a reload", async () => {
+  await termConnected();
+  await termRun("echo hello-$((6*7)) $CONSOLE_TOKEN", "hello-42 s3cret-from-console");
+  // A smaller window: the terminal fits it, and the shell sees the new size.
+  const before = await page.locator(".xterm-box").getAttribute("data-size");
+  await page.setViewportSize({ width: 900, height: 640 });
+  await page.waitForFunction((b) => document.querySelector(".xterm-box").dataset.size !== b, before);
+  const size = await page.locator(".xterm-box").getAttribute("data-size");
+  await termRun("echo size-$(stty size)", `size-${size}`);
+  await page.setViewportSize({ width: 1366, height: 820 });
+  await page.waitForFunction((b) => document.querySelector(".xterm-box").dataset.size !== b, size);
+  // A reload reattaches to the same shell: its variables are still set.
+  await termRun("X=kept; echo set-$X", "set-kept");
+  const pidBefore = await page.locator(".term-state").textContent();
+  await page.reload();
+  await termConnected();
+  const pidAfter = await page.locator(".term-state").textContent();
+  assert(pidAfter === pidBefore, `another shell after the reload: ${pidBefore} / ${pidAfter}`);
+  await termRun("echo got-$X", "got-kept");
+  await termRun("uname -sr; ls /", "proc");
   await shot("terminal");
 });
 
@@ -327,12 +357,8 @@ await step("take a snapshot and clone it", async () => {
   cloneId = page.url().split("/").pop();
   assert(cloneId !== sandboxId, "the clone has its own id");
   await page.locator(".title-row .badge", { hasText: "RUNNING" }).waitFor();
-  await page.getByRole("textbox", { name: "Command", exact: true }).fill("cat /tmp/hello.txt");
-  await page.getByRole("button", { name: "Run", exact: true }).click();
-  await terminal().locator(".exit, .err").filter({ hasText: /\S/ }).first().waitFor();
-  const text = await terminal().textContent();
-  assert((await terminal().locator(".exit").count()) > 0, `the clone did not answer: ${text}`);
-  assert(text.includes(fileText.trim()), `the clone lacks the file: ${text}`);
+  await termConnected();
+  await termRun("cat /tmp/hello.txt", fileText.trim());
 });
 
 await step("the lists: sandboxes, snapshots", async () => {

@@ -1,11 +1,12 @@
 // `#/sandboxes/{id}/{tab}`: status and lifecycle actions, then one of the
-// tabs: a terminal-style command box, processes with live output, files, snapshots.
+// tabs: a terminal (xterm.js on a shell in the sandbox), processes with live output, files, snapshots.
 
 import { b64text, call, get, ndjson } from "./api.js";
 import { alertError, badge, bytes, errorView, field, h, replace, sleep, time, withProgress } from "./dom.js";
 import { poll, snapshotTable } from "./list.js";
 import { filesTab } from "./files.js";
 import { previewTab } from "./preview.js";
+import { terminalTab } from "./terminal.js";
 
 const TABS = [
   ["terminal", "Terminal"],
@@ -150,50 +151,6 @@ function usageChart(label, values, max, now) {
 
 function fact(name, value) {
   return h("div", {}, h("dt", {}, name), h("dd", {}, value));
-}
-
-/** A command box: each line runs `/bin/sh -c` to completion via exec; output below. */
-async function terminalTab(el, signal, id) {
-  const log = h("pre", { class: "terminal", role: "log", "aria-live": "polite", "aria-label": "Command output", tabindex: "0" });
-  const [cmdField, input] = field("Command", h("input", { name: "command", autocomplete: "off", spellcheck: "false", class: "mono", placeholder: "python3 -c 'print(6*7)'" }),
-    "Runs with /bin/sh -c in the sandbox (60 s timeout). Up and Down recall earlier commands.");
-  const run = h("button", { type: "submit", class: "primary" }, "Run");
-  const form = h("form", { class: "command" }, cmdField, run);
-  replace(el, log, form);
-  input.focus();
-  const history = [];
-  let cursor = 0;
-  input.addEventListener("keydown", (ev) => {
-    if (ev.key === "ArrowUp" && cursor > 0) cursor -= 1;
-    else if (ev.key === "ArrowDown" && cursor < history.length) cursor += 1;
-    else return;
-    ev.preventDefault();
-    input.value = history[cursor] || "";
-  });
-  form.addEventListener("submit", async (ev) => {
-    ev.preventDefault();
-    const cmd = input.value.trim();
-    if (!cmd) return;
-    history.push(cmd);
-    cursor = history.length;
-    input.value = "";
-    log.append(h("span", { class: "prompt" }, `$ ${cmd}\n`));
-    run.disabled = true;
-    try {
-      const { data } = await call("POST", `/v2/sandboxes/${id}/exec`, { command: ["/bin/sh", "-c", cmd], timeout: "60000ms" }, { signal });
-      const [out, err] = [b64text(data.stdout), b64text(data.stderr)];
-      if (out) log.append(h("span", { class: "out" }, out));
-      if (err) log.append(h("span", { class: "err" }, err));
-      log.append(h("span", { class: data.exitCode === 0 ? "exit ok" : "exit bad" }, `[exit ${data.exitCode}]\n`));
-    } catch (err) {
-      if (err.name === "AbortError") return;
-      log.append(h("span", { class: "err" }, `${err.code}: ${err.message}${err.requestId ? ` (request id ${err.requestId})` : ""}\n`));
-    } finally {
-      run.disabled = false;
-      log.scrollTop = log.scrollHeight;
-      input.focus();
-    }
-  });
 }
 
 /** Background processes: start one, list them, follow one's live output, signal. */

@@ -266,7 +266,9 @@ fn case(method: &str, template: &str, a: &Fixture) -> (String, Option<Vec<u8>>, 
         | ("GET", "/v1/sandboxes/{id}")
         | ("GET", "/v1/sandboxes/{id}/metrics")
         | ("GET", "/v1/sandboxes/{id}/preview")
-        | ("DELETE", "/v1/sandboxes/{id}/preview") => (path, None, sandbox_nf),
+        | ("DELETE", "/v1/sandboxes/{id}/preview")
+        // A WebSocket handshake (the runner sends the upgrade headers).
+        | ("GET", "/v1/sandboxes/{id}/terminal") => (path, None, sandbox_nf),
         // Connect: B's namespace is its own; A's package, build, connection and run do not exist.
         ("GET", "/v1/connect/packages") => (path, None, Lacks(a.package.clone())),
         ("POST", "/v1/connect/packages") => (
@@ -494,17 +496,19 @@ async fn no_route_lets_one_tenant_reach_another() {
         } else {
             "application/json"
         };
-        let got = b
-            .raw(
-                method,
-                &path,
-                body,
-                &[
-                    ("content-type", content_type),
-                    ("idempotency-key", "shared-key"),
-                ],
-            )
-            .await;
+        let mut headers = vec![
+            ("content-type", content_type),
+            ("idempotency-key", "shared-key"),
+        ];
+        if template.ends_with("/terminal") {
+            headers.extend([
+                ("connection", "upgrade"),
+                ("upgrade", "websocket"),
+                ("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ=="),
+                ("sec-websocket-version", "13"),
+            ]);
+        }
+        let got = b.raw(method, &path, body, &headers).await;
         let what = format!("B: {method} {path}");
         match &expect {
             Expect::NotFound(code) => {

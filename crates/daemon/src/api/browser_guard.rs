@@ -9,7 +9,8 @@
 //!   address, with the listen port or none, or a name given by
 //!   `--http-allowed-host` (any port). A rebinding page's requests carry its
 //!   own name;
-//! * an unsafe method (anything but GET, HEAD, OPTIONS, TRACE) whose `Origin`
+//! * an unsafe method (anything but GET, HEAD, OPTIONS, TRACE), or a
+//!   WebSocket upgrade (the console's terminal), whose `Origin`
 //!   is not this server (same host names, listen port), or whose
 //!   `Sec-Fetch-Site` says another site;
 //! * an unsafe method with a body on a JSON route without
@@ -87,10 +88,14 @@ impl BrowserGuard {
                 return Err(GuardError::ForeignHost(authority.to_string()));
             }
         }
+        // A WebSocket handshake is a GET, but CORS does not protect it: a
+        // page of any origin could open the terminal. It is checked as an
+        // unsafe request.
         if matches!(
             *method,
             Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE
-        ) {
+        ) && !crate::console::is_websocket(headers)
+        {
             return Ok(());
         }
         if let Some(origin) = header(headers, "origin") {
@@ -345,6 +350,19 @@ mod tests {
                 "{origin}"
             );
         }
+        // A WebSocket handshake is a GET that CORS does not protect.
+        let ws = ("upgrade", "websocket");
+        let terminal = "/v1/sandboxes/x/terminal";
+        assert!(matches!(
+            check(
+                Method::GET,
+                terminal,
+                &[HOST, ws, ("origin", "http://evil.example")]
+            ),
+            Err(GuardError::ForeignOrigin(_))
+        ));
+        let ours = ("origin", "http://127.0.0.1:8731");
+        assert_eq!(check(Method::GET, terminal, &[HOST, ws, ours]), Ok(()));
         // Safe methods may come from anywhere (the page cannot read the answer).
         let get = [HOST, ("origin", "http://evil.example")];
         assert_eq!(check(Method::GET, "/v2/sandboxes", &get), Ok(()));

@@ -15,7 +15,9 @@ impl From<ConsoleError> for ApiError {
     fn from(e: ConsoleError) -> Self {
         let code = match &e {
             ConsoleError::SessionInvalid => ErrorCode::ConsoleSessionInvalid,
-            ConsoleError::CsrfMismatch | ConsoleError::CrossOrigin => ErrorCode::CsrfTokenInvalid,
+            ConsoleError::CsrfMismatch
+            | ConsoleError::CrossOrigin
+            | ConsoleError::CrossOriginSocket => ErrorCode::CsrfTokenInvalid,
             ConsoleError::KeyMissing => ErrorCode::MissingField,
             ConsoleError::BadBody(_) => ErrorCode::InvalidRequest,
             ConsoleError::AssetNotFound(_) => ErrorCode::RouteNotFound,

@@ -22,6 +22,7 @@ mod processes;
 mod sandbox_preview;
 mod sandboxes;
 mod snapshots;
+mod terminal;
 
 pub use error::ApiError;
 
@@ -153,6 +154,7 @@ pub fn router(
                 .put(sandbox_preview::put)
                 .delete(sandbox_preview::delete),
         )
+        .route("/v1/sandboxes/{id}/terminal", get(terminal::open))
         .route("/v1/sandboxes/{id}/fs/stat", get(files::stat))
         .route("/v1/sandboxes/{id}/fs/list", get(files::list))
         .route("/v1/sandboxes/{id}/fs/mkdir", post(files::mkdir))

@@ -1,5 +1,6 @@
 //! The console's static files, embedded in the sbxd binary at build time from
-//! `crates/daemon/console/` (plain ES modules and CSS: no build step, no dependencies).
+//! `crates/daemon/console/` (plain ES modules and CSS: no build step; the one
+//! dependency, xterm.js, is vendored in `console/vendor/` by `scripts/vendor-xterm`).
 
 use sha2::{Digest, Sha256};
 
@@ -15,10 +16,13 @@ pub struct Asset {
 
 macro_rules! asset {
     ($name:literal, $ty:expr) => {
+        asset!($name, $name, $ty)
+    };
+    ($name:literal, $file:literal, $ty:expr) => {
         Asset {
             name: $name,
             content_type: $ty,
-            bytes: include_bytes!(concat!("../../console/", $name)),
+            bytes: include_bytes!(concat!("../../console/", $file)),
         }
     };
 }
@@ -37,6 +41,11 @@ pub static ASSETS: &[Asset] = &[
     asset!("detail.js", JS),
     asset!("files.js", JS),
     asset!("preview.js", JS),
+    asset!("terminal.js", JS),
+    // xterm.js, vendored from npm by scripts/vendor-xterm (versions in vendor/VERSIONS).
+    asset!("xterm.mjs", "vendor/xterm.mjs", JS),
+    asset!("addon-fit.mjs", "vendor/addon-fit.mjs", JS),
+    asset!("xterm.css", "vendor/xterm.css", "text/css; charset=utf-8"),
     asset!("favicon.svg", "image/svg+xml"),
 ];
 

@@ -35,6 +35,12 @@ pub enum ConsoleError {
     /// A cross-origin sign-in attempt.
     #[error("sign-in must come from the console's own origin")]
     CrossOrigin,
+    /// A WebSocket upgrade authenticated by the cookie from another origin
+    /// (or with no `Origin`): cross-site WebSocket hijacking.
+    #[error(
+        "a WebSocket authenticated by the console session must come from the console's own origin"
+    )]
+    CrossOriginSocket,
     /// The sign-in body has no key.
     #[error("key is required")]
     KeyMissing,
@@ -156,6 +162,15 @@ impl Sessions {
         let Some((key, csrf)) = self.lookup(headers)? else {
             return Ok(None);
         };
+        // A WebSocket handshake is a GET that no CSRF token can guard (a page
+        // cannot set headers on it) and that CORS does not stop: the browser
+        // sends the cookie and its page's `Origin`, which must be ours.
+        if is_websocket(headers) {
+            if !headers.contains_key("origin") {
+                return Err(ConsoleError::CrossOriginSocket);
+            }
+            check_same_origin(headers).map_err(|_| ConsoleError::CrossOriginSocket)?;
+        }
         if !is_safe(method) {
             let sent = headers
                 .get(CSRF_HEADER)
@@ -192,6 +207,14 @@ impl Sessions {
 
 fn is_safe(method: &Method) -> bool {
     matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
+}
+
+/// Whether the request asks to be upgraded to a WebSocket.
+pub fn is_websocket(headers: &HeaderMap) -> bool {
+    headers
+        .get("upgrade")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("websocket"))
 }
 
 /// The session cookie's value, if the request carries one.

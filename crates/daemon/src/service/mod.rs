@@ -35,6 +35,7 @@ mod preview_access;
 mod reconcile;
 mod secrets;
 mod snapshots;
+pub mod terminal;
 #[cfg(test)]
 mod tests;
 mod transition;
