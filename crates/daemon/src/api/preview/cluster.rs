@@ -9,11 +9,9 @@ use super::{proxied_headers, wants_upgrade};
 use crate::api::forward::{self, Forwarder, RequestId};
 use crate::api::ApiError;
 use crate::server::ClientConn;
-use axum::body::Body;
 use axum::extract::Request;
 use axum::http::{HeaderName, StatusCode};
 use axum::response::Response;
-use hyper_util::rt::TokioIo;
 
 /// Sends `req` to the node at `base` and answers with the node's response.
 pub(super) async fn send(
@@ -48,26 +46,7 @@ pub(super) async fn send(
     if status != StatusCode::SWITCHING_PROTOCOLS {
         return forward::streamed_answer(answer, status, hop_by_hop);
     }
-    // The owner switched protocols: the client gets the same 101 (its
-    // `Upgrade` and `Connection` kept), then both connections are joined.
-    let mut resp = Response::builder().status(status);
-    if let Some(h) = resp.headers_mut() {
-        for (name, value) in answer.headers() {
-            h.append(name.clone(), value.clone());
-        }
-    }
-    if let Some(client_side) = client_side {
-        tokio::spawn(async move {
-            let (client, owner) = tokio::join!(client_side, answer.upgrade());
-            let (Ok(client), Ok(mut owner)) = (client, owner) else {
-                return;
-            };
-            let mut client = TokioIo::new(client);
-            let _ = tokio::io::copy_bidirectional(&mut client, &mut owner).await;
-        });
-    }
-    resp.body(Body::empty())
-        .map_err(|_| ApiError::new(sbx_api_types::ErrorCode::InternalError, "forwarding"))
+    forward::switched_answer(answer, client_side)
 }
 
 /// Response headers that belong to the node-to-node connection.

@@ -24,6 +24,10 @@
 //! build) are placed like a create of the job's shape; the run or build then
 //! shows the node that ran it (`nodeId`).
 
+mod upgrade;
+
+pub(super) use upgrade::switched_answer;
+
 use super::{ApiError, AppState, Workspace};
 use crate::config::ClusterToken;
 use crate::service::{NodeSelector, Placement};
@@ -118,60 +122,6 @@ impl Forwarder {
         let answer = self.send(base, outgoing).await?;
         let status = answer.status();
         streamed_answer(answer, status, hop_by_hop)
-    }
-
-    /// Sends a WebSocket handshake (the console's terminal) to the node at
-    /// `base`; a `101` from it becomes a byte pipe between the client's
-    /// connection and the node's. `Origin` stays here: this node checked it
-    /// (`console::Sessions::bearer_for`, the browser guard), and it names
-    /// this node, not the owner.
-    pub async fn try_send_upgrade(
-        &self,
-        base: &str,
-        mut req: Request,
-    ) -> Result<Response, ApiError> {
-        let client_side = hyper::upgrade::on(&mut req);
-        let (parts, _) = req.into_parts();
-        let request_id = parts
-            .extensions
-            .get::<RequestId>()
-            .map_or("", |r| r.0.as_str());
-        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        let mut headers = self.node_headers(request_id)?;
-        for (name, value) in &parts.headers {
-            if !hop_by_hop(name) && !is_cluster_header(name) && name != "origin" {
-                headers.append(name.clone(), value.clone());
-            }
-        }
-        headers.insert("connection", HeaderValue::from_static("upgrade"));
-        if let Some(upgrade) = parts.headers.get("upgrade") {
-            headers.insert("upgrade", upgrade.clone());
-        }
-        let outgoing = self
-            .client
-            .request(parts.method.clone(), format!("{base}{path}"))
-            .headers(headers);
-        let answer = self.send(base, outgoing).await?;
-        let status = answer.status();
-        if status != axum::http::StatusCode::SWITCHING_PROTOCOLS {
-            return streamed_answer(answer, status, hop_by_hop);
-        }
-        let mut resp = Response::builder().status(status);
-        if let Some(h) = resp.headers_mut() {
-            for (name, value) in answer.headers() {
-                h.append(name.clone(), value.clone());
-            }
-        }
-        tokio::spawn(async move {
-            let (client, owner) = tokio::join!(client_side, answer.upgrade());
-            let (Ok(client), Ok(mut owner)) = (client, owner) else {
-                return;
-            };
-            let mut client = hyper_util::rt::TokioIo::new(client);
-            let _ = tokio::io::copy_bidirectional(&mut client, &mut owner).await;
-        });
-        resp.body(Body::empty())
-            .map_err(|_| ApiError::new(ErrorCode::InternalError, "forwarding"))
     }
 
     /// The headers that mark a request as forwarded by this node: its id,
