@@ -278,7 +278,8 @@ async fn start(d: &Daemon, id: &str, argv: &[&str]) {
 #[tokio::test]
 #[ignore = "needs root, runsc, the image and PostgreSQL; run ./scripts/test"]
 async fn preview_urls_of_a_sandbox_on_another_node_work_through_any_node() {
-    use e2b_common::preview::{get, wait_listening, ws_connect, ws_frame, ws_read, DOMAIN};
+    use common::ws::{frame as ws_frame, read_frame as ws_read};
+    use e2b_common::preview::{get, wait_listening, ws_connect, DOMAIN};
     let db = database();
     let domain = ["--e2b-domain", DOMAIN];
     let a = cluster::node_with(db.url(), "node-a", TOKEN, &domain).await;

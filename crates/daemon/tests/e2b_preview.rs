@@ -8,8 +8,9 @@
 mod common;
 mod e2b_common;
 
+use common::ws::{frame as ws_frame, read_frame as ws_read};
 use common::Daemon;
-use e2b_common::preview::{get, wait_listening, ws_connect, ws_frame, ws_read};
+use e2b_common::preview::{get, wait_listening, ws_connect};
 use e2b_common::LEGACY_KEY;
 use sbx_api_types::signing_key::hashed_signing_key;
 use serde_json::{json, Value};

@@ -6,6 +6,7 @@
 
 mod common;
 
+use common::ws::{frame, read_frame};
 use common::{Daemon, KillLeftovers};
 use sbx_api_types::signing_key::hashed_signing_key;
 use serde_json::{json, Value};
@@ -43,41 +44,6 @@ async fn handshake(d: &Daemon, path: &str, headers: &[(&str, &str)]) -> (u16, St
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
     (status, head, ws)
-}
-
-/// A masked client frame.
-fn frame(op: u8, data: &[u8]) -> Vec<u8> {
-    let mask = [7u8, 1, 9, 3];
-    let mut out = vec![0x80 | op];
-    match data.len() {
-        n if n < 126 => out.push(0x80 | n as u8),
-        n => {
-            out.push(0x80 | 126);
-            out.extend_from_slice(&(n as u16).to_be_bytes());
-        }
-    }
-    out.extend_from_slice(&mask);
-    out.extend(data.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
-    out
-}
-
-/// Reads one server frame: (opcode, payload).
-async fn read_frame(s: &mut TcpStream) -> (u8, Vec<u8>) {
-    let mut head = [0u8; 2];
-    s.read_exact(&mut head).await.unwrap();
-    let mut n = (head[1] & 0x7f) as u64;
-    if n == 126 {
-        let mut b = [0u8; 2];
-        s.read_exact(&mut b).await.unwrap();
-        n = u16::from_be_bytes(b) as u64;
-    } else if n == 127 {
-        let mut b = [0u8; 8];
-        s.read_exact(&mut b).await.unwrap();
-        n = u64::from_be_bytes(b);
-    }
-    let mut data = vec![0u8; n as usize];
-    s.read_exact(&mut data).await.unwrap();
-    (head[0] & 0x0f, data)
 }
 
 /// The terminal's first message: `{"type":"ready","pid":N}`.

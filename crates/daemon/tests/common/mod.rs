@@ -10,6 +10,7 @@ pub mod disks;
 pub mod hostile;
 pub mod netns;
 pub mod store;
+pub mod ws;
 
 use serde_json::{json, Value};
 use std::net::TcpListener;
