@@ -328,6 +328,7 @@ impl Service {
                 id: Uuid::new_v4(),
                 vcpu: current.vcpu,
                 memory_mb: current.memory_mb,
+                volumes: Vec::new(),
             };
             match self.verify_checkpoint(probe, dir.join("checkpoint")).await {
                 Ok(()) => return Ok(()),
