@@ -210,9 +210,8 @@ impl ErrorCode {
             | VolumeNotFound => 404,
             MethodNotAllowed => 405,
             InvalidState | NameTaken | SnapshotNameTaken | SnapshotNotReady
-            | OperationAmbiguous | ConnectVersionExists | ConnectInvalidState | VolumeNameTaken => {
-                409
-            }
+            | OperationAmbiguous | ConnectVersionExists | ConnectInvalidState => 409,
+            VolumeNameTaken => 409,
             ExecOutputTooLarge | FileTooLarge | PayloadTooLarge => 413,
             StartFailed | IdempotencyKeyReused | ConnectInvalidConfig => 422,
             RateLimited => 429,
