@@ -110,6 +110,10 @@ pub enum ErrorCode {
     ConnectOauthStateNotFound,
     /// 404: unknown node (`/v1/nodes/{id}`).
     NodeNotFound,
+    /// 404: unknown volume (or another tenant's).
+    VolumeNotFound,
+    /// 409: the tenant has a volume of that name.
+    VolumeNameTaken,
     /// 409: the package version exists with other content (versions are immutable).
     ConnectVersionExists,
     /// 409: not built yet, sync already running, connection disabled or needing OAuth.
@@ -169,6 +173,8 @@ impl ErrorCode {
             ConnectSyncNotFound => "connect_sync_not_found",
             ConnectOauthStateNotFound => "connect_oauth_state_not_found",
             NodeNotFound => "node_not_found",
+            VolumeNotFound => "volume_not_found",
+            VolumeNameTaken => "volume_name_taken",
             ConnectVersionExists => "connect_version_exists",
             ConnectInvalidState => "connect_invalid_state",
             ConnectInvalidConfig => "connect_invalid_config",
@@ -200,10 +206,12 @@ impl ErrorCode {
             | ConnectRunNotFound
             | ConnectSyncNotFound
             | ConnectOauthStateNotFound
-            | NodeNotFound => 404,
+            | NodeNotFound
+            | VolumeNotFound => 404,
             MethodNotAllowed => 405,
             InvalidState | NameTaken | SnapshotNameTaken | SnapshotNotReady
             | OperationAmbiguous | ConnectVersionExists | ConnectInvalidState => 409,
+            VolumeNameTaken => 409,
             ExecOutputTooLarge | FileTooLarge | PayloadTooLarge => 413,
             StartFailed | IdempotencyKeyReused | ConnectInvalidConfig => 422,
             RateLimited => 429,

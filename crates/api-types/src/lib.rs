@@ -12,6 +12,7 @@ pub mod resources;
 pub mod signing_key;
 pub mod usage;
 pub mod validate;
+pub mod volumes;
 
 pub use errors::{ErrorBody, ErrorCode, ErrorItem};
 pub use network::{AllowRule, NetworkDenial, NetworkMode, NetworkPolicy, NetworkStatus};
@@ -20,6 +21,7 @@ pub use preview::{PreviewRequest, SandboxPreview, PREVIEW_TOKEN_HEADER};
 pub use requests::*;
 pub use resources::*;
 pub use usage::{SandboxMetrics, UsageSample};
+pub use volumes::{CreateVolumeRequest, Volume, VolumeKind, VolumeList, VolumeMount};
 
 /// Formats a timestamp the way the SDK accepts it (RFC 3339, `Z`, milliseconds).
 pub fn format_time(t: chrono::DateTime<chrono::Utc>) -> String {

@@ -132,16 +132,20 @@ pub struct CreateSandboxV1Request {
     /// Preview URLs on from the start (see `PUT /v1/sandboxes/{id}/preview`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preview: Option<crate::preview::PreviewRequest>,
+    /// Volumes to mount (fresh sandboxes; a clone mounts its source's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<crate::volumes::VolumeMount>,
 }
 
 impl CreateSandboxV1Request {
-    /// Splits into the v2 body, the policy and the preview request.
+    /// Splits into the v2 body, the policy, the preview request and the mounts.
     pub fn split(
         self,
     ) -> (
         CreateSandboxRequest,
         Option<crate::network::NetworkPolicy>,
         Option<crate::preview::PreviewRequest>,
+        Vec<crate::volumes::VolumeMount>,
     ) {
         (
             CreateSandboxRequest {
@@ -154,6 +158,7 @@ impl CreateSandboxV1Request {
             },
             self.network,
             self.preview,
+            self.volumes,
         )
     }
 }

@@ -217,6 +217,9 @@ pub struct SandboxDetail {
     /// Egress policy and connection counters.
     #[serde(default)]
     pub network: crate::network::NetworkStatus,
+    /// Volumes mounted in the sandbox.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mounts: Vec<crate::volumes::VolumeMount>,
 }
 
 /// Process states.

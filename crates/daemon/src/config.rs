@@ -539,6 +539,11 @@ impl Config {
         self.data_dir.join("spare-disks")
     }
 
+    /// Local volumes: an image and a mount point each.
+    pub fn volumes_dir(&self) -> PathBuf {
+        self.data_dir.join("volumes")
+    }
+
     /// The secret store's key file.
     pub fn secret_key_path(&self) -> PathBuf {
         self.data_dir.join("secret.key")

@@ -316,6 +316,8 @@ fn migrate_store_main(args: MigrateStoreArgs) -> anyhow::Result<()> {
     println!("secrets: {}", s.secrets);
     println!("E2B records: {}", s.e2b_records);
     println!("preview access rows: {}", s.previews);
+    println!("volumes: {}", s.volumes);
+    println!("volume mounts: {}", s.volume_mounts);
     println!("{}", report.connect);
     eprintln!(
         "done: start sbxd with --data-dir {} --database-url {}",
@@ -617,6 +619,7 @@ async fn daemon_main(args: Args) -> anyhow::Result<()> {
             extra_flags: config.runsc_extra_flags.clone(),
             sandbox_disk_mb: config.limits.sandbox_disk_mb,
             spare_disks_dir: config.spare_disks_dir(),
+            volumes_dir: config.volumes_dir(),
         })
         .map_err(|e| match e {
             RuntimeError::Disk(e) => anyhow::anyhow!(

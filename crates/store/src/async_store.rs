@@ -506,4 +506,63 @@ impl AsyncStore {
     pub async fn delete_preview(&self, id: Uuid) -> Result<bool, StoreError> {
         self.run(move |s| s.delete_preview(id)).await
     }
+
+    /// See [`Store::insert_volume`].
+    pub async fn insert_volume(&self, record: &crate::VolumeRecord) -> Result<bool, StoreError> {
+        let record = record.clone();
+        self.run(move |s| s.insert_volume(&record)).await
+    }
+
+    /// See [`Store::get_volume`].
+    pub async fn get_volume(&self, id: Uuid) -> Result<Option<crate::VolumeRecord>, StoreError> {
+        self.run(move |s| s.get_volume(id)).await
+    }
+
+    /// See [`Store::volume_named`].
+    pub async fn volume_named(
+        &self,
+        workspace: &str,
+        name: &str,
+    ) -> Result<Option<crate::VolumeRecord>, StoreError> {
+        let (workspace, name) = (workspace.to_string(), name.to_string());
+        self.run(move |s| s.volume_named(&workspace, &name)).await
+    }
+
+    /// See [`Store::list_volumes`].
+    pub async fn list_volumes(
+        &self,
+        workspace: &str,
+    ) -> Result<Vec<crate::VolumeRecord>, StoreError> {
+        let workspace = workspace.to_string();
+        self.run(move |s| s.list_volumes(Some(&workspace))).await
+    }
+
+    /// See [`Store::delete_volume`].
+    pub async fn delete_volume(&self, id: Uuid) -> Result<bool, StoreError> {
+        self.run(move |s| s.delete_volume(id)).await
+    }
+
+    /// See [`Store::put_volume_mounts`].
+    pub async fn put_volume_mounts(
+        &self,
+        mounts: Vec<crate::VolumeMountRecord>,
+    ) -> Result<(), StoreError> {
+        self.run(move |s| s.put_volume_mounts(&mounts)).await
+    }
+
+    /// See [`Store::sandbox_mounts`].
+    pub async fn sandbox_mounts(
+        &self,
+        sandbox_id: Uuid,
+    ) -> Result<Vec<crate::VolumeMountRecord>, StoreError> {
+        self.run(move |s| s.sandbox_mounts(sandbox_id)).await
+    }
+
+    /// See [`Store::volume_mounts`].
+    pub async fn volume_mounts(
+        &self,
+        volume_id: Uuid,
+    ) -> Result<Vec<crate::VolumeMountRecord>, StoreError> {
+        self.run(move |s| s.volume_mounts(volume_id)).await
+    }
 }

@@ -15,6 +15,7 @@ mod records;
 mod snapshots;
 mod sqlite;
 mod tenants;
+mod volumes;
 
 pub use async_store::AsyncStore;
 pub use e2b::E2bRecord;
@@ -26,6 +27,7 @@ pub use postgres::{
 pub use previews::PreviewRecord;
 pub use records::*;
 pub use sqlite::{backup_sqlite, SqliteStore};
+pub use volumes::{VolumeMountRecord, VolumeRecord};
 
 use uuid::Uuid;
 
@@ -347,4 +349,22 @@ pub trait Store: Send + Sync {
     fn delete_ended_previews(&self) -> Result<usize, StoreError>;
     /// Every preview row, by sandbox id (for `migrate-store`).
     fn list_previews(&self) -> Result<Vec<PreviewRecord>, StoreError>;
+
+    /// Inserts a volume; false (and nothing written) if its tenant has one of that name.
+    fn insert_volume(&self, record: &VolumeRecord) -> Result<bool, StoreError>;
+    /// A volume by id.
+    fn get_volume(&self, id: Uuid) -> Result<Option<VolumeRecord>, StoreError>;
+    /// A tenant's volume by name.
+    fn volume_named(&self, workspace: &str, name: &str)
+        -> Result<Option<VolumeRecord>, StoreError>;
+    /// A tenant's volumes (`None`: every tenant's), by tenant and name.
+    fn list_volumes(&self, workspace: Option<&str>) -> Result<Vec<VolumeRecord>, StoreError>;
+    /// Deletes a volume and every mount row of it; false if there was none.
+    fn delete_volume(&self, id: Uuid) -> Result<bool, StoreError>;
+    /// Records mounts (inserts, or replaces the row of the same sandbox and path), in one transaction.
+    fn put_volume_mounts(&self, mounts: &[VolumeMountRecord]) -> Result<(), StoreError>;
+    /// The mounts of a sandbox, by path.
+    fn sandbox_mounts(&self, sandbox_id: Uuid) -> Result<Vec<VolumeMountRecord>, StoreError>;
+    /// Every mount row of a volume (active sandboxes or not), by sandbox.
+    fn volume_mounts(&self, volume_id: Uuid) -> Result<Vec<VolumeMountRecord>, StoreError>;
 }

@@ -74,9 +74,14 @@ pub struct CopyReport {
     pub e2b_records: Copied,
     /// Preview-URL access of `/v1` sandboxes.
     pub previews: Copied,
+    /// Volumes (their rows; the data stays on its node).
+    pub volumes: Copied,
+    /// Volume mounts of sandboxes.
+    pub volume_mounts: Copied,
 }
 
-/// Copies every signing key, sandbox, snapshot, secret, E2B record and preview row of `from` into `to`.
+/// Copies every signing key, sandbox, snapshot, secret, E2B record, preview row, volume and
+/// volume mount of `from` into `to`.
 pub fn copy_store(from: &dyn Store, to: &dyn Store) -> Result<CopyReport, StoreError> {
     let mut report = CopyReport::default();
     for key in from.list_api_keys()? {
@@ -163,6 +168,28 @@ pub fn copy_store(from: &dyn Store, to: &dyn Store) -> Result<CopyReport, StoreE
             to.put_preview(&record)?;
         }
         report.previews.count(!present);
+    }
+    for volume in from.list_volumes(None)? {
+        let present = to.get_volume(volume.id)?.is_some();
+        if !present && !to.insert_volume(&volume)? {
+            return Err(StoreError::Conflict(
+                format!(
+                    "the target already has a volume named {:?} in workspace {:?}; \
+                     migrate into an empty database",
+                    volume.name, volume.workspace
+                )
+                .into(),
+            ));
+        }
+        report.volumes.count(!present);
+        let have = to.volume_mounts(volume.id)?;
+        for mount in from.volume_mounts(volume.id)? {
+            let present = have.contains(&mount);
+            if !present {
+                to.put_volume_mounts(std::slice::from_ref(&mount))?;
+            }
+            report.volume_mounts.count(!present);
+        }
     }
     Ok(report)
 }

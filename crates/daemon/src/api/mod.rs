@@ -23,6 +23,7 @@ mod sandbox_preview;
 mod sandboxes;
 mod snapshots;
 mod terminal;
+mod volumes;
 
 pub use error::ApiError;
 
@@ -160,6 +161,11 @@ pub fn router(
         .route("/v1/sandboxes/{id}/fs/mkdir", post(files::mkdir))
         .route("/v1/sandboxes/{id}/fs/remove", post(files::remove))
         .route("/v1/sandboxes/{id}/fs/rename", post(files::rename))
+        .route("/v1/volumes", get(volumes::list).post(volumes::create))
+        .route(
+            "/v1/volumes/{name}",
+            get(volumes::get).delete(volumes::delete),
+        )
         .route("/v1/pool", get(pool::status))
         .route("/v1/shapes", get(pool::shapes))
         .route("/v1/nodes", get(nodes::list))

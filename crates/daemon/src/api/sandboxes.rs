@@ -46,8 +46,8 @@ pub async fn create_v1(
     if let Some(selector) = &req.node_selector {
         svc.check_node_selector(selector)?;
     }
-    let (req, network, preview) = req.split();
-    let (record, fresh) = match svc.create_v1(&ws.0, req, network, preview).await? {
+    let (req, network, preview, volumes) = req.split();
+    let (record, fresh) = match svc.create_v1(&ws.0, req, network, preview, volumes).await? {
         CreateOutcome::Created(r) => (r, true),
         CreateOutcome::Existing(r) => (r, false),
     };
@@ -107,8 +107,11 @@ pub async fn detail(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id, "sandboxId")?;
-    let r = svc.get(&ws.0, id).await?;
-    Ok(envelope::data(StatusCode::OK, detail_view(&svc, &r)))
+    let (r, mounts) = svc.get_detail(&ws.0, id).await?;
+    Ok(envelope::data(
+        StatusCode::OK,
+        detail_view(&svc, &r, mounts),
+    ))
 }
 
 /// `PUT /v1/sandboxes/{id}/network`: a running sandbox's new egress policy
@@ -127,12 +130,19 @@ pub async fn update_network(
         ));
     }
     let policy: sbx_api_types::NetworkPolicy = parse_body(&body)?;
-    let r = svc.update_network(&ws.0, id, policy).await?;
-    Ok(envelope::data(StatusCode::OK, detail_view(&svc, &r)))
+    let (r, mounts) = svc.update_network_detail(&ws.0, id, policy).await?;
+    Ok(envelope::data(
+        StatusCode::OK,
+        detail_view(&svc, &r, mounts),
+    ))
 }
 
 /// The `/v1` view of a sandbox: the v2 resource plus sbx extras.
-fn detail_view(svc: &AppState, r: &crate::service::Sandbox) -> sbx_api_types::SandboxDetail {
+fn detail_view(
+    svc: &AppState,
+    r: &crate::service::Sandbox,
+    mounts: Vec<sbx_api_types::VolumeMount>,
+) -> sbx_api_types::SandboxDetail {
     sbx_api_types::SandboxDetail {
         sandbox: envelope::sandbox(r, svc.vpc_id()),
         environment: r.environment.clone(),
@@ -141,6 +151,7 @@ fn detail_view(svc: &AppState, r: &crate::service::Sandbox) -> sbx_api_types::Sa
         active_runtime_ms: r.active_runtime_ms,
         active_runtime_limit_ms: svc.config().limits.active_runtime.as_millis() as u64,
         network: svc.network_status(r),
+        mounts,
     }
 }
 

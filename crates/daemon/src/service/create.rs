@@ -19,16 +19,29 @@ impl Service {
         self.create_with_network(workspace, req, None).await
     }
 
-    /// `POST /v1/sandboxes`: [`Service::create_with_network`], then preview
-    /// URLs turned on when asked (also for an existing sandbox of the name).
+    /// `POST /v1/sandboxes`: [`Service::create_with_network`] with volume
+    /// mounts, then preview URLs turned on when asked (also for an existing
+    /// sandbox of the name).
     pub async fn create_v1(
         self: &Arc<Self>,
         workspace: &str,
         req: CreateSandboxRequest,
         network: Option<NetworkPolicy>,
         preview: Option<sbx_api_types::PreviewRequest>,
+        volumes: Vec<sbx_api_types::VolumeMount>,
     ) -> Result<CreateOutcome> {
-        let outcome = self.create_with_network(workspace, req, network).await?;
+        if !volumes.is_empty() && req.snapshot_id.is_some() {
+            return Err(validate::ValidationError::Format {
+                field: "volumes",
+                reason: "a clone mounts its source's volumes; do not send volumes with snapshotId"
+                    .into(),
+            }
+            .into());
+        }
+        let mounts = self.resolve_mounts(workspace, &volumes).await?;
+        let outcome = self
+            .create_with_mounts(workspace, req, network, mounts)
+            .await?;
         if let Some(preview) = preview {
             let id = match &outcome {
                 CreateOutcome::Created(r) | CreateOutcome::Existing(r) => r.id,
@@ -45,6 +58,19 @@ impl Service {
         workspace: &str,
         req: CreateSandboxRequest,
         network: Option<NetworkPolicy>,
+    ) -> Result<CreateOutcome> {
+        self.create_with_mounts(workspace, req, network, Vec::new())
+            .await
+    }
+
+    /// [`Service::create_with_network`] with resolved volume mounts (their
+    /// `sandbox_id` is filled in here). A clone takes its source's mounts.
+    async fn create_with_mounts(
+        self: &Arc<Self>,
+        workspace: &str,
+        req: CreateSandboxRequest,
+        network: Option<NetworkPolicy>,
+        mut mounts: Vec<sbx_store::VolumeMountRecord>,
     ) -> Result<CreateOutcome> {
         if network.is_some() && req.snapshot_id.is_some() {
             return Err(validate::ValidationError::Format {
@@ -92,6 +118,10 @@ impl Service {
                 Some(snapshot_id),
             );
             record.network = snap.network;
+            // runsc restores a checkpoint with the mounts it was taken with:
+            // the clone binds the source's volumes again (their current data).
+            let mounts = self.store.sandbox_mounts(snap.source_sandbox).await?;
+            self.record_mounts(record.id, mounts).await?;
             let admitted = match self.admit(record.vcpu, record.memory_mb).await {
                 Ok(r) => r,
                 Err(e) => return self.existing_or(&record, e).await,
@@ -132,8 +162,22 @@ impl Service {
         if let Err(missing) = self.check_secrets_exist(workspace, &record.secrets).await {
             return self.existing_or(&record, missing).await;
         }
-        // A warm pool member replaces the runtime start (fresh sandboxes only).
-        let warm = self.take_member((vcpu, memory_mb)).await;
+        // A warm pool member replaces the runtime start (fresh sandboxes
+        // without volumes only: a member booted without the mounts).
+        let warm = if mounts.is_empty() {
+            self.take_member((vcpu, memory_mb)).await
+        } else {
+            None
+        };
+        if let Some(member) = &warm {
+            record.id = member.id;
+        }
+        for m in &mut mounts {
+            m.sandbox_id = record.id;
+        }
+        // Before the row: the boot reads them. Rows of a create that then
+        // finds its name held name a sandbox that never existed (inert).
+        self.record_mounts(record.id, mounts).await?;
         let admitted = match &warm {
             Some(_) => self.hold(vcpu, memory_mb),
             None => match self.admit(vcpu, memory_mb).await {
@@ -142,6 +186,25 @@ impl Service {
             },
         };
         self.insert_and_boot_with(record, warm, admitted).await
+    }
+
+    /// Records the mounts of sandbox `id`.
+    async fn record_mounts(
+        &self,
+        id: Uuid,
+        mounts: Vec<sbx_store::VolumeMountRecord>,
+    ) -> Result<()> {
+        if mounts.is_empty() {
+            return Ok(());
+        }
+        let mounts = mounts
+            .into_iter()
+            .map(|m| sbx_store::VolumeMountRecord {
+                sandbox_id: id,
+                ..m
+            })
+            .collect();
+        Ok(self.store.put_volume_mounts(mounts).await?)
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -81,6 +81,15 @@ pub enum ServiceError {
     /// An `Idempotency-Key` was sent again with a different request.
     #[error("{0}")]
     IdempotencyKeyReused(String),
+    /// No such volume in the tenant.
+    #[error("volume {0:?} not found")]
+    VolumeNotFound(String),
+    /// The tenant has a volume of that name.
+    #[error("volume name {0:?} is already in use")]
+    VolumeNameTaken(String),
+    /// A feature that is specified but not built yet.
+    #[error("{0}")]
+    NotBuilt(String),
     /// No such node.
     #[error("node {0:?} not found")]
     NodeNotFound(String),

@@ -203,10 +203,22 @@ impl Service {
                 }
             },
         };
+        let volumes = if warm.is_some() {
+            Vec::new()
+        } else {
+            match self.volume_binds(id).await {
+                Ok(v) => v,
+                Err(e) => {
+                    let reason = format!("sandbox failed to start: reading its volume mounts: {e}");
+                    return self.fail_answering(id, reason).await;
+                }
+            }
+        };
         let spec = SandboxSpec {
             id,
             vcpu: record.vcpu,
             memory_mb: record.memory_mb,
+            volumes,
         };
         // A clone needs its snapshot's files on this node first: fetched
         // and verified before runsc sees them, so a missing or corrupt

@@ -41,6 +41,7 @@ mod tests;
 mod transition;
 mod usage;
 mod views;
+mod volumes;
 
 pub use admission::{Capacity, Reservation};
 pub use commands::{ExecOutcome, OutputSelection};

@@ -221,6 +221,7 @@ impl Service {
             id,
             vcpu,
             memory_mb,
+            volumes: Vec::new(),
         };
         let started =
             tokio::time::timeout(self.config.limits.start_timeout, self.runtime.start(spec)).await;

@@ -325,11 +325,13 @@ impl Service {
             if !self.config.limits.snapshot_verify {
                 return Ok(());
             }
-            // A throwaway sandbox of the source's shape.
+            // A throwaway sandbox of the source's shape, with its volumes
+            // (runsc restores only with the mounts the checkpoint had).
             let probe = SandboxSpec {
                 id: Uuid::new_v4(),
                 vcpu: current.vcpu,
                 memory_mb: current.memory_mb,
+                volumes: self.volume_binds(current.id).await?,
             };
             match self.verify_checkpoint(probe, dir.join("checkpoint")).await {
                 Ok(()) => return Ok(()),

@@ -136,6 +136,7 @@ impl GvisorJobs {
             id,
             vcpu: JOB_VCPUS,
             memory_mb,
+            volumes: Vec::new(),
         };
         let started = tokio::time::timeout(START_TIMEOUT, self.runtime.start_job(spec, job)).await;
         let error = match started {

@@ -502,6 +502,7 @@ mod tests {
             id: Uuid::new_v4(),
             vcpu: 1,
             memory_mb: 1024,
+            volumes: Vec::new(),
         }
     }
 

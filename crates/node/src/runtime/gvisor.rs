@@ -59,6 +59,8 @@ pub struct GvisorConfig {
     pub sandbox_disk_mb: u64,
     /// Formatted disk images waiting for a sandbox (same filesystem as `sandboxes_dir`).
     pub spare_disks_dir: PathBuf,
+    /// Local volumes: their images and mount points.
+    pub volumes_dir: PathBuf,
 }
 
 /// [`Runtime`] on gVisor.
@@ -67,6 +69,8 @@ pub struct GvisorRuntime {
     runsc: Runsc,
     /// Disk images for sandbox overlays; `None` when the limit is off.
     disks: Option<Arc<Disks>>,
+    /// Local volumes of this node.
+    volumes: super::volumes::LocalVolumes,
 }
 
 fn container_id(id: Uuid) -> String {
@@ -119,10 +123,12 @@ impl GvisorRuntime {
         let runsc = Runsc::new(&config.runsc_binary, &config.runsc_root)
             .with_global(global)
             .with_timeout(Some(Duration::from_secs(60)));
+        let volumes = super::volumes::LocalVolumes::new(&config.volumes_dir)?;
         Ok(GvisorRuntime {
             config,
             runsc,
             disks,
+            volumes,
         })
     }
 
@@ -166,6 +172,12 @@ impl GvisorRuntime {
             .vcpus(spec.vcpu)
             .pids_limit(self.config.pids_limit)
             .cgroups_path(format!("/{CGROUP_PARENT}/{cid}"));
+        // Each volume's host mount point, bound through the gofer: gVisor
+        // resolves every guest path inside it, and enforces `ro`.
+        for v in &spec.volumes {
+            let host = self.volumes.mounted(v.volume_id).await?;
+            builder = builder.bind_mount(host, v.path.as_str(), v.read_only);
+        }
         let mut overlay2 = Some(format!("root:dir={}", overlay.display()));
         if let Some(job) = job {
             builder = builder
@@ -574,6 +586,22 @@ impl Runtime for GvisorRuntime {
             processes: None,
             disk,
         })
+    }
+
+    fn create_volume(&self, id: Uuid, size_mb: u64) -> BoxFuture<'_, Result<(), RuntimeError>> {
+        async move {
+            self.volumes.create(id, size_mb).await?;
+            Ok(())
+        }
+        .boxed()
+    }
+
+    fn delete_volume(&self, id: Uuid) -> BoxFuture<'_, Result<(), RuntimeError>> {
+        async move { Ok(self.volumes.remove(id).await?) }.boxed()
+    }
+
+    fn volume_used_bytes(&self, id: Uuid) -> Result<u64, RuntimeError> {
+        Ok(self.volumes.used_bytes(id)?)
     }
 
     fn trim_console_logs(&self, max_bytes: u64) {

@@ -11,6 +11,7 @@ pub mod fake;
 pub mod gvisor;
 mod leftovers;
 mod oom;
+pub mod volumes;
 
 pub use agent_conn::{AgentCallError, AgentConn, AgentStream, StreamItem, Upload};
 
@@ -27,6 +28,19 @@ pub struct SandboxSpec {
     pub vcpu: u32,
     /// Memory limit in MiB.
     pub memory_mb: u32,
+    /// Volumes bound into it (a restore needs the same ones its checkpoint had).
+    pub volumes: Vec<VolumeBind>,
+}
+
+/// One volume bound into a sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeBind {
+    /// The volume (names its image and mount point on this node).
+    pub volume_id: Uuid,
+    /// Guest path (validated by the caller: absolute, normalised, not a system directory).
+    pub path: String,
+    /// Read-only inside the sandbox, enforced by gVisor (`ro` in the OCI spec).
+    pub read_only: bool,
 }
 
 /// What a Connect job or build sandbox has on top of a plain sandbox.
@@ -133,4 +147,20 @@ pub trait Runtime: Send + Sync {
     /// Reads the usage counters of a running sandbox (blocking file system
     /// calls: call it off the async workers).
     fn usage(&self, id: Uuid) -> Result<crate::usage::Reading, RuntimeError>;
+    /// Makes a local volume of `size_mb` on this host. The default (a
+    /// runtime without host volumes, such as the fake) keeps nothing.
+    fn create_volume(&self, id: Uuid, size_mb: u64) -> BoxFuture<'_, Result<(), RuntimeError>> {
+        let _ = (id, size_mb);
+        Box::pin(async { Ok(()) })
+    }
+    /// Removes a local volume's data (safe to repeat; see [`volumes::LocalVolumes::remove`]).
+    fn delete_volume(&self, id: Uuid) -> BoxFuture<'_, Result<(), RuntimeError>> {
+        let _ = id;
+        Box::pin(async { Ok(()) })
+    }
+    /// Bytes in use on a local volume (blocking file system calls).
+    fn volume_used_bytes(&self, id: Uuid) -> Result<u64, RuntimeError> {
+        let _ = id;
+        Ok(0)
+    }
 }

@@ -14,6 +14,7 @@ mod rows;
 mod secrets;
 mod store;
 mod testing;
+mod volumes;
 
 pub use pool::{Pool, Session};
 pub use testing::TestDatabase;
@@ -31,6 +32,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/postgres/0005_sandbox_node.sql"),
     include_str!("../../migrations/postgres/0006_e2b_sandboxes.sql"),
     include_str!("../../migrations/postgres/0007_sandbox_previews.sql"),
+    include_str!("../../migrations/postgres/0008_volumes.sql"),
 ];
 
 /// Connections kept open to the database (one worker thread each).

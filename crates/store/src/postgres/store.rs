@@ -682,4 +682,46 @@ impl Store for PostgresStore {
     fn list_previews(&self) -> Result<Vec<crate::PreviewRecord>, StoreError> {
         self.list_preview_rows()
     }
+
+    fn insert_volume(&self, record: &crate::VolumeRecord) -> Result<bool, StoreError> {
+        self.insert_volume_row(record)
+    }
+
+    fn get_volume(&self, id: Uuid) -> Result<Option<crate::VolumeRecord>, StoreError> {
+        self.get_volume_row(id)
+    }
+
+    fn volume_named(
+        &self,
+        workspace: &str,
+        name: &str,
+    ) -> Result<Option<crate::VolumeRecord>, StoreError> {
+        self.volume_named_row(workspace, name)
+    }
+
+    fn list_volumes(
+        &self,
+        workspace: Option<&str>,
+    ) -> Result<Vec<crate::VolumeRecord>, StoreError> {
+        self.list_volume_rows(workspace)
+    }
+
+    fn delete_volume(&self, id: Uuid) -> Result<bool, StoreError> {
+        self.delete_volume_row(id)
+    }
+
+    fn put_volume_mounts(&self, mounts: &[crate::VolumeMountRecord]) -> Result<(), StoreError> {
+        self.put_mount_rows(mounts)
+    }
+
+    fn sandbox_mounts(
+        &self,
+        sandbox_id: Uuid,
+    ) -> Result<Vec<crate::VolumeMountRecord>, StoreError> {
+        self.mounts_where("sandbox_id", sandbox_id)
+    }
+
+    fn volume_mounts(&self, volume_id: Uuid) -> Result<Vec<crate::VolumeMountRecord>, StoreError> {
+        self.mounts_where("volume_id", volume_id)
+    }
 }

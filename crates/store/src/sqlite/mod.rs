@@ -15,6 +15,7 @@ use uuid::Uuid;
 mod e2b;
 mod nodes;
 mod previews;
+mod volumes;
 
 /// Schema versions, applied in order at open. Version N is `MIGRATIONS[N-1]`;
 /// the `schema_version` table (and `PRAGMA user_version`, which sbxd releases
@@ -31,6 +32,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/sqlite/0008_sandbox_node.sql"),
     include_str!("../../migrations/sqlite/0009_e2b_sandboxes.sql"),
     include_str!("../../migrations/sqlite/0010_sandbox_previews.sql"),
+    include_str!("../../migrations/sqlite/0011_volumes.sql"),
 ];
 
 /// SQLite-backed [`Store`].
@@ -625,6 +627,48 @@ impl Store for SqliteStore {
 
     fn list_previews(&self) -> Result<Vec<crate::PreviewRecord>, StoreError> {
         self.list_preview_rows()
+    }
+
+    fn insert_volume(&self, record: &crate::VolumeRecord) -> Result<bool, StoreError> {
+        self.insert_volume_row(record)
+    }
+
+    fn get_volume(&self, id: Uuid) -> Result<Option<crate::VolumeRecord>, StoreError> {
+        self.get_volume_row(id)
+    }
+
+    fn volume_named(
+        &self,
+        workspace: &str,
+        name: &str,
+    ) -> Result<Option<crate::VolumeRecord>, StoreError> {
+        self.volume_named_row(workspace, name)
+    }
+
+    fn list_volumes(
+        &self,
+        workspace: Option<&str>,
+    ) -> Result<Vec<crate::VolumeRecord>, StoreError> {
+        self.list_volume_rows(workspace)
+    }
+
+    fn delete_volume(&self, id: Uuid) -> Result<bool, StoreError> {
+        self.delete_volume_row(id)
+    }
+
+    fn put_volume_mounts(&self, mounts: &[crate::VolumeMountRecord]) -> Result<(), StoreError> {
+        self.put_mount_rows(mounts)
+    }
+
+    fn sandbox_mounts(
+        &self,
+        sandbox_id: Uuid,
+    ) -> Result<Vec<crate::VolumeMountRecord>, StoreError> {
+        self.mounts_where("sandbox_id", sandbox_id)
+    }
+
+    fn volume_mounts(&self, volume_id: Uuid) -> Result<Vec<crate::VolumeMountRecord>, StoreError> {
+        self.mounts_where("volume_id", volume_id)
     }
 }
 

@@ -15,10 +15,12 @@ mod e2b;
 mod nodes;
 mod previews;
 mod secrets;
+mod volumes;
 pub use e2b::*;
 pub use nodes::*;
 pub use previews::*;
 pub use secrets::*;
+pub use volumes::*;
 
 /// Opens another store on the same data.
 pub type Other<'a> = &'a dyn Fn() -> Arc<dyn Store>;

@@ -72,6 +72,23 @@ fn populated() -> SqliteStore {
         token: Some("preview-token".into()),
     })
     .expect("preview row");
+    let volume = sbx_store::VolumeRecord {
+        id: uuid::Uuid::new_v4(),
+        workspace: "default".into(),
+        name: "data".into(),
+        kind: "local".into(),
+        size_mb: 64,
+        node_id: "node-a".into(),
+        created_at: at(3_000),
+    };
+    assert!(src.insert_volume(&volume).expect("volume row"));
+    src.put_volume_mounts(&[sbx_store::VolumeMountRecord {
+        sandbox_id: web.id,
+        volume_id: volume.id,
+        path: "/data".into(),
+        read_only: true,
+    }])
+    .expect("mount row");
     src
 }
 
@@ -96,6 +113,8 @@ pub fn copy_store_moves_every_row_and_finishes_an_interrupted_copy(target: &dyn 
     assert_eq!(report.secrets, all(1));
     assert_eq!(report.e2b_records, all(1));
     assert_eq!(report.previews, all(1));
+    assert_eq!(report.volumes, all(1));
+    assert_eq!(report.volume_mounts, all(1));
 
     let statuses = [
         SandboxStatus::Running,
@@ -140,6 +159,12 @@ pub fn copy_store_moves_every_row_and_finishes_an_interrupted_copy(target: &dyn 
         target.list_previews().unwrap(),
         src.list_previews().unwrap()
     );
+    let volumes = src.list_volumes(None).unwrap();
+    assert_eq!(target.list_volumes(None).unwrap(), volumes);
+    assert_eq!(
+        target.volume_mounts(volumes[0].id).unwrap(),
+        src.volume_mounts(volumes[0].id).unwrap()
+    );
 
     // Run again (as after a copy interrupted half-way): nothing is written twice.
     let again = copy_store(&src, target).expect("copy again");
@@ -153,6 +178,8 @@ pub fn copy_store_moves_every_row_and_finishes_an_interrupted_copy(target: &dyn 
     assert_eq!(again.secrets, none(1));
     assert_eq!(again.e2b_records, none(1));
     assert_eq!(again.previews, none(1));
+    assert_eq!(again.volumes, none(1));
+    assert_eq!(again.volume_mounts, none(1));
 
     // A target that has an active sandbox of the same name is refused, not merged.
     let other = populated();

@@ -102,6 +102,7 @@ on_every_backend!(
     e2b_records_due_are_the_running_sandboxes_of_one_node,
     e2b_records_of_ended_sandboxes_are_deleted,
     preview_rows_are_put_replaced_listed_and_deleted,
+    volumes_are_unique_per_tenant_listed_and_deleted_with_their_mounts,
 );
 
 mod schema {
