@@ -168,10 +168,35 @@ impl Connection {
     /// Drops the connection after a call failed as unavailable. When the
     /// connection itself is gone (the server ended it or went away, not a
     /// deadlock or a serialization failure) the other workers replace theirs too.
-    fn failed(&mut self) {
-        if self.client.take().is_some_and(|c| c.is_closed()) {
+    fn failed(&mut self, session_ended: bool) {
+        let closed = self.client.take().is_some_and(|c| c.is_closed());
+        // `is_closed` may not know yet: the server's "terminating connection"
+        // error arrives before the socket's end, so the error counts too.
+        if closed || session_ended {
             self.losses.fetch_add(1, Ordering::SeqCst);
         }
+    }
+}
+
+/// Whether an unavailable error means the server ended the session (it
+/// shut down, or an administrator terminated the backend) or the connection
+/// broke, rather than a deadlock or serialization failure on a live one.
+fn ended_the_session(e: &(dyn std::error::Error + 'static)) -> bool {
+    let Some(pg) = e.downcast_ref::<postgres::Error>() else {
+        return false;
+    };
+    match pg.as_db_error() {
+        Some(db) => {
+            let code = db.code();
+            code.code().starts_with("08")
+                || [
+                    SqlState::ADMIN_SHUTDOWN,
+                    SqlState::CRASH_SHUTDOWN,
+                    SqlState::CANNOT_CONNECT_NOW,
+                ]
+                .contains(code)
+        }
+        None => true,
     }
 }
 
@@ -250,9 +275,9 @@ impl Pool {
         let (tx, rx) = mpsc::sync_channel(1);
         let job: Job = Box::new(move |conn: &mut Connection| {
             let result = conn.client().and_then(f);
-            if matches!(result, Err(StoreError::Unavailable(_))) {
+            if let Err(StoreError::Unavailable(e)) = &result {
                 // Reconnect on the next job rather than trust a client that just failed.
-                conn.failed();
+                conn.failed(ended_the_session(e.as_ref()));
             }
             let _ = tx.send(result);
         });
