@@ -12,7 +12,9 @@ use clap::{Args, Parser, Subcommand};
 use sbx_client::ClientError;
 use std::process::ExitCode;
 use std::time::Duration;
-use util::{parse_duration, parse_env_pair, parse_mode, parse_shape, parse_signal};
+use util::{
+    parse_duration, parse_env_pair, parse_mode, parse_shape, parse_signal, parse_volume_mount,
+};
 
 /// Command-line client of sbxd. Sandboxes may be named by id or by name.
 #[derive(Debug, Parser)]
@@ -236,6 +238,9 @@ pub enum Command {
     /// Manage workspace secrets.
     #[command(subcommand)]
     Secret(SecretCommand),
+    /// Persistent volumes: create, list, show, remove.
+    #[command(subcommand)]
+    Volume(VolumeCommand),
     /// List the nodes sharing the server's database, or drain/undrain one (operator only).
     Nodes {
         /// drain or undrain; without one, the list.
@@ -278,6 +283,9 @@ pub struct CreateArgs {
     /// sandbox's preview token; see `sbx preview`).
     #[arg(long, value_name = "ACCESS", value_parser = ["public", "token"])]
     pub preview: Option<String>,
+    /// Mount a volume: NAME:/guest/path, or NAME:/guest/path:ro read-only (repeatable).
+    #[arg(long = "volume", value_name = "NAME:PATH[:ro]", value_parser = parse_volume_mount)]
+    pub volumes: Vec<sbx_client::api::VolumeMount>,
     /// Return without waiting for RUNNING.
     #[arg(long)]
     pub no_wait: bool,
@@ -367,6 +375,37 @@ pub enum SecretCommand {
     Rm {
         /// Secret name.
         name: String,
+    },
+}
+
+/// `sbx volume ...`.
+#[derive(Debug, Subcommand)]
+pub enum VolumeCommand {
+    /// Create a volume and print it as JSON.
+    Create {
+        /// Volume name (unique in the workspace).
+        name: String,
+        /// Size limit in MiB (writes past it fail with ENOSPC inside the sandbox).
+        #[arg(long = "size", value_name = "MIB")]
+        size_mb: u64,
+        /// Where its data lives: local (a filesystem on one node) or s3.
+        #[arg(long, default_value = "local", value_parser = ["local", "s3"])]
+        kind: String,
+    },
+    /// List volumes.
+    Ls,
+    /// Show one volume (with the bytes it uses) as JSON.
+    Get {
+        /// Volume name.
+        name: String,
+    },
+    /// Delete a volume and its data (refused while a sandbox mounts it, unless --force).
+    Rm {
+        /// Volume name.
+        name: String,
+        /// Delete even while mounted (the mounting sandboxes lose it).
+        #[arg(long)]
+        force: bool,
     },
 }
 
@@ -509,6 +548,41 @@ mod tests {
             Cli::try_parse_from(["sbx", "create", "--name", "a", "--network", "open"]).is_err()
         );
         assert!(Cli::try_parse_from(["sbx", "create", "--name", "a", "--allow", "x"]).is_err());
+    }
+
+    #[test]
+    fn create_takes_volume_mounts() {
+        let cli = Cli::parse_from([
+            "sbx",
+            "create",
+            "--name",
+            "a",
+            "--volume",
+            "data:/data",
+            "--volume",
+            "ref:/ref:ro",
+        ]);
+        let Command::Create(args) = cli.command else {
+            panic!("not create")
+        };
+        assert_eq!(args.volumes.len(), 2);
+        assert_eq!(args.volumes[0].name, "data");
+        assert_eq!(args.volumes[0].path, "/data");
+        assert!(!args.volumes[0].read_only);
+        assert!(args.volumes[1].read_only);
+        for bad in [
+            "data",
+            "data:",
+            ":/x",
+            "data:rel",
+            "data:/x:rw",
+            "data:/x:ro:ro",
+        ] {
+            assert!(
+                Cli::try_parse_from(["sbx", "create", "--name", "a", "--volume", bad]).is_err(),
+                "{bad} was accepted"
+            );
+        }
     }
 
     #[test]

@@ -14,6 +14,28 @@ pub fn parse_env_pair(s: &str) -> Result<(String, String), String> {
     }
 }
 
+/// Parses `--volume NAME:PATH[:ro]`. The server checks the path further
+/// (absolute, normalised, outside system directories).
+pub fn parse_volume_mount(s: &str) -> Result<sbx_client::api::VolumeMount, String> {
+    let (name, rest) = s
+        .split_once(':')
+        .ok_or_else(|| format!("{s:?}: expected NAME:/path or NAME:/path:ro"))?;
+    let (path, read_only) = match rest.strip_suffix(":ro") {
+        Some(path) => (path, true),
+        None => (rest, false),
+    };
+    if name.is_empty() || !path.starts_with('/') || path.contains(':') {
+        return Err(format!(
+            "{s:?}: expected NAME:/path or NAME:/path:ro (an absolute path without ':')"
+        ));
+    }
+    Ok(sbx_client::api::VolumeMount {
+        name: name.to_string(),
+        path: path.to_string(),
+        read_only,
+    })
+}
+
 /// Parses `--shape VCPUxMIB` (e.g. `2x4096`): a shape of the grid, 1, 2 or 4
 /// vCPU with 1, 2 or 4 GiB per vCPU. A server may offer fewer (`sbx shapes`).
 pub fn parse_shape(s: &str) -> Result<(u32, u32), String> {

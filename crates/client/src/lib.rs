@@ -33,6 +33,7 @@ mod sandboxes;
 mod secrets;
 mod snapshots;
 mod types;
+mod volumes;
 
 pub use auth::{authorization_header, hashed_signing_key};
 pub use error::ClientError;

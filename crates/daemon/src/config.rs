@@ -619,6 +619,29 @@ pub fn snapshot_store_config(
     Ok(sbx_node::snapshot_store::StoreConfig::parse(store, s3)?)
 }
 
+/// Where S3 volumes live: beside the snapshots when they are in object
+/// storage (`<prefix>/volumes/<id>/`, same bucket and credentials); `None`
+/// otherwise (S3 volumes are then refused).
+pub fn s3_volume_config(
+    store: &sbx_node::snapshot_store::StoreConfig,
+) -> Option<sbx_node::runtime::s3_volumes::S3VolumeConfig> {
+    match store {
+        sbx_node::snapshot_store::StoreConfig::Local => None,
+        sbx_node::snapshot_store::StoreConfig::S3(c) => {
+            Some(sbx_node::runtime::s3_volumes::S3VolumeConfig {
+                bucket: c.bucket.clone(),
+                prefix: c.prefix.clone(),
+                endpoint: c.endpoint.clone(),
+                region: c.region.clone(),
+                access_key_id: c.access_key_id.clone(),
+                secret_access_key: c.secret_access_key.clone(),
+                session_token: c.session_token.clone(),
+                rclone: PathBuf::from("rclone"),
+            })
+        }
+    }
+}
+
 /// Largest warm pool per shape.
 pub const WARM_POOL_MAX: usize = 64;
 

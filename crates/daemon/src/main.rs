@@ -620,6 +620,7 @@ async fn daemon_main(args: Args) -> anyhow::Result<()> {
             sandbox_disk_mb: config.limits.sandbox_disk_mb,
             spare_disks_dir: config.spare_disks_dir(),
             volumes_dir: config.volumes_dir(),
+            s3_volumes: sbx_daemon::config::s3_volume_config(&config.snapshot_store),
         })
         .map_err(|e| match e {
             RuntimeError::Disk(e) => anyhow::anyhow!(

@@ -201,6 +201,16 @@ fn case(method: &str, template: &str, a: &Fixture) -> (String, Option<Vec<u8>>, 
             Lacks(a.snapshot.clone()),
         ),
         ("GET", "/v1/secrets") => (path, None, Lacks("A_ONLY".into())),
+        // A's volume is called A_ONLY: B sees none; B's own of the same name
+        // is created and deleted (after the reads); A's is checked afterwards.
+        ("GET", "/v1/volumes") => (path, None, Lacks("A_ONLY".into())),
+        ("GET", "/v1/volumes/{name}") => (path, None, NotFound("volume_not_found")),
+        ("POST", "/v1/volumes") => (
+            path,
+            json(json!({"name": "A_ONLY", "sizeMb": 16})),
+            Status(201),
+        ),
+        ("DELETE", "/v1/volumes/{name}") => (path, None, Status(204)),
         // B writes and deletes its own secret of the same name; A's is checked afterwards.
         ("PUT", "/v1/secrets/{name}") => (path, json(json!({"value": "b-value"})), Status(200)),
         ("DELETE", "/v1/secrets/{name}") => (path, None, Status(204)),
@@ -462,6 +472,16 @@ async fn no_route_lets_one_tenant_reach_another() {
         run,
     };
 
+    let (status, v) = a
+        .call(
+            "POST",
+            "/v1/volumes",
+            Some(json!({"name": "A_ONLY", "sizeMb": 16})),
+        )
+        .await;
+    assert_eq!(status, 201, "{v}");
+    let a_volume = v["data"]["id"].as_str().unwrap().to_string();
+
     // Names are per tenant: B gets its own sandbox called "shared".
     let b_shared = b
         .create(json!({"name": "shared", "vcpu": 1, "memoryMb": 1024}))
@@ -477,6 +497,19 @@ async fn no_route_lets_one_tenant_reach_another() {
         .await,
         400,
         "invalid_field_format",
+    );
+
+    // A's volume does not exist for B.
+    assert_error(
+        &b.call(
+            "POST",
+            "/v1/sandboxes",
+            Some(json!({"name": "b-vol", "vcpu": 1, "memoryMb": 1024,
+                        "volumes": [{"name": "A_ONLY", "path": "/data"}]})),
+        )
+        .await,
+        404,
+        "volume_not_found",
     );
 
     // Every route: reads first, so that B's own writes cannot mask a leak.
@@ -583,6 +616,13 @@ async fn no_route_lets_one_tenant_reach_another() {
     );
     let (_, secrets) = a.call("GET", "/v1/secrets", None).await;
     assert!(secrets.to_string().contains("A_ONLY"), "{secrets}");
+    // A's volume survived B's create and delete of the same name.
+    let (status, v) = a.call("GET", "/v1/volumes/A_ONLY", None).await;
+    assert_eq!(
+        (status, v["data"]["id"].as_str()),
+        (200, Some(a_volume.as_str())),
+        "{v}"
+    );
     // A's secret value survived B's put and delete of the same name.
     let check = a
         .create(json!({"name": "a-check", "vcpu": 1, "memoryMb": 1024, "secrets": ["A_ONLY"]}))

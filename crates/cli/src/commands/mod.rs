@@ -7,6 +7,7 @@ mod sandboxes;
 mod secrets;
 mod snapshots;
 mod top;
+mod volumes;
 
 use crate::util::{parse_location, Location};
 use crate::{resolve, Cli, Command};
@@ -183,6 +184,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
             Ok(0)
         }
         Command::Secret(cmd) => secrets::run(c, cmd).await,
+        Command::Volume(cmd) => volumes::run(c, cmd).await,
         Command::Nodes { command } => nodes::run(c, command).await,
         Command::Connect(cmd) => crate::connect::run(c, cmd).await,
     }

@@ -214,6 +214,10 @@ impl Service {
                 }
             }
         };
+        if let Err(e) = self.mount_volumes(&volumes).await {
+            let reason = format!("sandbox failed to start: {e}");
+            return self.fail_answering(id, reason).await;
+        }
         let spec = SandboxSpec {
             id,
             vcpu: record.vcpu,
@@ -383,6 +387,7 @@ impl Service {
         if let Err(e) = self.runtime.destroy(id).await {
             tracing::error!(sandbox = %id, error = %e, "cleanup of failed sandbox");
         }
+        self.release_volumes_later(id);
         if let Err(ServiceError::StorageFull(_)) = recorded {
             self.record_when_space_returns(id, "FAILED", mark_failed);
         }
@@ -510,8 +515,16 @@ impl Service {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&id);
+        self.release_volumes_later(id);
         tracing::info!(sandbox = %id, "sandbox terminated");
         true
+    }
+
+    /// [`Service::release_volumes`] of an ended sandbox, in the background:
+    /// an unmount waits for rclone's uploads, which no caller should.
+    fn release_volumes_later(self: &Arc<Self>, id: Uuid) {
+        let this = self.clone();
+        tokio::spawn(async move { this.release_volumes(id).await });
     }
 
     /// Watches an agent connection; when it drops, reconnects or fails the sandbox.

@@ -87,6 +87,8 @@ pub struct Service {
     boots: Mutex<HashMap<Uuid, tokio::sync::watch::Receiver<bool>>>,
     /// Teardowns in progress (retried until they succeed): a repeated destroy joins these.
     teardowns: Mutex<HashMap<Uuid, tokio::sync::watch::Receiver<bool>>>,
+    /// Mounts and releases of S3 volumes, one at a time (see `mount_volumes`).
+    volume_turn: tokio::sync::Mutex<()>,
     /// The fixed network id shown as `vpcId`.
     vpc_id: Uuid,
     /// Key of the secret store.
@@ -177,6 +179,7 @@ impl Service {
             ending: Mutex::new(std::collections::HashSet::new()),
             boots: Mutex::new(HashMap::new()),
             teardowns: Mutex::new(HashMap::new()),
+            volume_turn: tokio::sync::Mutex::new(()),
             vpc_id: Uuid::from_u128(0x5bd0_0000_0000_4000_8000_0000_0000_0001),
         })
     }

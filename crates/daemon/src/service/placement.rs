@@ -96,6 +96,47 @@ impl Service {
             .await
     }
 
+    /// [`Service::place`] for a create that mounts `volumes` (names in
+    /// `tenant`): on the node of its local volumes when it mounts any (S3
+    /// volumes mount on any node). Unknown names are left to the create
+    /// handler (404); local volumes on two nodes are refused (409).
+    pub async fn place_with_volumes(
+        &self,
+        tenant: &str,
+        volumes: &[String],
+        vcpu: u32,
+        memory_mb: u32,
+        tried: &[String],
+        selector: &NodeSelector,
+    ) -> Result<Placement> {
+        let mut pinned: Option<String> = None;
+        for name in volumes {
+            let Some(v) = self.store.volume_named(tenant, name).await? else {
+                continue;
+            };
+            if v.kind != "local" {
+                continue;
+            }
+            match &pinned {
+                Some(node) if *node != v.node_id => {
+                    return Err(ServiceError::Conflict(format!(
+                        "the local volumes of this create live on two nodes ({node} and {}); \
+                         a sandbox can mount local volumes of one node only",
+                        v.node_id
+                    )))
+                }
+                _ => pinned = Some(v.node_id),
+            }
+        }
+        match pinned {
+            None => self.place(vcpu, memory_mb, tried, selector).await,
+            Some(node) => {
+                self.place_among(vcpu, memory_mb, tried, None, Some(&node), selector)
+                    .await
+            }
+        }
+    }
+
     /// Like [`Service::place`], taking node `prefer` whenever it has room.
     async fn place_preferring(
         &self,
@@ -103,6 +144,21 @@ impl Service {
         memory_mb: u32,
         tried: &[String],
         prefer: Option<&str>,
+        selector: &NodeSelector,
+    ) -> Result<Placement> {
+        self.place_among(vcpu, memory_mb, tried, prefer, None, selector)
+            .await
+    }
+
+    /// The placement itself: among the nodes that match `selector` (only
+    /// node `only` when given), `prefer` when it has room, else best of K.
+    async fn place_among(
+        &self,
+        vcpu: u32,
+        memory_mb: u32,
+        tried: &[String],
+        prefer: Option<&str>,
+        only: Option<&str>,
         selector: &NodeSelector,
     ) -> Result<Placement> {
         if !self.config.node.cluster {
@@ -129,6 +185,7 @@ impl Service {
             .filter(|n| n.state == NodeState::Active && !n.is_lost(now))
             .filter(|n| !tried.contains(&n.id))
             .filter(|n| labels_match(&n.labels, selector))
+            .filter(|n| only.is_none_or(|only| n.id == only))
             .filter_map(|n| {
                 let used = usage.iter().find(|u| u.node_id == n.id);
                 let free_memory_mb = n.memory_mb.saturating_sub(used.map_or(0, |u| u.memory_mb));
@@ -143,6 +200,13 @@ impl Service {
                 })
             })
             .collect();
+        if let (true, Some(only)) = (candidates.is_empty(), only) {
+            return Err(ServiceError::Unavailable(format!(
+                "the sandbox mounts local volumes of node {only}, which is not live, \
+                 drained, full for {vcpu} vCPU and {memory_mb} MiB, or outside nodeSelector {}",
+                describe_selector(selector)
+            )));
+        }
         if candidates.is_empty() && selector.is_empty() {
             return Err(ServiceError::Unavailable(format!(
                 "no node of the cluster has room for {vcpu} vCPU and {memory_mb} MiB"
@@ -233,6 +297,32 @@ impl Service {
             selector,
         )
         .await
+    }
+
+    /// Where a request about volume `key` (a name or id) of `tenant` that
+    /// needs its data runs (its deletion, its usage): on the node of a local
+    /// volume; here for an S3 one, an unknown one (404 here) or outside
+    /// cluster mode.
+    pub async fn volume_node(&self, tenant: &str, key: &str) -> Result<Placement> {
+        if !self.config.node.cluster {
+            return Ok(Placement::Here);
+        }
+        let found = match sbx_api_types::validate::canonical_id("volume", key) {
+            Ok(id) => self.store.get_volume(id).await?,
+            Err(_) => self.store.volume_named(tenant, key).await?,
+        };
+        let Some(v) = found.filter(|v| v.workspace == tenant) else {
+            return Ok(Placement::Here);
+        };
+        if v.kind != "local" || v.node_id == self.config.node.id {
+            return Ok(Placement::Here);
+        }
+        let url = self
+            .live_node_url(&v.node_id, || {
+                format!("volume {:?} is stored on node {}", v.name, v.node_id)
+            })
+            .await?;
+        Ok(Placement::Node { id: v.node_id, url })
     }
 
     /// Where a request about snapshot `id` of `tenant` that needs its files (a

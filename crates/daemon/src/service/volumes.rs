@@ -13,15 +13,20 @@ use sbx_store::{VolumeMountRecord, VolumeRecord};
 use std::sync::Arc;
 use uuid::Uuid;
 
-/// What a create with `kind: "s3"` is told.
-pub const S3_NOT_BUILT: &str =
-    "volume kind \"s3\" is not built yet; only \"local\" volumes (on one node) exist";
+/// What a create with `kind: "s3"` is told when sbxd has no object store.
+pub const S3_NOT_CONFIGURED: &str = "volume kind \"s3\" needs an object store: start sbxd with \
+     --snapshot-store s3://BUCKET/PREFIX (S3 volumes live beside the snapshots)";
+
+/// The kind a row records (rows are written by this code: `local` or `s3`).
+fn kind_of(v: &VolumeRecord) -> VolumeKind {
+    VolumeKind::parse(&v.kind).unwrap_or(VolumeKind::Local)
+}
 
 fn view(v: &VolumeRecord, used_bytes: Option<u64>) -> Volume {
     Volume {
         id: v.id,
         name: v.name.clone(),
-        kind: VolumeKind::parse(&v.kind).unwrap_or(VolumeKind::Local),
+        kind: kind_of(v),
         size_mb: v.size_mb,
         used_bytes,
         node_id: v.node_id.clone(),
@@ -36,8 +41,8 @@ impl Service {
         validate::name("name", &name)?;
         let kind = req.kind.unwrap_or(VolumeKind::Local);
         let size_mb = rules::volume_size(req.size_mb)?;
-        if kind == VolumeKind::S3 {
-            return Err(ServiceError::NotBuilt(S3_NOT_BUILT.into()));
+        if !self.runtime.volume_kind_available(kind) {
+            return Err(ServiceError::NotBuilt(S3_NOT_CONFIGURED.into()));
         }
         if self.store.volume_named(workspace, &name).await?.is_some() {
             return Err(ServiceError::VolumeNameTaken(name));
@@ -48,12 +53,21 @@ impl Service {
             name,
             kind: kind.as_str().to_string(),
             size_mb,
-            node_id: self.config.node.id.clone(),
+            // An S3 volume is on no node: any node mounts it.
+            node_id: match kind {
+                VolumeKind::Local => self.config.node.id.clone(),
+                VolumeKind::S3 => String::new(),
+            },
             created_at: Utc::now(),
         };
         // The data first: a row never names a volume that has no filesystem.
-        if let Err(e) = self.runtime.create_volume(record.id, size_mb).await {
-            let _ = self.runtime.delete_volume(record.id).await;
+        // (An S3 volume's objects appear with its first file.)
+        let made = match kind {
+            VolumeKind::Local => self.runtime.create_volume(record.id, size_mb).await,
+            VolumeKind::S3 => Ok(()),
+        };
+        if let Err(e) = made {
+            let _ = self.runtime.delete_volume(record.id, kind).await;
             return Err(if e.is_disk_full() {
                 ServiceError::StorageFull(format!("the data disk is full: {e}"))
             } else {
@@ -62,7 +76,7 @@ impl Service {
         }
         let inserted = self.store.insert_volume(&record).await;
         if !matches!(inserted, Ok(true)) {
-            let _ = self.runtime.delete_volume(record.id).await;
+            let _ = self.runtime.delete_volume(record.id, kind).await;
         }
         match inserted? {
             true => Ok(view(&record, Some(0))),
@@ -94,9 +108,11 @@ impl Service {
     /// `GET /v1/volumes/{name}`: the volume with its usage in bytes.
     pub async fn get_volume(&self, workspace: &str, key: &str) -> Result<Volume> {
         let v = self.volume(workspace, key).await?;
-        let used = if v.node_id == self.config.node.id {
+        let kind = kind_of(&v);
+        // A local volume's usage is its node's to read; an S3 one's, anyone's.
+        let used = if kind == VolumeKind::S3 || v.node_id == self.config.node.id {
             let (runtime, id) = (self.runtime.clone(), v.id);
-            tokio::task::spawn_blocking(move || runtime.volume_used_bytes(id))
+            tokio::task::spawn_blocking(move || runtime.volume_used_bytes(id, kind))
                 .await
                 .map_err(|e| ServiceError::Internal(e.to_string()))?
                 .map_err(|e| ServiceError::Internal(format!("reading the volume's usage: {e}")))?
@@ -138,7 +154,8 @@ impl Service {
                 ids.join(", ")
             )));
         }
-        if v.node_id != self.config.node.id {
+        let kind = kind_of(&v);
+        if kind == VolumeKind::Local && v.node_id != self.config.node.id {
             return Err(ServiceError::Conflict(format!(
                 "volume {:?} lives on node {:?}; delete it through that node",
                 v.name, v.node_id
@@ -147,7 +164,7 @@ impl Service {
         // The row first: no create can resolve the name once this returns.
         self.store.delete_volume(v.id).await?;
         self.runtime
-            .delete_volume(v.id)
+            .delete_volume(v.id, kind)
             .await
             .map_err(|e| ServiceError::Internal(format!("removing the volume's data: {e}")))
     }
@@ -166,7 +183,7 @@ impl Service {
                 Some(v) => v,
                 None => return Err(ServiceError::VolumeNotFound(m.name.clone())),
             };
-            if v.node_id != self.config.node.id {
+            if kind_of(&v) == VolumeKind::Local && v.node_id != self.config.node.id {
                 return Err(ServiceError::Conflict(format!(
                     "volume {:?} lives on node {:?}; create the sandbox there",
                     v.name, v.node_id
@@ -182,19 +199,75 @@ impl Service {
         Ok(out)
     }
 
-    /// What the runtime binds into sandbox `id` (its recorded mounts).
+    /// What the runtime binds into sandbox `id`: its recorded mounts of
+    /// volumes that still exist.
     pub(super) async fn volume_binds(&self, id: Uuid) -> Result<Vec<VolumeBind>> {
-        Ok(self
-            .store
-            .sandbox_mounts(id)
-            .await?
-            .into_iter()
-            .map(|m| VolumeBind {
+        let mut binds = Vec::new();
+        for m in self.store.sandbox_mounts(id).await? {
+            let Some(v) = self.store.get_volume(m.volume_id).await? else {
+                continue;
+            };
+            binds.push(VolumeBind {
                 volume_id: m.volume_id,
                 path: m.path,
                 read_only: m.read_only,
-            })
-            .collect())
+                kind: kind_of(&v),
+            });
+        }
+        Ok(binds)
+    }
+
+    /// Mounts the S3 volumes of a sandbox about to boot here, in turn with
+    /// [`Service::release_volumes`]: a release that decided a volume had no
+    /// user on this node unmounts it before this mounts it again.
+    pub(super) async fn mount_volumes(&self, binds: &[VolumeBind]) -> Result<()> {
+        let _turn = self.volume_turn.lock().await;
+        for b in binds.iter().filter(|b| b.kind == VolumeKind::S3) {
+            self.runtime
+                .mount_volume(b.volume_id, b.kind)
+                .await
+                .map_err(|e| {
+                    ServiceError::Internal(format!("mounting volume {}: {e}", b.volume_id))
+                })?;
+        }
+        Ok(())
+    }
+
+    /// After sandbox `id` ended on this node: unmounts each S3 volume it
+    /// mounted that no other active sandbox of this node mounts (rclone
+    /// finishes its uploads first). Failures are logged; the mount stays.
+    pub(super) async fn release_volumes(&self, id: Uuid) {
+        let binds = match self.volume_binds(id).await {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!(sandbox = %id, error = %e, "reading the mounts to release");
+                return;
+            }
+        };
+        for b in binds.into_iter().filter(|b| b.kind == VolumeKind::S3) {
+            let _turn = self.volume_turn.lock().await;
+            let used_here = match self.volume_users(b.volume_id).await {
+                Ok(users) => {
+                    let mut here = false;
+                    for user in users.into_iter().filter(|u| *u != id) {
+                        if let Ok(Some(s)) = self.store.get_sandbox(user).await {
+                            here |= s.node_id == self.config.node.id;
+                        }
+                    }
+                    here
+                }
+                Err(e) => {
+                    tracing::warn!(volume = %b.volume_id, error = %e, "reading the volume's users");
+                    true
+                }
+            };
+            if used_here {
+                continue;
+            }
+            if let Err(e) = self.runtime.release_volume(b.volume_id, b.kind).await {
+                tracing::warn!(volume = %b.volume_id, error = %e, "unmounting an unused S3 volume");
+            }
+        }
     }
 
     /// `GET /v1/sandboxes/{id}`: the sandbox and its mounts.

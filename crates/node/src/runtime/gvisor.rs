@@ -7,6 +7,7 @@ use super::{AgentConn, JobOptions, Runtime, RuntimeError, SandboxSpec};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use sbx_agent_proto::{Reply, Request, AGENT_BINARY_PATH, AGENT_MOUNT_PATH};
+use sbx_api_types::VolumeKind;
 use sbx_runsc::oci::SpecBuilder;
 use sbx_runsc::{
     CheckpointOptions, ExecOptions, GlobalOptions, Network, ProcessIo, RestoreOptions, RunOptions,
@@ -59,8 +60,11 @@ pub struct GvisorConfig {
     pub sandbox_disk_mb: u64,
     /// Formatted disk images waiting for a sandbox (same filesystem as `sandboxes_dir`).
     pub spare_disks_dir: PathBuf,
-    /// Local volumes: their images and mount points.
+    /// Local volumes: their images and mount points (S3 volumes' mount
+    /// points and caches under `s3/`).
     pub volumes_dir: PathBuf,
+    /// Where S3 volumes live (`None`: no object store; S3 volumes refused).
+    pub s3_volumes: Option<super::s3_volumes::S3VolumeConfig>,
 }
 
 /// [`Runtime`] on gVisor.
@@ -71,6 +75,8 @@ pub struct GvisorRuntime {
     disks: Option<Arc<Disks>>,
     /// Local volumes of this node.
     volumes: super::volumes::LocalVolumes,
+    /// S3 volumes this node mounts.
+    s3_volumes: super::s3_volumes::S3Volumes,
 }
 
 fn container_id(id: Uuid) -> String {
@@ -124,11 +130,16 @@ impl GvisorRuntime {
             .with_global(global)
             .with_timeout(Some(Duration::from_secs(60)));
         let volumes = super::volumes::LocalVolumes::new(&config.volumes_dir)?;
+        let s3_volumes = super::s3_volumes::S3Volumes::new(
+            &config.volumes_dir.join("s3"),
+            config.s3_volumes.clone(),
+        )?;
         Ok(GvisorRuntime {
             config,
             runsc,
             disks,
             volumes,
+            s3_volumes,
         })
     }
 
@@ -175,7 +186,10 @@ impl GvisorRuntime {
         // Each volume's host mount point, bound through the gofer: gVisor
         // resolves every guest path inside it, and enforces `ro`.
         for v in &spec.volumes {
-            let host = self.volumes.mounted(v.volume_id).await?;
+            let host = match v.kind {
+                VolumeKind::Local => self.volumes.mounted(v.volume_id).await?,
+                VolumeKind::S3 => self.s3_volumes.mounted(v.volume_id).await?,
+            };
             builder = builder.bind_mount(host, v.path.as_str(), v.read_only);
         }
         let mut overlay2 = Some(format!("root:dir={}", overlay.display()));
@@ -596,12 +610,58 @@ impl Runtime for GvisorRuntime {
         .boxed()
     }
 
-    fn delete_volume(&self, id: Uuid) -> BoxFuture<'_, Result<(), RuntimeError>> {
-        async move { Ok(self.volumes.remove(id).await?) }.boxed()
+    fn delete_volume(&self, id: Uuid, kind: VolumeKind) -> BoxFuture<'_, Result<(), RuntimeError>> {
+        async move {
+            match kind {
+                VolumeKind::Local => self.volumes.remove(id).await?,
+                VolumeKind::S3 => self.s3_volumes.remove(id).await?,
+            }
+            Ok(())
+        }
+        .boxed()
     }
 
-    fn volume_used_bytes(&self, id: Uuid) -> Result<u64, RuntimeError> {
-        Ok(self.volumes.used_bytes(id)?)
+    fn volume_used_bytes(&self, id: Uuid, kind: VolumeKind) -> Result<u64, RuntimeError> {
+        Ok(match kind {
+            VolumeKind::Local => self.volumes.used_bytes(id)?,
+            VolumeKind::S3 => self.s3_volumes.used_bytes(id)?,
+        })
+    }
+
+    fn volume_kind_available(&self, kind: VolumeKind) -> bool {
+        match kind {
+            VolumeKind::Local => true,
+            VolumeKind::S3 => self.s3_volumes.configured(),
+        }
+    }
+
+    fn mount_volume(&self, id: Uuid, kind: VolumeKind) -> BoxFuture<'_, Result<(), RuntimeError>> {
+        async move {
+            match kind {
+                VolumeKind::Local => {
+                    self.volumes.mounted(id).await?;
+                }
+                VolumeKind::S3 => {
+                    self.s3_volumes.mounted(id).await?;
+                }
+            }
+            Ok(())
+        }
+        .boxed()
+    }
+
+    fn release_volume(
+        &self,
+        id: Uuid,
+        kind: VolumeKind,
+    ) -> BoxFuture<'_, Result<(), RuntimeError>> {
+        async move {
+            if kind == VolumeKind::S3 {
+                self.s3_volumes.unmount(id).await?;
+            }
+            Ok(())
+        }
+        .boxed()
     }
 
     fn trim_console_logs(&self, max_bytes: u64) {

@@ -11,6 +11,7 @@ pub mod fake;
 pub mod gvisor;
 mod leftovers;
 mod oom;
+pub mod s3_volumes;
 pub mod volumes;
 
 pub use agent_conn::{AgentCallError, AgentConn, AgentStream, StreamItem, Upload};
@@ -41,6 +42,8 @@ pub struct VolumeBind {
     pub path: String,
     /// Read-only inside the sandbox, enforced by gVisor (`ro` in the OCI spec).
     pub read_only: bool,
+    /// Where its data lives (which host mount binds it).
+    pub kind: sbx_api_types::VolumeKind,
 }
 
 /// What a Connect job or build sandbox has on top of a plain sandbox.
@@ -78,6 +81,9 @@ pub enum RuntimeError {
     /// The sandbox's usage counters could not be read.
     #[error("usage: {0}")]
     Usage(#[from] crate::usage::read::ReadError),
+    /// An S3 volume could not be mounted, unmounted or removed.
+    #[error("s3 volume: {0}")]
+    S3Volume(#[from] s3_volumes::S3VolumeError),
 }
 
 impl RuntimeError {
@@ -90,7 +96,8 @@ impl RuntimeError {
             RuntimeError::AgentNotReady(_)
             | RuntimeError::NotRunning
             | RuntimeError::Unkillable(_)
-            | RuntimeError::Usage(_) => false,
+            | RuntimeError::Usage(_)
+            | RuntimeError::S3Volume(_) => false,
         }
     }
 }
@@ -153,14 +160,49 @@ pub trait Runtime: Send + Sync {
         let _ = (id, size_mb);
         Box::pin(async { Ok(()) })
     }
-    /// Removes a local volume's data (safe to repeat; see [`volumes::LocalVolumes::remove`]).
-    fn delete_volume(&self, id: Uuid) -> BoxFuture<'_, Result<(), RuntimeError>> {
-        let _ = id;
+    /// Removes a volume's data: a local one's image, an S3 one's objects
+    /// (safe to repeat).
+    fn delete_volume(
+        &self,
+        id: Uuid,
+        kind: sbx_api_types::VolumeKind,
+    ) -> BoxFuture<'_, Result<(), RuntimeError>> {
+        let _ = (id, kind);
         Box::pin(async { Ok(()) })
     }
-    /// Bytes in use on a local volume (blocking file system calls).
-    fn volume_used_bytes(&self, id: Uuid) -> Result<u64, RuntimeError> {
-        let _ = id;
+    /// Bytes in use on a volume (blocking: file system calls, or a listing
+    /// of an S3 volume's objects).
+    fn volume_used_bytes(
+        &self,
+        id: Uuid,
+        kind: sbx_api_types::VolumeKind,
+    ) -> Result<u64, RuntimeError> {
+        let _ = (id, kind);
         Ok(0)
+    }
+    /// Whether this node can hold volumes of `kind` (S3: an object store is configured).
+    fn volume_kind_available(&self, kind: sbx_api_types::VolumeKind) -> bool {
+        let _ = kind;
+        true
+    }
+    /// Mounts the volume on this host if it is not mounted (boots call it
+    /// again; this is for callers that must order a mount against an unmount).
+    fn mount_volume(
+        &self,
+        id: Uuid,
+        kind: sbx_api_types::VolumeKind,
+    ) -> BoxFuture<'_, Result<(), RuntimeError>> {
+        let _ = (id, kind);
+        Box::pin(async { Ok(()) })
+    }
+    /// Unmounts an S3 volume no sandbox of this host uses any more, after
+    /// its uploads finished (local volumes stay mounted: a no-op).
+    fn release_volume(
+        &self,
+        id: Uuid,
+        kind: sbx_api_types::VolumeKind,
+    ) -> BoxFuture<'_, Result<(), RuntimeError>> {
+        let _ = (id, kind);
+        Box::pin(async { Ok(()) })
     }
 }

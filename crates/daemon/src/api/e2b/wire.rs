@@ -319,7 +319,7 @@ pub fn parse_metadata_filter(raw: &str) -> Result<BTreeMap<String, String>, E2bA
 }
 
 /// Decodes `%XX` escapes (no `+` rule); `None` for a broken escape or non-UTF-8 result.
-fn percent_decode(s: &str) -> Option<String> {
+pub(crate) fn percent_decode(s: &str) -> Option<String> {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

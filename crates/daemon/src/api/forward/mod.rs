@@ -309,6 +309,9 @@ pub fn request_span(request_id: &str, req: &Request) -> tracing::Span {
 pub(super) enum CreateKind {
     /// A fresh sandbox of (vCPUs, MiB).
     Fresh(u32, u32, NodeSelector),
+    /// A fresh sandbox of (vCPUs, MiB) mounting these volumes (by name): on
+    /// the node of its local volumes, if it mounts any.
+    WithVolumes(u32, u32, NodeSelector, Vec<String>),
     /// A clone of this snapshot.
     Clone(Uuid, NodeSelector),
     /// A Connect job sandbox (a manual run, a connection test or a package
@@ -356,7 +359,18 @@ fn create_kind(body: &[u8]) -> Option<CreateKind> {
     }
     let vcpu = u32::try_from(v.get("vcpu")?.as_u64()?).ok()?;
     let memory_mb = u32::try_from(v.get("memoryMb")?.as_u64()?).ok()?;
-    Some(CreateKind::Fresh(vcpu, memory_mb, selector))
+    let volumes: Vec<String> = match v.get("volumes") {
+        None | Some(serde_json::Value::Null) => Vec::new(),
+        Some(list) => list
+            .as_array()?
+            .iter()
+            .map(|m| m.get("name")?.as_str().map(str::to_string))
+            .collect::<Option<_>>()?,
+    };
+    if volumes.is_empty() {
+        return Some(CreateKind::Fresh(vcpu, memory_mb, selector));
+    }
+    Some(CreateKind::WithVolumes(vcpu, memory_mb, selector, volumes))
 }
 
 /// Runs a create on the node placement chooses (a clone: where its snapshot's
@@ -420,6 +434,7 @@ pub(super) async fn place(
         // offered ones) rather than placed: placement would answer 503 when no
         // node had room for it. The nodes of a cluster share one --shapes.
         Some(CreateKind::Fresh(vcpu, memory_mb, _))
+        | Some(CreateKind::WithVolumes(vcpu, memory_mb, _, _))
             if !state.config().shapes.contains(&(vcpu, memory_mb)) =>
         {
             return next
@@ -433,6 +448,11 @@ pub(super) async fn place(
         let placed = match &kind {
             CreateKind::Fresh(vcpu, memory_mb, selector) => {
                 state.place(*vcpu, *memory_mb, &tried, selector).await
+            }
+            CreateKind::WithVolumes(vcpu, memory_mb, selector, volumes) => {
+                state
+                    .place_with_volumes(&tenant, volumes, *vcpu, *memory_mb, &tried, selector)
+                    .await
             }
             // A clone restores where its snapshot's files are (or can be fetched).
             CreateKind::Clone(snapshot, selector) => {
@@ -487,6 +507,27 @@ async fn on_snapshot_node(state: AppState, id: Uuid, req: Request, next: Next) -
     match tenant {
         Some(t) => snapshot_node(state, &t, id, req, next, IntoResponse::into_response).await,
         None => next.run(req).await,
+    }
+}
+
+/// Runs a request about volume `key` on the node that holds its data.
+async fn on_volume_node(state: AppState, key: String, req: Request, next: Next) -> Response {
+    let Some(Workspace(tenant)) = req.extensions().get::<Workspace>().cloned() else {
+        return next.run(req).await;
+    };
+    // The path segment as sent: percent-decoded as the router does (an
+    // undecodable one is the handler's to refuse).
+    let Some(key) = crate::api::e2b::wire::percent_decode(&key) else {
+        return next.run(req).await;
+    };
+    match state.volume_node(&tenant, &key).await {
+        Ok(Placement::Here) => next.run(req).await,
+        Ok(Placement::Node { url, .. }) => state
+            .forwarder
+            .try_send(&url, req)
+            .await
+            .unwrap_or_else(IntoResponse::into_response),
+        Err(e) => ApiError::from(e).into_response(),
     }
 }
 
@@ -567,6 +608,14 @@ pub async fn layer(State(state): State<AppState>, req: Request, next: Next) -> R
         {
             return on_snapshot_node(state, id, req, next).await;
         }
+    }
+    // A local volume's data (its deletion, its usage) is on its node.
+    if let Some(key) = path
+        .strip_prefix("/v1/volumes/")
+        .filter(|k| !k.is_empty() && !k.contains('/'))
+    {
+        let key = key.to_string();
+        return on_volume_node(state, key, req, next).await;
     }
     let Some(id) = sandbox_in_path(req.uri().path()) else {
         return next.run(req).await;
