@@ -371,6 +371,42 @@ await step("the lists: sandboxes, snapshots", async () => {
   await shot("snapshots-page");
 });
 
+await step("volumes: create one, mount it from the create form, delete it once unmounted", async () => {
+  await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "Volumes", exact: true }).click();
+  await page.getByRole("heading", { name: "Volumes", exact: true }).waitFor();
+  await page.getByLabel("Name").fill("console-vol");
+  await page.getByLabel("Size (MiB)").fill("32");
+  assert((await unlabelled()).length === 0, `unlabelled controls: ${await unlabelled()}`);
+  await page.getByRole("button", { name: "Create volume", exact: true }).click();
+  const row = page.locator('table[aria-label=Volumes] tr[data-name="console-vol"]');
+  await row.waitFor();
+  await row.locator("td", { hasText: "32 MiB" }).waitFor();
+  await shot("volumes");
+  await page.goto(`${base}/#/sandboxes/new`);
+  await page.getByLabel("Name").fill("console-vol-user");
+  await page.getByLabel("Volumes").fill("console-vol:/data");
+  await page.getByRole("button", { name: "Create sandbox", exact: true }).click();
+  await page.waitForURL(/#\/sandboxes\/[0-9a-f-]{36}$/);
+  const id = page.url().split("/").pop();
+  await page.locator(".title-row .badge", { hasText: "RUNNING" }).waitFor();
+  const mounts = await page.evaluate(async (i) => (await (await fetch(`/v1/sandboxes/${i}`)).json()).data.mounts, id);
+  assert(JSON.stringify(mounts) === JSON.stringify([{ name: "console-vol", path: "/data", readOnly: false }]), `mounts: ${JSON.stringify(mounts)}`);
+  // Delete is refused while a sandbox mounts it; the error is shown.
+  await page.goto(`${base}/#/volumes`);
+  await row.getByRole("button", { name: "Delete", exact: true }).click();
+  await page.locator("main .error", { hasText: "invalid_request" }).waitFor();
+  await page.goto(`${base}/#/sandboxes/${id}`);
+  await page.locator(".title-row .badge", { hasText: "RUNNING" }).waitFor();
+  await page.getByRole("button", { name: "Destroy", exact: true }).click();
+  await page.getByRole("heading", { name: "Sandboxes" }).waitFor();
+  await page.getByLabel("Show ended sandboxes").check();
+  await page.locator(`tr[data-id="${id}"] .badge`, { hasText: "TERMINATED" }).waitFor();
+  await page.goto(`${base}/#/volumes`);
+  await row.waitFor();
+  await row.getByRole("button", { name: "Delete", exact: true }).click();
+  await row.waitFor({ state: "detached" });
+});
+
 await step("keyboard: Tab reaches New sandbox, Enter opens the form with its name field labelled", async () => {
   await page.goto(`${base}/#/sandboxes`);
   await page.getByRole("heading", { name: "Sandboxes" }).waitFor();

@@ -9,6 +9,7 @@ import {
   connectionPage, connectionsPage, finishOauth, newConnectionPage, packagesPage, packageVersionPage,
 } from "./connect.js";
 import { detailPage } from "./detail.js";
+import { volumesPage } from "./volumes.js";
 
 const main = document.getElementById("main");
 const nav = document.getElementById("nav");
@@ -27,6 +28,8 @@ function resolve(hash) {
       return ["sandboxes", sandboxesPage];
     case "snapshots":
       return ["snapshots", snapshotsPage];
+    case "volumes":
+      return ["volumes", volumesPage];
     case "connections":
       if (parts[1] === "new") return ["connections", newConnectionPage];
       if (parts[1]) return ["connections", (el, signal) => connectionPage(el, signal, parts[1], parts[2], parts[3])];

@@ -3,6 +3,7 @@
 
 import { call, get, q } from "./api.js";
 import { alertError, badge, bytes, errorView, field, h, replace, sleep, time, withProgress } from "./dom.js";
+import { parseMounts } from "./volumes.js";
 
 export const POLL_MS = 2000;
 const ENDED = new Set(["TERMINATED", "FAILED"]);
@@ -113,10 +114,12 @@ export async function createPage(el, signal) {
   netSelect.addEventListener("change", () => {
     allowField.hidden = netSelect.value !== "allowlist";
   });
+  const [mountField, mountInput] = field("Volumes", h("textarea", { name: "volumes", rows: 2, spellcheck: "false" }),
+    "One per line: NAME:/path, or NAME:/path:ro read-only (see the Volumes page).");
   const status = h("div", { "aria-live": "polite" });
   const button = h("button", { type: "submit", class: "primary" }, "Create sandbox");
   const form = h("form", { class: "card", "aria-labelledby": "create-title" },
-    h("h1", { id: "create-title" }, "New sandbox"), nameField, shapes, secretsBox, netField, allowField,
+    h("h1", { id: "create-title" }, "New sandbox"), nameField, shapes, secretsBox, netField, allowField, mountField,
     h("div", { class: "actions" }, button, h("a", { href: "#/sandboxes", class: "button" }, "Cancel")), status);
   replace(el, form);
   nameInput.focus();
@@ -138,6 +141,8 @@ export async function createPage(el, signal) {
       body.network = { mode: netSelect.value };
       if (netSelect.value === "allowlist") body.network.allow = parseAllow(allowInput.value);
     }
+    const volumes = parseMounts(mountInput.value);
+    if (volumes.length) body.volumes = volumes;
     try {
       const sandbox = await withProgress(status, button, "Creating the sandbox (booting gVisor)", async (setLabel) => {
         const { data } = await call("POST", "/v1/sandboxes", body);
