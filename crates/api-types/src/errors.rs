@@ -110,6 +110,12 @@ pub enum ErrorCode {
     ConnectOauthStateNotFound,
     /// 404: unknown node (`/v1/nodes/{id}`).
     NodeNotFound,
+    /// 404: no webhook has this delivery URL.
+    ConnectWebhookNotFound,
+    /// 404: unknown webhook delivery.
+    ConnectDeliveryNotFound,
+    /// 401: a webhook delivery's signature is missing, wrong or too old.
+    ConnectWebhookSignatureInvalid,
     /// 409: the package version exists with other content (versions are immutable).
     ConnectVersionExists,
     /// 409: not built yet, sync already running, connection disabled or needing OAuth.
@@ -169,6 +175,9 @@ impl ErrorCode {
             ConnectSyncNotFound => "connect_sync_not_found",
             ConnectOauthStateNotFound => "connect_oauth_state_not_found",
             NodeNotFound => "node_not_found",
+            ConnectWebhookNotFound => "connect_webhook_not_found",
+            ConnectDeliveryNotFound => "connect_delivery_not_found",
+            ConnectWebhookSignatureInvalid => "connect_webhook_signature_invalid",
             ConnectVersionExists => "connect_version_exists",
             ConnectInvalidState => "connect_invalid_state",
             ConnectInvalidConfig => "connect_invalid_config",
@@ -186,7 +195,8 @@ impl ErrorCode {
             AuthorizationHeaderMissing
             | InvalidApiKey
             | ConsoleSessionInvalid
-            | ClusterTokenInvalid => 401,
+            | ClusterTokenInvalid
+            | ConnectWebhookSignatureInvalid => 401,
             AccessDenied | SnapshotLimitExceeded | CsrfTokenInvalid => 403,
             SandboxNotFound
             | ProcessNotFound
@@ -200,6 +210,8 @@ impl ErrorCode {
             | ConnectRunNotFound
             | ConnectSyncNotFound
             | ConnectOauthStateNotFound
+            | ConnectWebhookNotFound
+            | ConnectDeliveryNotFound
             | NodeNotFound => 404,
             MethodNotAllowed => 405,
             InvalidState | NameTaken | SnapshotNameTaken | SnapshotNotReady

@@ -641,6 +641,7 @@ async fn daemon_main(args: Args) -> anyhow::Result<()> {
         runtime,
         keys,
     )?;
+    connect.start_delivery_worker();
     let capacity = service.capacity();
     tracing::info!(
         vcpus = capacity.vcpu_milli as f64 / 1000.0,

@@ -26,6 +26,8 @@ pub(super) struct JobPlan<'a> {
     pub spec: JobSpec,
     /// Extra attempts after platform failures.
     pub retries: u32,
+    /// The webhook delivery the job handles: settled in the commit of its records.
+    pub delivery: Option<&'a str>,
 }
 
 /// How the job ended, as stored on the run.
@@ -101,6 +103,7 @@ impl ConnectService {
         sync: &str,
         mode: SyncMode,
         spool: Spool,
+        delivery: Option<&str>,
     ) -> Result<u64, (FailureCategory, &'static str)> {
         let store = self.store.clone();
         let (ws, run_id, conn_id, sync) = (
@@ -109,6 +112,7 @@ impl ConnectService {
             connection_id.to_string(),
             sync.to_string(),
         );
+        let delivery = delivery.map(str::to_string);
         // A large commit takes seconds of CPU and disk: keep it off the async workers.
         let joined = tokio::task::spawn_blocking(move || -> Result<u64, CommitError> {
             let target = CommitTarget {
@@ -117,6 +121,7 @@ impl ConnectService {
                 sync: &sync,
                 mode,
                 run_id: Some(&run_id),
+                delivery: delivery.as_deref(),
             };
             Ok(store.commit(target, spool)?.records)
         })
@@ -124,6 +129,10 @@ impl ConnectService {
         match joined {
             Ok(Ok(records)) => Ok(records),
             Ok(Err(CommitError::MissingKey)) => Err((FailureCategory::PackageError, "bad_batch")),
+            Ok(Err(e @ CommitError::Settled(_))) => {
+                tracing::info!(error = %e, "delivery commit refused");
+                Err((FailureCategory::Platform, "delivery_settled"))
+            }
             Ok(Err(e @ CommitError::Fenced(_))) => {
                 tracing::warn!(error = %e, "sync commit refused");
                 Err((FailureCategory::Platform, crate::store::NODE_LOST_KIND))
@@ -223,7 +232,15 @@ impl ConnectService {
                 Some(target),
             ) => {
                 match self
-                    .commit_spool(ws, run_id, &c.id, &target.name, target.mode, spool)
+                    .commit_spool(
+                        ws,
+                        run_id,
+                        &c.id,
+                        &target.name,
+                        target.mode,
+                        spool,
+                        plan.delivery,
+                    )
                     .await
                 {
                     Ok(records) => {
@@ -276,7 +293,8 @@ impl ConnectService {
             let (outcome, records) = self.attempt(&plan, attempt).await?;
             match outcome {
                 JobOutcome::Succeeded { result, .. } => {
-                    let stored = (plan.spec.kind != JobKind::Sync).then_some(&result);
+                    let stored = !matches!(plan.spec.kind, JobKind::Sync | JobKind::Webhook);
+                    let stored = stored.then_some(&result);
                     self.store.succeed_run(ws, &run_id, records, stored)?;
                     return Ok(("succeeded", records, JobResult::Succeeded { result }));
                 }

@@ -6,7 +6,7 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use sbx_api_types::{validate::ValidationError, ErrorBody, ErrorCode};
 use sbx_connect::credentials::CredentialsError;
-use sbx_connect::service::{ErrorClass, ServiceError as ConnectError};
+use sbx_connect::service::{ErrorClass, ServiceError as ConnectError, WebhookError};
 
 /// An error on its way to the client.
 #[derive(Debug)]
@@ -15,6 +15,8 @@ pub struct ApiError {
     pub code: ErrorCode,
     /// Message for humans.
     pub message: String,
+    /// Seconds for a `Retry-After` header (429s).
+    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -23,6 +25,7 @@ impl ApiError {
         ApiError {
             code,
             message: message.into(),
+            retry_after: None,
         }
     }
 }
@@ -188,6 +191,33 @@ fn connect_code(op: ConnectOp, e: &ConnectError) -> (ErrorCode, Option<String>) 
     }
 }
 
+impl ApiError {
+    /// Maps a refusal of the webhook delivery path.
+    pub fn webhook(e: WebhookError) -> Self {
+        let (code, retry_after) = match &e {
+            WebhookError::UnknownToken => (ErrorCode::ConnectWebhookNotFound, None),
+            WebhookError::Signature(_) => (ErrorCode::ConnectWebhookSignatureInvalid, None),
+            WebhookError::TooLarge(_) => (ErrorCode::PayloadTooLarge, None),
+            WebhookError::RateLimited { retry_after_secs }
+            | WebhookError::InboxFull {
+                retry_after_secs, ..
+            } => (ErrorCode::RateLimited, Some(*retry_after_secs)),
+            WebhookError::Service(_) => {
+                let WebhookError::Service(inner) = e else {
+                    unreachable!()
+                };
+                return ApiError::connect(ConnectOp::Other, inner);
+            }
+        };
+        tracing::debug!(error = %e, "webhook delivery refused");
+        ApiError {
+            code,
+            message: e.to_string(),
+            retry_after,
+        }
+    }
+}
+
 /// The not-found code for what the Connect service says is missing.
 fn not_found_code(what: &str) -> ErrorCode {
     match what {
@@ -197,6 +227,7 @@ fn not_found_code(what: &str) -> ErrorCode {
         "run" => ErrorCode::ConnectRunNotFound,
         "sync" => ErrorCode::ConnectSyncNotFound,
         "oauth state" => ErrorCode::ConnectOauthStateNotFound,
+        "delivery" => ErrorCode::ConnectDeliveryNotFound,
         _ => ErrorCode::RouteNotFound,
     }
 }
@@ -205,7 +236,12 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.code.http_status())
             .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        envelope(status, self.code.as_str(), self.message)
+        let mut resp = envelope(status, self.code.as_str(), self.message);
+        if let Some(secs) = self.retry_after {
+            resp.headers_mut()
+                .insert("retry-after", HeaderValue::from(secs));
+        }
+        resp
     }
 }
 

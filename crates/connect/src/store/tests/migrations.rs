@@ -302,6 +302,7 @@ fn populate(store: &dyn Store, spool: &std::path::Path) {
             sync: "items",
             mode: SyncMode::Merge,
             run_id: None,
+            delivery: None,
         };
         let stats = store
             .commit(target, w.finish().expect("finish"))
@@ -375,6 +376,7 @@ fn copy_and_check(from: &dyn Store, to: &dyn Store, spool: &std::path::Path) {
         sync: "items",
         mode: SyncMode::Merge,
         run_id: None,
+        delivery: None,
     };
     to.commit(target, w.finish().expect("finish"))
         .expect("commit");
