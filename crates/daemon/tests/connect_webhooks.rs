@@ -18,7 +18,31 @@ use connect_host::ApiHost;
 use sbx_connect::signature::{hmac_sha256, standard_key};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
 use std::time::{Duration, Instant};
+
+/// `sbx --url D ARGS...` (the CLI built next to sbxd); its stdout.
+fn sbx(d: &Daemon, args: &[&str]) -> String {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_sbxd")).with_file_name("sbx");
+    assert!(
+        bin.exists(),
+        "{} missing: cargo build -p sbx-cli",
+        bin.display()
+    );
+    let out = Command::new(bin)
+        .arg("--url")
+        .arg(&d.base)
+        .args(args)
+        .output()
+        .expect("run sbx");
+    assert!(
+        out.status.success(),
+        "sbx {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
 
 /// A delivery as a sender makes it: `(status, body, Retry-After)`.
 async fn post(
