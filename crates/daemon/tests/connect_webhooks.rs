@@ -283,6 +283,21 @@ async fn webhook_deliveries_become_records_exactly_once() {
         headers.contains_key("webhook-id") && !headers.contains_key("webhook-signature"),
         "{headers:?}"
     );
+    // The CLI lists the deliveries with their outcome.
+    let table = sbx(&d, &["connect", "deliveries", &conn, "--limit", "100"]);
+    let line = table
+        .lines()
+        .find(|l| l.contains("evt-crash"))
+        .unwrap_or_else(|| panic!("{table}"));
+    assert!(
+        line.contains("committed") && line.contains(&crash),
+        "{line}"
+    );
+    let failed_only = sbx(&d, &["connect", "deliveries", &conn, "--status", "failed"]);
+    assert!(
+        failed_only.contains("evt-b") && !failed_only.contains("evt-crash"),
+        "{failed_only}"
+    );
 
     // GitHub-style HMAC of the raw body: the URLs stay, the secret changes.
     let (paths, gh_secret) = setup(

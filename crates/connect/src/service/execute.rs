@@ -5,7 +5,7 @@ use super::{ConnectService, ServiceError, StoreLogs, StoreTokens};
 use crate::broker::BrokerSession;
 use crate::commit::{CommitError, CommitTarget};
 use crate::job::{drive, JobEnv, JobOutcome, JobSpec};
-use crate::model::{Connection, Definition, FailureCategory, JobKind, LogLevel, Run, SyncMode};
+use crate::model::{Connection, Definition, FailureCategory, JobKind, LogLevel, Run};
 use crate::sandbox::{JobSandboxRequest, SandboxEnd};
 use crate::spool::Spool;
 use serde_json::Value;
@@ -97,22 +97,20 @@ impl ConnectService {
     /// Commits a finished spool; a failure comes back as (category, kind).
     async fn commit_spool(
         &self,
-        workspace: &str,
-        run_id: &str,
+        plan: &JobPlan<'_>,
         connection_id: &str,
-        sync: &str,
-        mode: SyncMode,
+        target: &crate::job::SyncTarget,
         spool: Spool,
-        delivery: Option<&str>,
     ) -> Result<u64, (FailureCategory, &'static str)> {
         let store = self.store.clone();
-        let (ws, run_id, conn_id, sync) = (
-            workspace.to_string(),
-            run_id.to_string(),
+        let (ws, run_id, conn_id, sync, mode) = (
+            plan.workspace.to_string(),
+            plan.run.id.clone(),
             connection_id.to_string(),
-            sync.to_string(),
+            target.name.clone(),
+            target.mode,
         );
-        let delivery = delivery.map(str::to_string);
+        let delivery = plan.delivery.map(str::to_string);
         // A large commit takes seconds of CPU and disk: keep it off the async workers.
         let joined = tokio::task::spawn_blocking(move || -> Result<u64, CommitError> {
             let target = CommitTarget {
@@ -230,34 +228,21 @@ impl ConnectService {
                 },
                 Some(c),
                 Some(target),
-            ) => {
-                match self
-                    .commit_spool(
-                        ws,
-                        run_id,
-                        &c.id,
-                        &target.name,
-                        target.mode,
-                        spool,
-                        plan.delivery,
-                    )
-                    .await
-                {
-                    Ok(records) => {
-                        return Ok((
-                            JobOutcome::Succeeded {
-                                result,
-                                spool: None,
-                            },
-                            records,
-                        ))
-                    }
-                    Err((category, kind)) => JobOutcome::Failed {
-                        category,
-                        kind: kind.to_string(),
-                    },
+            ) => match self.commit_spool(plan, &c.id, target, spool).await {
+                Ok(records) => {
+                    return Ok((
+                        JobOutcome::Succeeded {
+                            result,
+                            spool: None,
+                        },
+                        records,
+                    ))
                 }
-            }
+                Err((category, kind)) => JobOutcome::Failed {
+                    category,
+                    kind: kind.to_string(),
+                },
+            },
             (other, _, _) => other,
         };
         Ok((outcome, 0))

@@ -8,7 +8,7 @@ use crate::model::{BuildStatus, LogLevel, RunKind, SyncMode};
 use crate::spool::SpoolWriter;
 use crate::store::{
     copy_store, Connections, NewRun, OauthPending, Packages, Records, Runs, SqliteStore, Store,
-    StoreError, Webhooks,
+    StoreError,
 };
 use serde_json::json;
 
