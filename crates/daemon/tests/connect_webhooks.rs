@@ -331,6 +331,20 @@ async fn webhook_deliveries_become_records_exactly_once() {
     let done = settled(&d, &conn, b["data"]["id"].as_str().unwrap()).await;
     assert_eq!(done["status"], "committed", "{done}");
 
+    // A disabled connection takes no deliveries.
+    let status_path = format!("/v1/connect/connections/{conn}");
+    let (status, b) = d
+        .call("PATCH", &status_path, Some(json!({"status": "disabled"})))
+        .await;
+    assert_eq!(status, 200, "{b}");
+    let (status, b, _) = post(&d, &raw, b"{}", &[]).await;
+    assert_eq!(status, 409, "{b}");
+    assert_eq!(b["errors"][0]["code"], "connect_invalid_state");
+    let (status, b) = d
+        .call("PATCH", &status_path, Some(json!({"status": "active"})))
+        .await;
+    assert_eq!(status, 200, "{b}");
+
     // Body limit (1 MiB): 413 in the error envelope.
     let big = vec![b' '; 1024 * 1024 + 1];
     let (status, b, _) = post(&d, &raw, &big, &[]).await;

@@ -6,7 +6,9 @@ use super::execute::{JobPlan, JobResult};
 use super::{ConnectService, ServiceError};
 use crate::api::PageQuery;
 use crate::job::{JobSpec, SyncTarget};
-use crate::model::{Delivery, DeliveryStatus, FailureCategory, JobKind, RunKind, SignatureScheme};
+use crate::model::{
+    ConnectionStatus, Delivery, DeliveryStatus, FailureCategory, JobKind, RunKind, SignatureScheme,
+};
 use crate::signature::{self, SignatureError};
 use crate::store::{DeliveryInsert, NewDelivery, NewRun, WebhookSettings};
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
@@ -333,6 +335,10 @@ impl ConnectService {
             .store
             .webhook_settings(ws, conn)?
             .ok_or(WebhookError::UnknownToken)?;
+        // A disabled connection takes no deliveries (its sender sees why and retries later).
+        if self.store.get_connection(ws, conn)?.status == ConnectionStatus::Disabled {
+            return Err(ServiceError::Conflict("the connection is disabled".into()).into());
+        }
         let header = |name: &str| headers.get(name).map(String::as_str);
         let own_id = format!("dlv_{}", uuid::Uuid::new_v4().simple());
         let sender_id = match settings.scheme {
