@@ -5,6 +5,7 @@
 import { call, get, q } from "./api.js";
 import { badge, bytes, errorView, field, h, replace, sleep, time, withProgress } from "./dom.js";
 import { POLL_MS, poll } from "./list.js";
+import { deliveriesTab } from "./deliveries.js";
 
 const C = "/v1/connect";
 const RUN_ENDED = new Set(["succeeded", "failed"]);
@@ -293,6 +294,7 @@ export async function newConnectionPage(el, signal) {
 const CONNECTION_TABS = [
   ["runs", "Runs"],
   ["logs", "Logs"],
+  ["deliveries", "Deliveries"],
 ];
 
 /** Waits for a run to end, updating the progress label; returns the run. */
@@ -314,7 +316,7 @@ function runResult(run, what) {
     run.failureKind ? [" (", h("code", {}, run.failureKind), ")"] : null, ". The run's own messages are in the Logs tab.");
 }
 
-/** `#/connections/{id}/{runs|logs}[/{runId}]`: one connection. */
+/** `#/connections/{id}/{runs|logs|deliveries}[/{runId}]`: one connection. */
 export async function connectionPage(el, signal, id, tab, runId) {
   tab = CONNECTION_TABS.some(([t]) => t === tab) ? tab : "runs";
   const title = h("h1", {}, "Connection");
@@ -413,6 +415,7 @@ export async function connectionPage(el, signal, id, tab, runId) {
     render();
   };
   if (tab === "logs") await Promise.all([logsTab(panel, signal, id, runId), poll(signal, 5000, refresh)]);
+  else if (tab === "deliveries") await Promise.all([deliveriesTab(panel, signal, id), poll(signal, 5000, refresh)]);
   else await runsTab(panel, signal, id, refresh);
 }
 
