@@ -385,11 +385,16 @@ export async function connectionPage(el, signal, id, tab, runId) {
   // The package's syncs, each with Run now.
   get(versionPath(conn.package, conn.version), { signal }).then((pv) => {
     const list = (pv.definition && pv.definition.syncs) || [];
+    const hooks = (pv.definition && pv.definition.webhooks) || [];
+    // Webhooks have no Run now: their senders start them (see the Deliveries tab).
+    const hookList = hooks.length === 0 ? [] : [h("h2", { id: "webhooks-title" }, "Webhooks"),
+      h("ul", { class: "syncs", "aria-labelledby": "webhooks-title" }, hooks.map((w) => h("li", { "data-webhook": w.name },
+        h("span", {}, h("code", {}, w.name), h("span", { class: "muted small" }, ` ${w.mode}${w.primaryKey ? ` on ${[].concat(w.primaryKey).join(", ")}` : ""}`)))))];
     if (list.length === 0) {
-      replace(syncs, h("p", { class: "muted" }, "The package version has no syncs (or no successful build)."));
+      replace(syncs, hooks.length ? hookList : h("p", { class: "muted" }, "The package version has no syncs (or no successful build)."));
       return;
     }
-    replace(syncs, h("h2", { id: "syncs-title" }, "Syncs"), h("ul", { class: "syncs", "aria-labelledby": "syncs-title" }, list.map((s) => {
+    replace(syncs, ...hookList, h("h2", { id: "syncs-title" }, "Syncs"), h("ul", { class: "syncs", "aria-labelledby": "syncs-title" }, list.map((s) => {
       const run = h("button", { type: "button", "aria-label": `Run now ${s.name}` }, "Run now");
       run.addEventListener("click", async () => {
         try {

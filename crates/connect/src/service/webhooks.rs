@@ -23,8 +23,9 @@ use std::time::{Duration, Instant};
 /// Path of a delivery URL; the token follows.
 pub const DELIVERY_PATH: &str = "/v1/connect/webhooks/";
 
-/// Deliveries started per worker pass; the rest wait for the next one.
-const PASS: u32 = 16;
+/// Delivery jobs running at once on a node: each is a sandbox, and a burst of deliveries
+/// must not start dozens of them at once (the rest wait in the inbox).
+const MAX_JOBS: usize = 4;
 
 /// Errors of the inbound path.
 #[derive(Debug, thiserror::Error)]
@@ -480,16 +481,20 @@ impl ConnectService {
             let running: Arc<std::sync::Mutex<std::collections::HashSet<String>>> = Arc::default();
             loop {
                 let svc = Arc::clone(&this);
-                let due =
-                    tokio::task::spawn_blocking(move || svc.store.due_deliveries(Utc::now(), PASS))
-                        .await;
+                let due = tokio::task::spawn_blocking(move || {
+                    svc.store.due_deliveries(Utc::now(), MAX_JOBS as u32)
+                })
+                .await;
                 match due {
                     Ok(Ok(due)) => {
                         for (ws, id) in due {
-                            let fresh = running
-                                .lock()
-                                .unwrap_or_else(|p| p.into_inner())
-                                .insert(id.clone());
+                            let fresh = {
+                                let mut running = running.lock().unwrap_or_else(|p| p.into_inner());
+                                if running.len() >= MAX_JOBS {
+                                    break;
+                                }
+                                running.insert(id.clone())
+                            };
                             if !fresh {
                                 continue;
                             }
