@@ -234,6 +234,8 @@ impl ConnectService {
     /// went with it); its syncs' intervals stay owed, so a live node's scheduler runs them.
     pub fn fail_work_of_lost_node(&self, node: &str) -> Result<usize, ServiceError> {
         let (runs, builds) = self.store.fail_work_of_lost_node(node)?;
+        // Deliveries whose jobs ran there are due again now, on a live node.
+        self.store.release_deliveries(&runs)?;
         if !runs.is_empty() || builds > 0 {
             tracing::warn!(
                 node,
