@@ -12,7 +12,7 @@ pub use connections::MIN_SCHEDULE_SECONDS;
 pub use runs::DueSync;
 pub use webhooks::{
     DeliveriesPage, Received, SignatureRequest, WebhookError, WebhookSetup, WebhookSetupRequest,
-    WebhookUrl, DELIVERY_PATH,
+    WebhookUrl, DELIVERY_PATH, WEBHOOK_SECRET_SCOPE,
 };
 
 use crate::broker::TokenStore;

@@ -612,9 +612,13 @@ impl ConnectService {
     }
 }
 
-/// The sealing scope of a connection's webhook secret (apart from its credentials).
-fn secret_scope(connection_id: &str) -> String {
-    format!("{connection_id}/webhook-secret")
+/// What follows a connection id in the sealing scope of its webhook secret.
+pub const WEBHOOK_SECRET_SCOPE: &str = "/webhook-secret";
+
+/// The sealing scope of a connection's webhook secret (apart from its credentials): what
+/// key rotation reseals it under, as if it were the credentials of this "connection".
+pub fn secret_scope(connection_id: &str) -> String {
+    format!("{connection_id}{WEBHOOK_SECRET_SCOPE}")
 }
 
 #[cfg(test)]

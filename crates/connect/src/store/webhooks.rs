@@ -155,4 +155,16 @@ pub trait Webhooks {
     ) -> Result<bool, StoreError>;
     /// Pending deliveries of a connection.
     fn pending_deliveries(&self, workspace: &str, connection_id: &str) -> Result<u64, StoreError>;
+    /// Every sealed webhook secret (key rotation): (workspace, connection id, blob); none for
+    /// scheme `none`.
+    fn webhook_secrets(&self) -> Result<Vec<(String, String, Vec<u8>)>, StoreError>;
+    /// Writes `new` as a connection's webhook secret only if it is still `old`
+    /// (compare-and-set: a setup meanwhile wins); whether it wrote.
+    fn replace_webhook_secret(
+        &self,
+        workspace: &str,
+        connection_id: &str,
+        old: &[u8],
+        new: &[u8],
+    ) -> Result<bool, StoreError>;
 }

@@ -343,4 +343,40 @@ impl Webhooks for PostgresStore {
             Ok(n.max(0) as u64)
         })
     }
+
+    fn webhook_secrets(&self) -> Result<Vec<(String, String, Vec<u8>)>, StoreError> {
+        self.run(move |c| {
+            c.query(
+                "SELECT workspace, connection_id, secret FROM connect_webhook_settings
+                 WHERE length(secret) > 0 ORDER BY workspace, connection_id",
+                &[],
+            )?
+            .iter()
+            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)))
+            .collect()
+        })
+    }
+
+    fn replace_webhook_secret(
+        &self,
+        workspace: &str,
+        connection_id: &str,
+        old: &[u8],
+        new: &[u8],
+    ) -> Result<bool, StoreError> {
+        let (ws, conn, old, new) = (
+            workspace.to_string(),
+            connection_id.to_string(),
+            old.to_vec(),
+            new.to_vec(),
+        );
+        self.run(move |c| {
+            let n = c.execute(
+                "UPDATE connect_webhook_settings SET secret = $4
+                 WHERE workspace = $1 AND connection_id = $2 AND secret = $3",
+                &[&ws, &conn, &old, &new],
+            )?;
+            Ok(n == 1)
+        })
+    }
 }

@@ -360,4 +360,31 @@ impl Webhooks for SqliteStore {
         )?;
         Ok(n.max(0) as u64)
     }
+
+    fn webhook_secrets(&self) -> Result<Vec<(String, String, Vec<u8>)>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare(
+            "SELECT workspace, connection_id, secret FROM webhook_settings
+             WHERE length(secret) > 0 ORDER BY workspace, connection_id",
+        )?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
+    }
+
+    fn replace_webhook_secret(
+        &self,
+        workspace: &str,
+        connection_id: &str,
+        old: &[u8],
+        new: &[u8],
+    ) -> Result<bool, StoreError> {
+        let n = self.lock().execute(
+            "UPDATE webhook_settings SET secret = ?4
+             WHERE workspace = ?1 AND connection_id = ?2 AND secret = ?3",
+            params![workspace, connection_id, old, new],
+        )?;
+        Ok(n == 1)
+    }
 }

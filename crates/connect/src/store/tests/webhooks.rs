@@ -215,7 +215,37 @@ pub(super) fn a_failed_delivery_commits_nothing_later(f: &Fixture) {
         .is_empty());
 }
 
+pub(super) fn webhook_secrets_are_listed_and_replaced_by_compare_and_set(f: &Fixture) {
+    let s = &f.store;
+    s.set_webhooks("ws", "c1", &settings(), &[]).expect("set");
+    let none = WebhookSettings {
+        scheme: SignatureScheme::None,
+        secret: Vec::new(),
+        ..settings()
+    };
+    s.set_webhooks("ws", "c2", &none, &[]).expect("set");
+    // Scheme none has no secret to reseal.
+    assert_eq!(
+        s.webhook_secrets().expect("list"),
+        vec![("ws".to_string(), "c1".to_string(), vec![1, 2, 3])]
+    );
+    assert!(!s
+        .replace_webhook_secret("ws", "c1", &[9], &[4])
+        .expect("stale"));
+    assert!(s
+        .replace_webhook_secret("ws", "c1", &[1, 2, 3], &[4])
+        .expect("cas"));
+    assert_eq!(
+        s.webhook_settings("ws", "c1")
+            .expect("get")
+            .expect("set")
+            .secret,
+        vec![4]
+    );
+}
+
 on_both_backends!(
+    webhook_secrets_are_listed_and_replaced_by_compare_and_set,
     tokens_open_their_webhook_and_settings_round_trip,
     duplicates_are_dropped_and_the_inbox_is_bounded,
     a_delivery_commits_once_with_its_records,
