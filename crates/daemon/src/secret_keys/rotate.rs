@@ -558,7 +558,7 @@ mod tests {
 
     #[test]
     fn webhook_secrets_rotate_with_the_connect_credentials() {
-        use sbx_connect::store::{Location, Webhooks};
+        use sbx_connect::store::Location;
         let dir = tempfile::tempdir().unwrap();
         let store = sbx_connect::store::open(&Location::Sqlite(dir.path().join("c.db"))).unwrap();
         let scope = format!("c1{WEBHOOK_SECRET_SCOPE}");
