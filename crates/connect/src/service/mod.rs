@@ -2,6 +2,7 @@
 //! the scheduler tick, logs and committed records.
 
 mod connections;
+mod deliveries;
 mod execute;
 mod packages;
 mod runs;
