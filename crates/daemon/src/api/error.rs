@@ -317,6 +317,46 @@ mod tests {
     }
 
     #[test]
+    fn webhook_refusals_have_their_codes_and_retry_after() {
+        use sbx_connect::service::WebhookError as W;
+        let answer = |e: W| {
+            let resp = ApiError::webhook(e).into_response();
+            let retry = resp
+                .headers()
+                .get("retry-after")
+                .map(|v| v.to_str().unwrap_or_default().to_string());
+            (resp.status().as_u16(), retry)
+        };
+        assert_eq!(answer(W::UnknownToken), (404, None));
+        assert_eq!(
+            answer(W::Signature(
+                sbx_connect::signature::SignatureError::Mismatch
+            )),
+            (401, None)
+        );
+        assert_eq!(answer(W::TooLarge(1 << 20)), (413, None));
+        assert_eq!(
+            answer(W::RateLimited {
+                retry_after_secs: 2
+            }),
+            (429, Some("2".into()))
+        );
+        assert_eq!(
+            answer(W::InboxFull {
+                max: 1000,
+                retry_after_secs: 30
+            }),
+            (429, Some("30".into()))
+        );
+        let code = ApiError::webhook(W::InboxFull {
+            max: 1000,
+            retry_after_secs: 30,
+        })
+        .code;
+        assert_eq!(code.as_str(), "rate_limited");
+    }
+
+    #[test]
     fn connect_not_found_codes() {
         for (what, want) in [
             ("package version", "connect_package_not_found"),
