@@ -367,3 +367,67 @@ async fn webhook_deliveries_become_records_exactly_once() {
     assert!(retry >= 1, "{retry}");
     d.kill9();
 }
+
+#[tokio::test]
+#[ignore = "needs root, runsc and the image; run ./scripts/test"]
+async fn a_full_inbox_and_an_empty_bucket_answer_429_with_retry_after() {
+    let api = ApiHost::start();
+    let mut args = api.daemon_args();
+    args.extend(
+        [
+            "--connect-webhook-max-pending",
+            "1",
+            "--connect-webhook-burst",
+            "3",
+            "--connect-webhook-rate",
+            "0.5",
+        ]
+        .map(String::from),
+    );
+    let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+    let mut d = Daemon::start(&args).await;
+    let conn = install(&d, &api, "connector-webhooks", "inbox", json!({})).await;
+    let (paths, secret) = setup(
+        &d,
+        &conn,
+        json!({"signature": {"scheme": "none", "idHeader": "X-Delivery"}}),
+    )
+    .await;
+    assert_eq!(secret, None, "scheme none has no secret");
+    let raw = paths["raw"].clone().expect("raw URL");
+    let id = |v: &str| vec![("x-delivery", v.to_string())];
+
+    // The first delivery is pending until its job commits (a sandbox start away): the
+    // second, sent at once, finds the inbox (1) full.
+    let (status, first, _) = post(&d, &raw, b"{}", &id("d-1")).await;
+    assert_eq!(status, 202, "{first}");
+    let (status, b, retry) = post(&d, &raw, b"{}", &id("d-2")).await;
+    assert_eq!(status, 429, "{b}");
+    assert_eq!(b["errors"][0]["code"], "rate_limited");
+    assert!(
+        b["errors"][0]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("pending"),
+        "{b}"
+    );
+    assert!(retry.expect("Retry-After").parse::<u64>().expect("seconds") >= 1);
+    let done = settled(&d, &conn, first["data"]["id"].as_str().unwrap()).await;
+    assert_eq!(done["status"], "committed", "{done}");
+
+    // Room again; then the bucket (3, refilled 0.5/s) is empty: 429 with Retry-After.
+    let (status, b, _) = post(&d, &raw, b"{}", &id("d-2")).await;
+    assert_eq!(status, 202, "{b}");
+    let (status, b, retry) = post(&d, &raw, b"{}", &id("d-3")).await;
+    assert_eq!(status, 429, "{b}");
+    assert!(
+        b["errors"][0]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("too many"),
+        "{b}"
+    );
+    let retry: u64 = retry.expect("Retry-After").parse().expect("seconds");
+    assert!((1..=2).contains(&retry), "{retry}");
+    d.kill9();
+}
