@@ -124,6 +124,41 @@ export type Sync<Config = JsonObject, Checkpoint extends JsonObject = JsonObject
       run: SyncRun<Config, Checkpoint>;
     };
 
+// ---------------------------------------------------------------- webhooks
+
+/** One webhook delivery as a handler sees it. */
+export interface Delivery<Body = any> {
+  /** The delivery id: the sender's (`webhook-id` or the configured id header), else one sbx made. */
+  readonly id: string;
+  /** When sbx stored the delivery, RFC 3339. */
+  readonly receivedAt: string;
+  /** The headers sbx passes on (lower-case names); never signature, cookie or credential headers. */
+  readonly headers: Readonly<{ [name: string]: string }>;
+  /** The raw body as UTF-8 text. */
+  readonly body: string;
+  /** The raw body's bytes (the handler's own copy). */
+  readonly bytes: Uint8Array;
+  /** The body parsed as JSON; undefined when it is not JSON. */
+  readonly json: Body | undefined;
+}
+
+/** What a webhook handler gives back: records, committed whole with the delivery. No checkpoint. */
+export type WebhookBatch<Record extends JsonObject = JsonObject> = { records: Record[] };
+
+export type WebhookHandle<Config> = (
+  ctx: Context<Config>,
+  delivery: Delivery,
+) => WebhookBatch | void | Promise<WebhookBatch | void> | AsyncIterable<WebhookBatch>;
+
+export type Webhook<Config = JsonObject> =
+  | { mode: "append" | "replace"; handle: WebhookHandle<Config> }
+  | {
+      mode: "merge";
+      /** The field that identifies a record, or several fields for a composite key. */
+      primaryKey: string | string[];
+      handle: WebhookHandle<Config>;
+    };
+
 export interface OAuthHooks<Config = JsonObject> {
   /** Runs once after the user authorized; its JSON result is recorded with the OAuth run (nothing else reads it today). */
   afterAuthorize?(ctx: Context<Config>): Promise<JsonValue | void> | JsonValue | void;
@@ -135,7 +170,10 @@ export interface ConnectorDefinition<Config = JsonObject> {
   /** One small authenticated request that throws when access is wrong. */
   verify(ctx: Context<Config>): Promise<unknown> | unknown;
   oauth?: OAuthHooks<Config>;
-  syncs: { [name: string]: Sync<Config, any> };
+  /** At least one sync, unless the package defines webhooks. */
+  syncs?: { [name: string]: Sync<Config, any> };
+  /** Webhook handlers, by name (a name cannot also be a sync's). */
+  webhooks?: { [name: string]: Webhook<Config> };
 }
 
 export type Connector<Config = JsonObject> = Readonly<ConnectorDefinition<Config>>;

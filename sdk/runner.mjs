@@ -105,7 +105,7 @@ function checkJob(job) {
   const need = (ok, what) => {
     if (!ok) throw new BadJob(what);
   };
-  need(["describe", "verify", "oauth", "sync"].includes(job.kind), "kind");
+  need(["describe", "verify", "oauth", "sync", "webhook"].includes(job.kind), "kind");
   need(typeof job.entry === "string" && job.entry.startsWith("/"), "entry");
   need(Number.isFinite(job.deadlineMs) && job.deadlineMs > 0, "deadlineMs");
   if (job.kind === "describe") return;
@@ -113,9 +113,16 @@ function checkJob(job) {
   const retry = job.retry;
   need(isPlainObject(retry) && ["maxAttempts", "baseDelayMs", "maxDelayMs", "maxRetryAfterMs"].every((k) => Number.isFinite(retry[k]) && retry[k] >= 0), "retry");
   if (job.kind === "oauth") need(typeof job.oauthStep === "string", "oauthStep");
+  if (job.kind === "webhook") {
+    need(typeof job.sync === "string", "sync");
+    const d = job.delivery;
+    need(isPlainObject(d) && typeof d.id === "string" && typeof d.receivedAt === "string" && typeof d.body === "string" && isPlainObject(d.headers), "delivery");
+  }
   if (job.kind === "sync") {
     need(typeof job.sync === "string", "sync");
     need(job.checkpoint === null || job.checkpoint === undefined || isPlainObject(job.checkpoint), "checkpoint");
+  }
+  if (job.kind === "sync" || job.kind === "webhook") {
     const limits = job.limits;
     need(isPlainObject(limits) && ["maxBatches", "maxRecordsPerBatch", "maxRecordBytes", "maxOutputBytes", "maxCheckpointBytes"].every((k) => Number.isInteger(limits[k]) && limits[k] >= 0), "limits");
   }
@@ -330,7 +337,59 @@ class Runner {
       if (typeof hook !== "function") return this.#failPackage("no_such_hook");
       return this.#runHook(() => hook(ctx), { keepResult: true });
     }
+    if (job.kind === "webhook") return this.#runWebhook(definition, job, ctx);
     return this.#runSync(definition, job, ctx);
+  }
+
+  /**
+   * One delivery: `handle(ctx, delivery)` returns `{ records }` (or nothing), or is an async
+   * generator yielding `{ records }` batches. No checkpoint: a delivery is committed whole.
+   */
+  async #runWebhook(definition, job, ctx) {
+    const hook = objectHasOwn(definition.webhooks, job.sync) ? definition.webhooks[job.sync] : null;
+    if (!hook) return this.#failPackage("no_such_webhook");
+    const delivery = makeDelivery(job.delivery);
+    const output = new Output(job.limits, hook, { checkpoints: false });
+    let result;
+    try {
+      result = hook.handle(ctx, delivery);
+      if (result && typeof result.then === "function") result = await result;
+    } catch (error) {
+      return this.#failPackage(thrownKind(error));
+    }
+    if (this.#stopping || this.#finished) return;
+    if (result !== undefined && result !== null && typeof result[asyncIteratorSymbol] === "function") {
+      const iterator = result[asyncIteratorSymbol]();
+      for (;;) {
+        let step;
+        try {
+          step = await iterator.next();
+        } catch (error) {
+          return this.#failPackage(thrownKind(error));
+        }
+        if (this.#stopping || this.#finished) return;
+        if (step.done) break;
+        const failed = await this.#emitBatch(output, step.value);
+        if (failed) return failed;
+      }
+    } else if (result !== undefined && result !== null) {
+      const failed = await this.#emitBatch(output, result);
+      if (failed) return failed;
+    }
+    return this.#finish({ t: "done", result: null });
+  }
+
+  /** Sends one checked batch; a package failure when it breaks a rule or a limit. */
+  async #emitBatch(output, value) {
+    let lines;
+    try {
+      lines = output.accept(value);
+    } catch (error) {
+      if (error instanceof PackageFailure) return this.#failPackage(error.kind);
+      throw error;
+    }
+    for (const line of lines) await this.#emit(line);
+    return null;
   }
 
   async #runHook(call, { keepResult }) {
@@ -407,15 +466,19 @@ class Output {
   #batches = 0;
   #outputBytes = 0;
 
-  constructor(limits, sync) {
+  #checkpoints;
+
+  constructor(limits, sync, { checkpoints = true } = {}) {
     this.#limits = limits;
     this.#keyFields = sync.mode === "merge" ? [sync.primaryKey].flat() : null;
+    this.#checkpoints = checkpoints;
   }
 
   accept(value) {
     if (!isPlainObject(value)) throw new PackageFailure("bad_batch");
     const keys = Object.keys(value);
-    if (keys.length === 0 || !keys.every((k) => k === "records" || k === "checkpoint")) throw new PackageFailure("bad_batch");
+    const allowed = (k) => k === "records" || (this.#checkpoints && k === "checkpoint");
+    if (keys.length === 0 || !keys.every(allowed)) throw new PackageFailure("bad_batch");
     const lines = [];
     if (objectHasOwn(value, "records")) {
       const line = this.#records(value.records);
@@ -478,6 +541,31 @@ class Output {
       throw new PackageFailure("max_checkpoint_bytes");
     }
   }
+}
+
+/**
+ * The `delivery` a webhook handler gets: the raw body as text and bytes, the parsed JSON when
+ * the body is JSON (else undefined), the delivery id, when sbx received it, and the headers the
+ * platform passes on (never the signature or credential headers).
+ */
+function makeDelivery(wire) {
+  const bytes = new Uint8Array(Buffer.from(wire.body, "base64"));
+  const body = Buffer.from(bytes).toString("utf8");
+  let json;
+  try {
+    json = jsonParse(body);
+  } catch {
+    json = undefined;
+  }
+  // Typed arrays cannot be frozen: `bytes` is the handler's own copy.
+  return Object.freeze({
+    id: wire.id,
+    receivedAt: wire.receivedAt,
+    headers: deepFreeze({ ...wire.headers }),
+    body,
+    bytes,
+    json: deepFreeze(json),
+  });
 }
 
 function deepFreeze(value) {

@@ -84,27 +84,51 @@ function checkAuth(auth) {
   }
 }
 
-function checkSyncs(syncs) {
-  if (!isPlainObject(syncs) || Object.keys(syncs).length === 0) fail("syncs must be an object with at least one sync");
+function checkSyncs(syncs, hasWebhooks) {
+  // A package that only receives webhooks may leave syncs out.
+  if (syncs === undefined && hasWebhooks) return Object.freeze({});
+  if (!isPlainObject(syncs) || Object.keys(syncs).length === 0) fail("syncs must be an object with at least one sync (or define webhooks)");
   const out = {};
   for (const [name, sync] of Object.entries(syncs)) {
     const where = `syncs.${name}`;
     if (!SYNC_NAME.test(name)) fail(`sync name "${name}" must start with a letter and use only letters, digits, _ and - (at most 64)`);
     if (!isPlainObject(sync)) fail(`${where} must be an object`);
     onlyKeys(sync, ["mode", "primaryKey", "run"], where);
-    if (!MODES.has(sync.mode)) fail(`${where}.mode must be "append", "merge" or "replace"`);
-    if (sync.mode === "merge") {
-      // One field name, or several (a composite key) as a non-empty array.
-      const fields = Array.isArray(sync.primaryKey) ? sync.primaryKey : [sync.primaryKey];
-      const valid = fields.length > 0 && fields.every((f) => typeof f === "string" && f !== "") && new Set(fields).size === fields.length;
-      if (!valid) fail(`${where} is a merge sync and needs a primaryKey: a field name or an array of distinct field names`);
-    } else if ("primaryKey" in sync) {
-      // Rejected rather than ignored: an author could think it deduplicates.
-      fail(`${where}.primaryKey only applies to merge syncs`);
-    }
+    const primaryKey = checkModeAndKey(sync, where, "sync");
     if (typeof sync.run !== "function") fail(`${where}.run must be an async generator function`);
-    const primaryKey = Array.isArray(sync.primaryKey) ? Object.freeze([...sync.primaryKey]) : (sync.primaryKey ?? null);
     out[name] = Object.freeze({ mode: sync.mode, primaryKey, run: sync.run });
+  }
+  return Object.freeze(out);
+}
+
+/** Checks one sync's or webhook's commit mode and primary key; returns the frozen key. */
+function checkModeAndKey(entry, where, kind) {
+  if (!MODES.has(entry.mode)) fail(`${where}.mode must be "append", "merge" or "replace"`);
+  if (entry.mode === "merge") {
+    // One field name, or several (a composite key) as a non-empty array.
+    const fields = Array.isArray(entry.primaryKey) ? entry.primaryKey : [entry.primaryKey];
+    const valid = fields.length > 0 && fields.every((f) => typeof f === "string" && f !== "") && new Set(fields).size === fields.length;
+    if (!valid) fail(`${where} is a merge ${kind} and needs a primaryKey: a field name or an array of distinct field names`);
+  } else if ("primaryKey" in entry) {
+    // Rejected rather than ignored: an author could think it deduplicates.
+    fail(`${where}.primaryKey only applies to merge ${kind}s`);
+  }
+  return Array.isArray(entry.primaryKey) ? Object.freeze([...entry.primaryKey]) : (entry.primaryKey ?? null);
+}
+
+function checkWebhooks(webhooks, syncs) {
+  if (!isPlainObject(webhooks)) fail("webhooks must be an object of webhook handlers");
+  const out = {};
+  for (const [name, hook] of Object.entries(webhooks)) {
+    const where = `webhooks.${name}`;
+    if (!SYNC_NAME.test(name)) fail(`webhook name "${name}" must start with a letter and use only letters, digits, _ and - (at most 64)`);
+    // Records are kept per sync or webhook name: one name cannot be both.
+    if (Object.hasOwn(syncs, name)) fail(`${where} has the name of a sync; use another name`);
+    if (!isPlainObject(hook)) fail(`${where} must be an object`);
+    onlyKeys(hook, ["mode", "primaryKey", "handle"], where);
+    const primaryKey = checkModeAndKey(hook, where, "webhook");
+    if (typeof hook.handle !== "function") fail(`${where}.handle must be a function (ctx, delivery) returning { records } or yielding them`);
+    out[name] = Object.freeze({ mode: hook.mode, primaryKey, handle: hook.handle });
   }
   return Object.freeze(out);
 }
@@ -123,8 +147,8 @@ function deepFreeze(value) {
  */
 export function defineConnector(definition) {
   if (isDefinition(definition)) return definition;
-  if (!isPlainObject(definition)) fail("expects an object { auth, config, verify, oauth?, syncs }");
-  onlyKeys(definition, ["auth", "config", "verify", "oauth", "syncs"], "the definition");
+  if (!isPlainObject(definition)) fail("expects an object { auth, config, verify, oauth?, syncs, webhooks? }");
+  onlyKeys(definition, ["auth", "config", "verify", "oauth", "syncs", "webhooks"], "the definition");
 
   const auth = checkAuth(definition.auth);
 
@@ -149,13 +173,18 @@ export function defineConnector(definition) {
     oauth = { ...definition.oauth };
   }
 
+  const hasWebhooks = isPlainObject(definition.webhooks) && Object.keys(definition.webhooks).length > 0;
+  const syncs = checkSyncs(definition.syncs, hasWebhooks);
+  const webhooks = definition.webhooks === undefined ? Object.freeze({}) : checkWebhooks(definition.webhooks, syncs);
+
   const result = Object.freeze({
     auth: deepFreeze(auth),
     // A JSON copy, so later changes to the author's object change nothing.
     config: deepFreeze(JSON.parse(JSON.stringify(config))),
     verify: definition.verify,
     oauth: Object.freeze(oauth),
-    syncs: checkSyncs(definition.syncs),
+    syncs,
+    webhooks,
   });
   defined.add(result);
   return result;
@@ -174,6 +203,11 @@ export function describeDefinition(definition) {
       name,
       mode: s.mode,
       primaryKey: Array.isArray(s.primaryKey) ? [...s.primaryKey] : s.primaryKey,
+    })),
+    webhooks: Object.entries(definition.webhooks).map(([name, w]) => ({
+      name,
+      mode: w.mode,
+      primaryKey: Array.isArray(w.primaryKey) ? [...w.primaryKey] : w.primaryKey,
     })),
     hasVerify: typeof definition.verify === "function",
     oauth: Object.keys(definition.oauth),

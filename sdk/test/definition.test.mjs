@@ -84,6 +84,7 @@ describe("defineConnector", () => {
         { name: "b", mode: "replace", primaryKey: null },
         { name: "c", mode: "merge", primaryKey: ["org", "id"] },
       ],
+      webhooks: [],
       hasVerify: true,
       oauth: [],
     });

@@ -114,6 +114,12 @@ pub enum ErrorCode {
     VolumeNotFound,
     /// 409: the tenant has a volume of that name.
     VolumeNameTaken,
+    /// 404: no webhook has this delivery URL.
+    ConnectWebhookNotFound,
+    /// 404: unknown webhook delivery.
+    ConnectDeliveryNotFound,
+    /// 401: a webhook delivery's signature is missing, wrong or too old.
+    ConnectWebhookSignatureInvalid,
     /// 409: the package version exists with other content (versions are immutable).
     ConnectVersionExists,
     /// 409: not built yet, sync already running, connection disabled or needing OAuth.
@@ -175,6 +181,9 @@ impl ErrorCode {
             NodeNotFound => "node_not_found",
             VolumeNotFound => "volume_not_found",
             VolumeNameTaken => "volume_name_taken",
+            ConnectWebhookNotFound => "connect_webhook_not_found",
+            ConnectDeliveryNotFound => "connect_delivery_not_found",
+            ConnectWebhookSignatureInvalid => "connect_webhook_signature_invalid",
             ConnectVersionExists => "connect_version_exists",
             ConnectInvalidState => "connect_invalid_state",
             ConnectInvalidConfig => "connect_invalid_config",
@@ -192,7 +201,8 @@ impl ErrorCode {
             AuthorizationHeaderMissing
             | InvalidApiKey
             | ConsoleSessionInvalid
-            | ClusterTokenInvalid => 401,
+            | ClusterTokenInvalid
+            | ConnectWebhookSignatureInvalid => 401,
             AccessDenied | SnapshotLimitExceeded | CsrfTokenInvalid => 403,
             SandboxNotFound
             | ProcessNotFound
@@ -206,6 +216,8 @@ impl ErrorCode {
             | ConnectRunNotFound
             | ConnectSyncNotFound
             | ConnectOauthStateNotFound
+            | ConnectWebhookNotFound
+            | ConnectDeliveryNotFound
             | NodeNotFound
             | VolumeNotFound => 404,
             MethodNotAllowed => 405,

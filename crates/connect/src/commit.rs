@@ -22,6 +22,10 @@ pub enum CommitError {
     /// and a new run owns the sync now. Nothing was committed.
     #[error("run {0} is no longer running (its node was declared lost); nothing committed")]
     Fenced(String),
+    /// The delivery is no longer pending (another worker committed or failed it); nothing
+    /// was committed.
+    #[error("delivery {0} is no longer pending; nothing committed")]
+    Settled(String),
 }
 
 /// Where a spool commits.
@@ -37,6 +41,9 @@ pub struct CommitTarget<'a> {
     pub mode: SyncMode,
     /// The run committing: the commit happens only while it is still running.
     pub run_id: Option<&'a str>,
+    /// The webhook delivery whose records these are: it moves from pending to committed in
+    /// the same transaction, and nothing is written unless it was still pending.
+    pub delivery: Option<&'a str>,
 }
 
 /// What a commit wrote.

@@ -18,5 +18,6 @@ pub mod sandbox;
 pub mod schema;
 pub mod secrets;
 pub mod service;
+pub mod signature;
 pub mod spool;
 pub mod store;

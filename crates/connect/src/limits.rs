@@ -154,6 +154,38 @@ pub struct Limits {
     pub max_response_bytes: u64,
     /// Shortest schedule interval a connection may have, seconds.
     pub min_schedule_secs: u64,
+    /// Webhook delivery limits.
+    pub webhooks: WebhookLimits,
+}
+
+/// Limits of webhook deliveries (per connection).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WebhookLimits {
+    /// Largest delivery body, bytes (`413` above).
+    pub max_body_bytes: usize,
+    /// Deliveries per second a connection's token bucket refills (`429` when empty).
+    pub rate_per_second: f64,
+    /// Deliveries a connection may send at once (the bucket's size).
+    pub burst: u32,
+    /// Pending deliveries a connection's inbox holds (`429` when full).
+    pub max_pending: u64,
+    /// Jobs a delivery gets before a platform failure marks it failed.
+    pub max_attempts: u32,
+    /// How far a signed timestamp may be from now (replay window).
+    pub timestamp_tolerance: Duration,
+}
+
+impl Default for WebhookLimits {
+    fn default() -> Self {
+        WebhookLimits {
+            max_body_bytes: 1024 * 1024,
+            rate_per_second: 10.0,
+            burst: 50,
+            max_pending: 1000,
+            max_attempts: 5,
+            timestamp_tolerance: Duration::from_secs(300),
+        }
+    }
 }
 
 impl Default for Limits {
@@ -179,6 +211,7 @@ impl Default for Limits {
             fetch_retry: RetryPolicy::default(),
             max_response_bytes: MAX_RESPONSE_BYTES,
             min_schedule_secs: crate::service::MIN_SCHEDULE_SECONDS,
+            webhooks: WebhookLimits::default(),
         }
     }
 }
@@ -187,7 +220,8 @@ impl Limits {
     /// The time budget of a job of this kind.
     pub fn time_budget(&self, kind: JobKind) -> Duration {
         match kind {
-            JobKind::Sync => self.sync_time,
+            // A delivery's job has a sync run's budgets.
+            JobKind::Sync | JobKind::Webhook => self.sync_time,
             JobKind::Verify => self.verify_time,
             JobKind::Oauth => self.oauth_time,
             JobKind::Describe => self.describe_time,
@@ -223,11 +257,31 @@ impl Limits {
                 u64::from(self.fetch_retry.max_attempts),
             ),
             ("max_response_bytes", self.max_response_bytes),
+            (
+                "webhooks.max_body_bytes",
+                self.webhooks.max_body_bytes as u64,
+            ),
+            ("webhooks.burst", u64::from(self.webhooks.burst)),
+            ("webhooks.max_pending", self.webhooks.max_pending),
+            (
+                "webhooks.max_attempts",
+                u64::from(self.webhooks.max_attempts),
+            ),
         ];
         for (name, value) in numbers {
             if value == 0 {
                 return Err(LimitsError::Zero(name));
             }
+        }
+        if self.webhooks.rate_per_second.is_nan() || self.webhooks.rate_per_second <= 0.0 {
+            return Err(LimitsError::Zero("webhooks.rate_per_second"));
+        }
+        // The body travels base64-encoded in the `job` line (16 MiB at most).
+        if self.webhooks.max_body_bytes > 8 * 1024 * 1024 {
+            return Err(LimitsError::TooLarge(
+                "webhooks.max_body_bytes",
+                8 * 1024 * 1024,
+            ));
         }
         if self.max_response_bytes > MAX_RESPONSE_BYTES {
             return Err(LimitsError::TooLarge(

@@ -55,6 +55,8 @@ word_enum!(
         Oauth => "oauth",
         /// A sync run.
         Sync => "sync",
+        /// One webhook delivery handled.
+        Webhook => "webhook",
     }
 );
 
@@ -71,6 +73,8 @@ word_enum!(
         Describe => "describe",
         /// Package build.
         Build => "build",
+        /// One webhook delivery handled.
+        Webhook => "webhook",
     }
 );
 
@@ -81,6 +85,7 @@ impl From<JobKind> for RunKind {
             JobKind::Verify => RunKind::Verify,
             JobKind::Oauth => RunKind::Oauth,
             JobKind::Sync => RunKind::Sync,
+            JobKind::Webhook => RunKind::Webhook,
         }
     }
 }
@@ -337,6 +342,19 @@ pub struct SyncDefinition {
     pub primary_key: Option<PrimaryKey>,
 }
 
+/// One webhook handler of a definition.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookDefinition {
+    /// Webhook name (its records are kept under this name, like a sync's).
+    pub name: String,
+    /// Commit mode of each delivery's records.
+    pub mode: SyncMode,
+    /// Primary key field(s) (merge only).
+    #[serde(default)]
+    pub primary_key: Option<PrimaryKey>,
+}
+
 /// A primary key: one field or several.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
@@ -358,6 +376,9 @@ pub struct Definition {
     pub config: Value,
     /// Syncs.
     pub syncs: Vec<SyncDefinition>,
+    /// Webhook handlers (none in definitions described before webhooks existed).
+    #[serde(default)]
+    pub webhooks: Vec<WebhookDefinition>,
     /// Whether the package has `verify`.
     #[serde(default)]
     pub has_verify: bool,
@@ -375,6 +396,70 @@ impl Definition {
     pub fn sync(&self, name: &str) -> Option<&SyncDefinition> {
         self.syncs.iter().find(|s| s.name == name)
     }
+
+    /// The webhook of that name.
+    pub fn webhook(&self, name: &str) -> Option<&WebhookDefinition> {
+        self.webhooks.iter().find(|w| w.name == name)
+    }
+
+    /// Whether records are kept under `name`: a sync's or a webhook's.
+    pub fn has_dataset(&self, name: &str) -> bool {
+        self.sync(name).is_some() || self.webhook(name).is_some()
+    }
+}
+
+word_enum!(
+    /// Status of a webhook delivery.
+    DeliveryStatus, "delivery status", {
+        /// Stored, waiting for (or in) its job.
+        Pending => "pending",
+        /// Its records were committed with this status, in one transaction.
+        Committed => "committed",
+        /// The handler failed, or the platform gave up after its retries; nothing committed.
+        Failed => "failed",
+    }
+);
+
+word_enum!(
+    /// How a webhook connection checks that a delivery comes from its sender.
+    SignatureScheme, "signature scheme", {
+        /// Standard Webhooks: `webhook-id`, `webhook-timestamp`, `webhook-signature: v1,<base64>`.
+        Standard => "standard",
+        /// HMAC-SHA256 of the raw body, hex, in a configurable header (GitHub's style).
+        HmacSha256 => "hmac-sha256",
+        /// No check: the delivery URL alone is the credential.
+        None => "none",
+    }
+);
+
+/// One webhook delivery (its body is not part of this record).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Delivery {
+    /// sbx's id of the delivery.
+    pub id: String,
+    /// Connection id.
+    pub connection_id: String,
+    /// Webhook name.
+    pub webhook: String,
+    /// The sender's delivery id (duplicates of it are dropped); sbx's id when it sent none.
+    pub sender_id: String,
+    /// Status.
+    pub status: DeliveryStatus,
+    /// Jobs started for it so far.
+    pub attempts: u32,
+    /// When it was stored, RFC 3339.
+    pub received_at: String,
+    /// When it was committed or failed, RFC 3339.
+    pub finished_at: Option<String>,
+    /// Records committed with it.
+    pub records_committed: u64,
+    /// Failure category (never a message).
+    pub failure_category: Option<FailureCategory>,
+    /// Short machine word for the failure.
+    pub failure_kind: Option<String>,
+    /// The run of its last job, for its logs.
+    pub run_id: Option<String>,
 }
 
 /// A connection (credentials are never part of this record).

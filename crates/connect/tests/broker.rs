@@ -480,6 +480,7 @@ async fn job_fetches_are_answered_concurrently() {
         sync: None,
         checkpoint: None,
         oauth_step: None,
+        delivery: None,
         time_budget: Duration::from_secs(60),
         limits: limits.output,
         retry: limits.fetch_retry,

@@ -5,6 +5,7 @@
 import { call, get, q } from "./api.js";
 import { badge, bytes, errorView, field, h, replace, sleep, time, withProgress } from "./dom.js";
 import { POLL_MS, poll } from "./list.js";
+import { deliveriesTab } from "./deliveries.js";
 
 const C = "/v1/connect";
 const RUN_ENDED = new Set(["succeeded", "failed"]);
@@ -293,6 +294,7 @@ export async function newConnectionPage(el, signal) {
 const CONNECTION_TABS = [
   ["runs", "Runs"],
   ["logs", "Logs"],
+  ["deliveries", "Deliveries"],
 ];
 
 /** Waits for a run to end, updating the progress label; returns the run. */
@@ -314,7 +316,7 @@ function runResult(run, what) {
     run.failureKind ? [" (", h("code", {}, run.failureKind), ")"] : null, ". The run's own messages are in the Logs tab.");
 }
 
-/** `#/connections/{id}/{runs|logs}[/{runId}]`: one connection. */
+/** `#/connections/{id}/{runs|logs|deliveries}[/{runId}]`: one connection. */
 export async function connectionPage(el, signal, id, tab, runId) {
   tab = CONNECTION_TABS.some(([t]) => t === tab) ? tab : "runs";
   const title = h("h1", {}, "Connection");
@@ -383,11 +385,16 @@ export async function connectionPage(el, signal, id, tab, runId) {
   // The package's syncs, each with Run now.
   get(versionPath(conn.package, conn.version), { signal }).then((pv) => {
     const list = (pv.definition && pv.definition.syncs) || [];
+    const hooks = (pv.definition && pv.definition.webhooks) || [];
+    // Webhooks have no Run now: their senders start them (see the Deliveries tab).
+    const hookList = hooks.length === 0 ? [] : [h("h2", { id: "webhooks-title" }, "Webhooks"),
+      h("ul", { class: "syncs", "aria-labelledby": "webhooks-title" }, hooks.map((w) => h("li", { "data-webhook": w.name },
+        h("span", {}, h("code", {}, w.name), h("span", { class: "muted small" }, ` ${w.mode}${w.primaryKey ? ` on ${[].concat(w.primaryKey).join(", ")}` : ""}`)))))];
     if (list.length === 0) {
-      replace(syncs, h("p", { class: "muted" }, "The package version has no syncs (or no successful build)."));
+      replace(syncs, hooks.length ? hookList : h("p", { class: "muted" }, "The package version has no syncs (or no successful build)."));
       return;
     }
-    replace(syncs, h("h2", { id: "syncs-title" }, "Syncs"), h("ul", { class: "syncs", "aria-labelledby": "syncs-title" }, list.map((s) => {
+    replace(syncs, ...hookList, h("h2", { id: "syncs-title" }, "Syncs"), h("ul", { class: "syncs", "aria-labelledby": "syncs-title" }, list.map((s) => {
       const run = h("button", { type: "button", "aria-label": `Run now ${s.name}` }, "Run now");
       run.addEventListener("click", async () => {
         try {
@@ -413,6 +420,7 @@ export async function connectionPage(el, signal, id, tab, runId) {
     render();
   };
   if (tab === "logs") await Promise.all([logsTab(panel, signal, id, runId), poll(signal, 5000, refresh)]);
+  else if (tab === "deliveries") await Promise.all([deliveriesTab(panel, signal, id), poll(signal, 5000, refresh)]);
   else await runsTab(panel, signal, id, refresh);
 }
 

@@ -242,6 +242,18 @@ struct ConnectArgs {
     /// Memory budget of every Connect job and build sandbox, MiB.
     #[arg(long, env = "SBX_CONNECT_MEMORY_MIB", default_value_t = 1024)]
     connect_memory_mib: u64,
+    /// Largest webhook delivery body, bytes (413 above).
+    #[arg(long, env = "SBX_CONNECT_WEBHOOK_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
+    connect_webhook_max_body_bytes: usize,
+    /// Webhook deliveries per second a connection's token bucket refills (429 when empty).
+    #[arg(long, env = "SBX_CONNECT_WEBHOOK_RATE", default_value_t = 10.0)]
+    connect_webhook_rate: f64,
+    /// Webhook deliveries a connection may send at once (the token bucket's size).
+    #[arg(long, env = "SBX_CONNECT_WEBHOOK_BURST", default_value_t = 50)]
+    connect_webhook_burst: u32,
+    /// Pending webhook deliveries a connection's inbox holds (429 when full).
+    #[arg(long, env = "SBX_CONNECT_WEBHOOK_MAX_PENDING", default_value_t = 1000)]
+    connect_webhook_max_pending: u64,
     /// Extra trusted root certificates (PEM file) for the Connect broker (repeatable).
     #[arg(long = "connect-extra-ca")]
     connect_extra_ca: Vec<PathBuf>,
@@ -645,6 +657,7 @@ async fn daemon_main(args: Args) -> anyhow::Result<()> {
         runtime,
         keys,
     )?;
+    connect.start_delivery_worker();
     let capacity = service.capacity();
     tracing::info!(
         vcpus = capacity.vcpu_milli as f64 / 1000.0,
@@ -852,6 +865,13 @@ fn open_connect(
         min_schedule_secs: args
             .connect_test_min_schedule_secs
             .unwrap_or(sbx_connect::service::MIN_SCHEDULE_SECONDS),
+        webhooks: sbx_connect::limits::WebhookLimits {
+            max_body_bytes: args.connect_webhook_max_body_bytes,
+            rate_per_second: args.connect_webhook_rate,
+            burst: args.connect_webhook_burst,
+            max_pending: args.connect_webhook_max_pending,
+            ..sbx_connect::limits::WebhookLimits::default()
+        },
         ..sbx_connect::limits::Limits::default()
     };
     let sdk_dir = args

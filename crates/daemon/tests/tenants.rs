@@ -162,7 +162,11 @@ fn case(method: &str, template: &str, a: &Fixture) -> (String, Option<Vec<u8>>, 
         .replace("{buildId}", &a.build)
         .replace("{connectionId}", &a.connection)
         .replace("{runId}", &a.run)
-        .replace("{sync}", "items");
+        .replace("{sync}", "items")
+        // A's connection has no webhooks: a delivery id or token of A's cannot exist, and
+        // B still gets the same 404 as for any unknown one.
+        .replace("{deliveryId}", "dlv_a")
+        .replace("{token}", "whk_a");
     let steal = json!({"name": "stolen", "snapshotId": a.snapshot});
     let sandbox_nf = NotFound("sandbox_not_found");
     match (method, template) {
@@ -328,8 +332,17 @@ fn case(method: &str, template: &str, a: &Fixture) -> (String, Option<Vec<u8>>, 
         | ("GET", "/v1/connect/connections/{connectionId}/runs")
         | ("GET", "/v1/connect/connections/{connectionId}/logs")
         | ("GET", "/v1/connect/connections/{connectionId}/syncs/{sync}/records")
-        | ("GET", "/v1/connect/connections/{connectionId}/syncs/{sync}/checkpoint") => {
+        | ("GET", "/v1/connect/connections/{connectionId}/syncs/{sync}/checkpoint")
+        | ("POST", "/v1/connect/connections/{connectionId}/webhooks")
+        | ("GET", "/v1/connect/connections/{connectionId}/deliveries") => {
             (path, None, NotFound("connect_connection_not_found"))
+        }
+        ("GET", "/v1/connect/connections/{connectionId}/deliveries/{deliveryId}") => {
+            (path, None, NotFound("connect_delivery_not_found"))
+        }
+        // Unauthenticated: the token is the credential, and B's key adds nothing.
+        ("POST", "/v1/connect/webhooks/{token}") => {
+            (path, None, NotFound("connect_webhook_not_found"))
         }
         ("GET", "/v1/connect/runs/{runId}") | ("GET", "/v1/connect/runs/{runId}/logs") => {
             (path, None, NotFound("connect_run_not_found"))

@@ -51,6 +51,34 @@ pub enum ConnectCommand {
         #[arg(long, default_value_t = 20)]
         limit: u32,
     },
+    /// List the webhook deliveries of a connection, newest first.
+    Deliveries {
+        /// Connection id.
+        connection: String,
+        /// Only deliveries of this status (pending, committed, failed).
+        #[arg(long)]
+        status: Option<String>,
+        /// How many deliveries.
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+    },
+    /// Make a connection's webhook delivery URLs and a new signing secret (shown once).
+    Webhooks {
+        /// Connection id.
+        connection: String,
+        /// Signature scheme: standard (Standard Webhooks), hmac-sha256 or none.
+        #[arg(long, default_value = "standard")]
+        scheme: String,
+        /// hmac-sha256: the signature header (default X-Hub-Signature-256).
+        #[arg(long)]
+        header: Option<String>,
+        /// hmac-sha256 and none: the header with the sender's delivery id.
+        #[arg(long)]
+        id_header: Option<String>,
+        /// Replace the URLs that exist too (the old ones stop working).
+        #[arg(long)]
+        rotate_urls: bool,
+    },
     /// Print the recorded log lines of a run.
     Logs {
         /// Run id.

@@ -3,6 +3,7 @@
 mod args;
 mod dev;
 mod init;
+mod webhooks;
 
 pub use args::{
     AuthType, BuildCommand, ConnectCommand, ConnectionCommand, CredentialArgs, PackageCommand,
@@ -52,6 +53,21 @@ pub async fn run(c: &Client, cmd: ConnectCommand) -> anyhow::Result<u8> {
         }
         ConnectCommand::Runs { connection, limit } => runs(c, &connection, limit).await,
         ConnectCommand::Logs { run } => logs(c, &run).await,
+        ConnectCommand::Deliveries {
+            connection,
+            status,
+            limit,
+        } => webhooks::deliveries(c, &connection, status.as_deref(), limit).await,
+        ConnectCommand::Webhooks {
+            connection,
+            scheme,
+            header,
+            id_header,
+            rotate_urls,
+        } => {
+            let req = webhooks::setup_request(&scheme, header, id_header, rotate_urls);
+            webhooks::setup(c, &connection, &req).await
+        }
         ConnectCommand::Records {
             sync,
             connection,

@@ -4,7 +4,7 @@
 mod types;
 
 pub use types::{
-    Build, ConnectPackage, Connection, CreateConnection, Credentials, LogLine, OauthDone,
+    Build, ConnectPackage, Connection, CreateConnection, Credentials, Delivery, LogLine, OauthDone,
     OauthStart, PackageVersion, RecordsPage, Run, UpdateConnection, Uploaded,
 };
 
@@ -209,6 +209,34 @@ impl Client {
         let path = ["v1", "connect", "connections", id, "runs"];
         let rb = Self::list_query(self.request(Method::GET, &path), limit, cursor);
         Self::list(self.send(rb).await?).await
+    }
+
+    /// `GET /v1/connect/connections/{connectionId}/deliveries`: one page, newest first.
+    pub async fn connect_deliveries(
+        &self,
+        id: &str,
+        status: Option<&str>,
+        limit: Option<u32>,
+        cursor: Option<&str>,
+    ) -> Result<(Vec<Delivery>, Page), ClientError> {
+        let path = ["v1", "connect", "connections", id, "deliveries"];
+        let mut rb = Self::list_query(self.request(Method::GET, &path), limit, cursor);
+        if let Some(s) = status {
+            rb = rb.query(&[("status", s)]);
+        }
+        Self::list(self.send(rb).await?).await
+    }
+
+    /// `POST /v1/connect/connections/{connectionId}/webhooks`: the URLs made and the new
+    /// secret (shown once), as the server sends them.
+    pub async fn connect_setup_webhooks(
+        &self,
+        id: &str,
+        req: &Value,
+    ) -> Result<Value, ClientError> {
+        let path = ["v1", "connect", "connections", id, "webhooks"];
+        let rb = self.request(Method::POST, &path).json(req);
+        Self::data(self.send(rb).await?).await
     }
 
     /// `GET /v1/connect/runs/{runId}`.

@@ -304,3 +304,39 @@ pub struct RecordsPage {
     /// Cursor of the next page (from `x-next-cursor`); `None` on the last page.
     pub next_cursor: Option<String>,
 }
+
+/// A webhook delivery (never carries an error message).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Delivery {
+    /// sbx's id.
+    pub id: String,
+    /// Connection.
+    pub connection_id: String,
+    /// Webhook name.
+    pub webhook: String,
+    /// The sender's delivery id.
+    pub sender_id: String,
+    /// `pending`, `committed`, `failed`.
+    pub status: String,
+    /// Jobs started for it.
+    #[serde(default)]
+    pub attempts: u32,
+    /// When it was stored.
+    pub received_at: String,
+    /// When it was committed or failed.
+    #[serde(default)]
+    pub finished_at: Option<String>,
+    /// Records committed with it.
+    #[serde(default)]
+    pub records_committed: u64,
+    /// Failure category.
+    #[serde(default)]
+    pub failure_category: Option<String>,
+    /// A short machine word for the failure.
+    #[serde(default)]
+    pub failure_kind: Option<String>,
+    /// The run of its last job.
+    #[serde(default)]
+    pub run_id: Option<String>,
+}

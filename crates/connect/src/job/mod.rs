@@ -134,6 +134,8 @@ pub struct JobSpec {
     pub checkpoint: Option<Value>,
     /// OAuth hook (kind oauth).
     pub oauth_step: Option<String>,
+    /// The delivery (kind webhook): `{id, receivedAt, headers, body: base64}`.
+    pub delivery: Option<Value>,
     /// Time budget from the `job` message on.
     pub time_budget: Duration,
     /// Output limits.
@@ -263,14 +265,16 @@ where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let spool = match (spec.kind, &spec.sync, &env.spool_path) {
-        (JobKind::Sync, Some(_), Some(path)) => match SpoolWriter::create(path) {
-            Ok(w) => Some(w),
-            Err(e) => {
-                tracing::warn!(error = %e, "creating the spool failed");
-                return JobOutcome::failed(FailureCategory::Platform, "spool");
+        (JobKind::Sync | JobKind::Webhook, Some(_), Some(path)) => {
+            match SpoolWriter::create(path) {
+                Ok(w) => Some(w),
+                Err(e) => {
+                    tracing::warn!(error = %e, "creating the spool failed");
+                    return JobOutcome::failed(FailureCategory::Platform, "spool");
+                }
             }
-        },
-        (JobKind::Sync, _, _) => {
+        }
+        (JobKind::Sync | JobKind::Webhook, _, _) => {
             tracing::error!(error = %JobError::MissingSyncTarget, "bad job spec");
             return JobOutcome::failed(FailureCategory::Platform, "spec");
         }
@@ -422,6 +426,7 @@ async fn run<S: AsyncRead>(
         sync: spec.sync.as_ref().map(|s| s.name.as_str()),
         checkpoint: spec.checkpoint.as_ref(),
         oauth_step: spec.oauth_step.as_deref(),
+        delivery: spec.delivery.as_ref(),
         deadline_ms: remaining.as_millis().min(u128::from(u64::MAX)) as u64,
         limits: spec.limits,
         retry: spec.retry,
@@ -433,6 +438,8 @@ async fn run<S: AsyncRead>(
             "fetch" => start_fetch(msg, state, env, tx, deadline)?,
             "log" => record_log(msg, state, env)?,
             "records" => spool_records(msg, state, spec, env)?,
+            // A delivery is committed whole: a webhook job has no checkpoint.
+            "checkpoint" if spec.kind == JobKind::Webhook => return Err(Stop::protocol()),
             "checkpoint" => spool_checkpoint(msg, state, spec, env)?,
             "done" => return finish(msg, state, env),
             "fail" => return Ok(runner_failure(msg, deadline, spec, env)),

@@ -143,6 +143,7 @@ mod tests {
             }),
             checkpoint: None,
             oauth_step: None,
+            delivery: None,
             time_budget: Duration::from_secs(30),
             limits: limits.output,
             retry: limits.fetch_retry,

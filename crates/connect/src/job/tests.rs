@@ -77,6 +77,7 @@ fn spec(kind: JobKind, mode: Option<SyncMode>) -> JobSpec {
         }),
         checkpoint: Some(json!({"page": 1})),
         oauth_step: None,
+        delivery: None,
         time_budget: Duration::from_secs(60),
         limits: limits.output,
         retry: limits.fetch_retry,

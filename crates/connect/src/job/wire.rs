@@ -53,7 +53,7 @@ pub struct Incoming {
 pub struct JobMessage<'a> {
     /// Always `job`.
     pub t: &'static str,
-    /// describe | verify | oauth | sync.
+    /// describe | verify | oauth | sync | webhook.
     pub kind: &'static str,
     /// Entry module path.
     pub entry: &'a str,
@@ -65,6 +65,9 @@ pub struct JobMessage<'a> {
     pub checkpoint: Option<&'a Value>,
     /// OAuth hook.
     pub oauth_step: Option<&'a str>,
+    /// The delivery of a webhook job.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<&'a Value>,
     /// Milliseconds until the host kills the job.
     pub deadline_ms: u64,
     /// Output limits.

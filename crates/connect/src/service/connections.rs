@@ -399,6 +399,7 @@ impl ConnectService {
             sync: None,
             checkpoint: None,
             oauth_step: Some(AFTER_AUTHORIZE.to_string()),
+            delivery: None,
             time_budget: self.limits.oauth_time,
             limits: self.limits.output,
             retry: self.limits.fetch_retry,
@@ -412,6 +413,7 @@ impl ConnectService {
             spec,
             // OAuth steps are not retried: the user chooses Connect with OAuth again.
             retries: 0,
+            delivery: None,
         };
         if let JobResult::Failed { category, kind } = self.execute(plan).await? {
             tracing::info!(connection = %id, category = category.as_str(), %kind, "afterAuthorize failed");

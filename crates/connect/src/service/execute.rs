@@ -5,7 +5,7 @@ use super::{ConnectService, ServiceError, StoreLogs, StoreTokens};
 use crate::broker::BrokerSession;
 use crate::commit::{CommitError, CommitTarget};
 use crate::job::{drive, JobEnv, JobOutcome, JobSpec};
-use crate::model::{Connection, Definition, FailureCategory, JobKind, LogLevel, Run, SyncMode};
+use crate::model::{Connection, Definition, FailureCategory, JobKind, LogLevel, Run};
 use crate::sandbox::{JobSandboxRequest, SandboxEnd};
 use crate::spool::Spool;
 use serde_json::Value;
@@ -26,6 +26,8 @@ pub(super) struct JobPlan<'a> {
     pub spec: JobSpec,
     /// Extra attempts after platform failures.
     pub retries: u32,
+    /// The webhook delivery the job handles: settled in the commit of its records.
+    pub delivery: Option<&'a str>,
 }
 
 /// How the job ended, as stored on the run.
@@ -95,20 +97,20 @@ impl ConnectService {
     /// Commits a finished spool; a failure comes back as (category, kind).
     async fn commit_spool(
         &self,
-        workspace: &str,
-        run_id: &str,
+        plan: &JobPlan<'_>,
         connection_id: &str,
-        sync: &str,
-        mode: SyncMode,
+        target: &crate::job::SyncTarget,
         spool: Spool,
     ) -> Result<u64, (FailureCategory, &'static str)> {
         let store = self.store.clone();
-        let (ws, run_id, conn_id, sync) = (
-            workspace.to_string(),
-            run_id.to_string(),
+        let (ws, run_id, conn_id, sync, mode) = (
+            plan.workspace.to_string(),
+            plan.run.id.clone(),
             connection_id.to_string(),
-            sync.to_string(),
+            target.name.clone(),
+            target.mode,
         );
+        let delivery = plan.delivery.map(str::to_string);
         // A large commit takes seconds of CPU and disk: keep it off the async workers.
         let joined = tokio::task::spawn_blocking(move || -> Result<u64, CommitError> {
             let target = CommitTarget {
@@ -117,6 +119,7 @@ impl ConnectService {
                 sync: &sync,
                 mode,
                 run_id: Some(&run_id),
+                delivery: delivery.as_deref(),
             };
             Ok(store.commit(target, spool)?.records)
         })
@@ -124,6 +127,10 @@ impl ConnectService {
         match joined {
             Ok(Ok(records)) => Ok(records),
             Ok(Err(CommitError::MissingKey)) => Err((FailureCategory::PackageError, "bad_batch")),
+            Ok(Err(e @ CommitError::Settled(_))) => {
+                tracing::info!(error = %e, "delivery commit refused");
+                Err((FailureCategory::Platform, "delivery_settled"))
+            }
             Ok(Err(e @ CommitError::Fenced(_))) => {
                 tracing::warn!(error = %e, "sync commit refused");
                 Err((FailureCategory::Platform, crate::store::NODE_LOST_KIND))
@@ -221,26 +228,21 @@ impl ConnectService {
                 },
                 Some(c),
                 Some(target),
-            ) => {
-                match self
-                    .commit_spool(ws, run_id, &c.id, &target.name, target.mode, spool)
-                    .await
-                {
-                    Ok(records) => {
-                        return Ok((
-                            JobOutcome::Succeeded {
-                                result,
-                                spool: None,
-                            },
-                            records,
-                        ))
-                    }
-                    Err((category, kind)) => JobOutcome::Failed {
-                        category,
-                        kind: kind.to_string(),
-                    },
+            ) => match self.commit_spool(plan, &c.id, target, spool).await {
+                Ok(records) => {
+                    return Ok((
+                        JobOutcome::Succeeded {
+                            result,
+                            spool: None,
+                        },
+                        records,
+                    ))
                 }
-            }
+                Err((category, kind)) => JobOutcome::Failed {
+                    category,
+                    kind: kind.to_string(),
+                },
+            },
             (other, _, _) => other,
         };
         Ok((outcome, 0))
@@ -276,7 +278,8 @@ impl ConnectService {
             let (outcome, records) = self.attempt(&plan, attempt).await?;
             match outcome {
                 JobOutcome::Succeeded { result, .. } => {
-                    let stored = (plan.spec.kind != JobKind::Sync).then_some(&result);
+                    let stored = !matches!(plan.spec.kind, JobKind::Sync | JobKind::Webhook);
+                    let stored = stored.then_some(&result);
                     self.store.succeed_run(ws, &run_id, records, stored)?;
                     return Ok(("succeeded", records, JobResult::Succeeded { result }));
                 }

@@ -2,13 +2,19 @@
 //! the scheduler tick, logs and committed records.
 
 mod connections;
+mod deliveries;
 mod execute;
 mod packages;
 mod runs;
 mod upgrade;
+mod webhooks;
 
 pub use connections::MIN_SCHEDULE_SECONDS;
 pub use runs::DueSync;
+pub use webhooks::{
+    DeliveriesPage, Received, SignatureRequest, WebhookError, WebhookSetup, WebhookSetupRequest,
+    WebhookUrl, DELIVERY_PATH, WEBHOOK_SECRET_SCOPE,
+};
 
 use crate::broker::TokenStore;
 use crate::credentials::Credentials;
@@ -160,6 +166,10 @@ pub struct ConnectService {
     /// Whether other nodes share the store: package tarballs and built artifacts are kept
     /// in it too, so that any node can build or run any package.
     shared: bool,
+    /// Per-connection rate buckets of webhook deliveries on this node.
+    buckets: webhooks::Buckets,
+    /// Wakes the delivery worker when a delivery was stored.
+    deliveries_due: tokio::sync::Notify,
 }
 
 /// (workspace, connection, sync).
@@ -195,6 +205,8 @@ impl ConnectService {
             data_dir: config.data_dir,
             active_syncs: Arc::default(),
             shared: config.node_id.is_some(),
+            buckets: Default::default(),
+            deliveries_due: tokio::sync::Notify::new(),
         };
         service.recover()?;
         Ok(Arc::new(service))
@@ -202,6 +214,8 @@ impl ConnectService {
 
     fn recover(&self) -> Result<(), ServiceError> {
         let runs = self.store.fail_unfinished_runs()?;
+        // Deliveries whose jobs those runs were need not wait for their lease.
+        self.store.release_deliveries(&runs)?;
         let builds = self.store.fail_unfinished_builds()?;
         let spool_dir = self.spool_dir();
         let spools = crate::spool::clean_dir(&spool_dir)
@@ -221,6 +235,8 @@ impl ConnectService {
     /// went with it); its syncs' intervals stay owed, so a live node's scheduler runs them.
     pub fn fail_work_of_lost_node(&self, node: &str) -> Result<usize, ServiceError> {
         let (runs, builds) = self.store.fail_work_of_lost_node(node)?;
+        // Deliveries whose jobs ran there are due again now, on a live node.
+        self.store.release_deliveries(&runs)?;
         if !runs.is_empty() || builds > 0 {
             tracing::warn!(
                 node,

@@ -496,6 +496,7 @@ impl ConnectService {
             sync: None,
             checkpoint: None,
             oauth_step: None,
+            delivery: None,
             time_budget: self.limits.describe_time,
             limits: self.limits.output,
             retry: self.limits.fetch_retry,
@@ -508,6 +509,7 @@ impl ConnectService {
             artifact_dir: artifact.to_path_buf(),
             spec,
             retries: self.limits.platform_retries,
+            delivery: None,
         };
         let result = match self.execute(plan).await? {
             JobResult::Succeeded { result, .. } => {

@@ -80,6 +80,7 @@ impl ConnectService {
             sync: None,
             checkpoint: None,
             oauth_step: None,
+            delivery: None,
             time_budget: self.limits.verify_time,
             limits: self.limits.output,
             retry: self.limits.fetch_retry,
@@ -92,6 +93,7 @@ impl ConnectService {
             artifact_dir,
             spec,
             retries: 0,
+            delivery: None,
         };
         self.execute(plan).await?;
         Ok(self.store.get_run(workspace, &run.id)?)
@@ -184,6 +186,7 @@ impl ConnectService {
             // Every attempt starts from the last committed checkpoint.
             checkpoint: self.store.get_checkpoint(workspace, &c.id, &sync)?,
             oauth_step: None,
+            delivery: None,
             time_budget: self.limits.sync_time,
             limits: self.limits.output,
             retry: self.limits.fetch_retry,
@@ -196,6 +199,7 @@ impl ConnectService {
             artifact_dir,
             spec,
             retries: self.limits.platform_retries,
+            delivery: None,
         };
         let result = self.execute(plan).await;
         drop(slot);
@@ -379,7 +383,8 @@ impl ConnectService {
     ) -> Result<Connection, ServiceError> {
         let c = self.store.get_connection(workspace, connection_id)?;
         let (_, def, _) = self.built_version(workspace, &c.package, &c.version)?;
-        if def.sync(sync).is_none() {
+        // A webhook's records are read like a sync's.
+        if !def.has_dataset(sync) {
             return Err(ServiceError::NotFound("sync"));
         }
         Ok(c)

@@ -33,6 +33,18 @@ fn sync_change(
     None
 }
 
+/// The sync, or the webhook seen as a sync, whose records are kept under `name`: a webhook's
+/// committed records bind its mode and key like a sync's.
+fn dataset(d: &Definition, name: &str) -> Option<SyncDefinition> {
+    d.sync(name).cloned().or_else(|| {
+        d.webhook(name).map(|w| SyncDefinition {
+            name: w.name.clone(),
+            mode: w.mode,
+            primary_key: w.primary_key.clone(),
+        })
+    })
+}
+
 impl ConnectService {
     /// Refuses a version change that would leave committed records or checkpoints meaning
     /// something else: a committed sync must exist in the new version with the same mode and
@@ -61,7 +73,10 @@ impl ConnectService {
         let committed = self.store.committed_syncs(workspace, &c.id)?;
         let problems: Vec<String> = committed
             .iter()
-            .filter_map(|name| sync_change(name, old.sync(name), new.sync(name)))
+            .filter_map(|name| {
+                let (before, after) = (dataset(old, name), dataset(new, name));
+                sync_change(name, before.as_ref(), after.as_ref())
+            })
             .collect();
         if problems.is_empty() {
             return Ok(committed);

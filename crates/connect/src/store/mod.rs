@@ -7,6 +7,7 @@ mod dump;
 mod postgres;
 mod sqlite;
 mod types;
+mod webhooks;
 
 #[cfg(test)]
 mod tests;
@@ -17,6 +18,9 @@ pub use sqlite::SqliteStore;
 pub use types::{
     CredentialBlob, NewConnection, NewPackageVersion, NewRun, OauthPending, VersionChange,
     VersionChangeOutcome, VersionDeletion,
+};
+pub use webhooks::{
+    DeliveryInsert, DeliveryJob, NewDelivery, WebhookSettings, WebhookTarget, Webhooks,
 };
 
 use crate::commit::{CommitError, CommitStats, CommitTarget};
@@ -207,7 +211,7 @@ pub(crate) fn opt_json(text: Option<String>) -> Result<Option<serde_json::Value>
 }
 
 /// The Connect store: packages, connections, runs, records, and what moves them between stores.
-pub trait Store: Packages + Connections + Runs + Records + Blobs + Send + Sync {
+pub trait Store: Packages + Connections + Runs + Records + Blobs + Webhooks + Send + Sync {
     /// Every row, for [`copy_store`].
     fn export(&self) -> Result<Dump, StoreError>;
     /// Writes every row of `dump` in one transaction; `Conflict` (nothing written) unless

@@ -20,7 +20,13 @@ pub async fn authenticate(
 ) -> Response {
     let path = req.uri().path();
     // `/metrics` checks its own token (service::metrics): a signing key is a tenant's.
-    if path == "/healthz" || path == "/metrics" || crate::console::is_public(req.method(), path) {
+    // A webhook delivery URL is its own credential (checked by the Connect service).
+    let delivery = path.starts_with(sbx_connect::service::DELIVERY_PATH);
+    if path == "/healthz"
+        || path == "/metrics"
+        || delivery
+        || crate::console::is_public(req.method(), path)
+    {
         return next.run(req).await;
     }
     let mut authorization = header(&req, "authorization");

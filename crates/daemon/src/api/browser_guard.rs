@@ -16,7 +16,8 @@
 //! * an unsafe method with a body on a JSON route without
 //!   `Content-Type: application/json`, which no page can send cross-origin
 //!   without a preflight (that sbxd never answers). The routes whose bodies
-//!   are not JSON (file and package uploads, the console's form sign-in) are
+//!   are not JSON (file and package uploads, the console's form sign-in,
+//!   webhook deliveries) are
 //!   exempt; their methods or the checks above cover them.
 //!
 //! On by default in dev mode only (`--http-browser-guard`): with signing keys,
@@ -226,7 +227,9 @@ fn has_body(headers: &HeaderMap) -> bool {
 }
 
 /// Routes whose bodies are not JSON: file upload (raw bytes), package upload
-/// (a tarball) and the console sign-in (JSON or a form, origin-checked itself).
+/// (a tarball), the console sign-in (JSON or a form, origin-checked itself) and
+/// webhook deliveries (whatever the sender sends; the URL is the credential, so a
+/// page can do nothing with it that its sender could not).
 fn body_is_not_json(method: &Method, path: &str) -> bool {
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     matches!(
@@ -234,6 +237,7 @@ fn body_is_not_json(method: &Method, path: &str) -> bool {
         (&Method::PUT, ["v2", "sandboxes", _, "files"])
             | (&Method::POST, ["v1", "connect", "packages"])
             | (&Method::POST, ["console", "session"])
+            | (&Method::POST, ["v1", "connect", "webhooks", _])
     )
 }
 
@@ -443,6 +447,14 @@ mod tests {
             Ok(())
         );
         let form = ("content-type", "application/x-www-form-urlencoded");
+        assert_eq!(
+            check(
+                Method::POST,
+                "/v1/connect/webhooks/whk_x",
+                &[HOST, BODY, form]
+            ),
+            Ok(())
+        );
         assert_eq!(
             check(Method::POST, "/console/session", &[HOST, BODY, form]),
             Ok(())

@@ -37,6 +37,23 @@ where
         .map_err(|e| ApiError::new(sbx_api_types::ErrorCode::InternalError, e.to_string()))
 }
 
+/// [`blocking`] for the webhook delivery path, whose errors have their own codes.
+pub async fn blocking_webhook<T, F>(
+    svc: &AppState,
+    call: F,
+) -> Result<Result<T, ApiError>, ApiError>
+where
+    T: Send + 'static,
+    F: FnOnce(&Arc<ConnectService>) -> Result<T, sbx_connect::service::WebhookError>
+        + Send
+        + 'static,
+{
+    let connect = Arc::clone(runtime(svc)?);
+    tokio::task::spawn_blocking(move || call(&connect).map_err(ApiError::webhook))
+        .await
+        .map_err(|e| ApiError::new(sbx_api_types::ErrorCode::InternalError, e.to_string()))
+}
+
 /// Maps a Connect error of a use case without special codes.
 pub fn other(e: ServiceError) -> ApiError {
     ApiError::connect(ConnectOp::Other, e)

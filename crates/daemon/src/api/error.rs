@@ -6,7 +6,7 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use sbx_api_types::{validate::ValidationError, ErrorBody, ErrorCode};
 use sbx_connect::credentials::CredentialsError;
-use sbx_connect::service::{ErrorClass, ServiceError as ConnectError};
+use sbx_connect::service::{ErrorClass, ServiceError as ConnectError, WebhookError};
 
 /// An error on its way to the client.
 #[derive(Debug)]
@@ -15,6 +15,8 @@ pub struct ApiError {
     pub code: ErrorCode,
     /// Message for humans.
     pub message: String,
+    /// Seconds for a `Retry-After` header (429s).
+    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -23,6 +25,7 @@ impl ApiError {
         ApiError {
             code,
             message: message.into(),
+            retry_after: None,
         }
     }
 }
@@ -191,6 +194,33 @@ fn connect_code(op: ConnectOp, e: &ConnectError) -> (ErrorCode, Option<String>) 
     }
 }
 
+impl ApiError {
+    /// Maps a refusal of the webhook delivery path.
+    pub fn webhook(e: WebhookError) -> Self {
+        let (code, retry_after) = match &e {
+            WebhookError::UnknownToken => (ErrorCode::ConnectWebhookNotFound, None),
+            WebhookError::Signature(_) => (ErrorCode::ConnectWebhookSignatureInvalid, None),
+            WebhookError::TooLarge(_) => (ErrorCode::PayloadTooLarge, None),
+            WebhookError::RateLimited { retry_after_secs }
+            | WebhookError::InboxFull {
+                retry_after_secs, ..
+            } => (ErrorCode::RateLimited, Some(*retry_after_secs)),
+            WebhookError::Service(_) => {
+                let WebhookError::Service(inner) = e else {
+                    unreachable!()
+                };
+                return ApiError::connect(ConnectOp::Other, inner);
+            }
+        };
+        tracing::debug!(error = %e, "webhook delivery refused");
+        ApiError {
+            code,
+            message: e.to_string(),
+            retry_after,
+        }
+    }
+}
+
 /// The not-found code for what the Connect service says is missing.
 fn not_found_code(what: &str) -> ErrorCode {
     match what {
@@ -200,6 +230,7 @@ fn not_found_code(what: &str) -> ErrorCode {
         "run" => ErrorCode::ConnectRunNotFound,
         "sync" => ErrorCode::ConnectSyncNotFound,
         "oauth state" => ErrorCode::ConnectOauthStateNotFound,
+        "delivery" => ErrorCode::ConnectDeliveryNotFound,
         _ => ErrorCode::RouteNotFound,
     }
 }
@@ -208,7 +239,12 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.code.http_status())
             .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        envelope(status, self.code.as_str(), self.message)
+        let mut resp = envelope(status, self.code.as_str(), self.message);
+        if let Some(secs) = self.retry_after {
+            resp.headers_mut()
+                .insert("retry-after", HeaderValue::from(secs));
+        }
+        resp
     }
 }
 
@@ -281,6 +317,46 @@ mod tests {
             exec.message,
             "sandbox is PAUSED; this operation needs RUNNING"
         );
+    }
+
+    #[test]
+    fn webhook_refusals_have_their_codes_and_retry_after() {
+        use sbx_connect::service::WebhookError as W;
+        let answer = |e: W| {
+            let resp = ApiError::webhook(e).into_response();
+            let retry = resp
+                .headers()
+                .get("retry-after")
+                .map(|v| v.to_str().unwrap_or_default().to_string());
+            (resp.status().as_u16(), retry)
+        };
+        assert_eq!(answer(W::UnknownToken), (404, None));
+        assert_eq!(
+            answer(W::Signature(
+                sbx_connect::signature::SignatureError::Mismatch
+            )),
+            (401, None)
+        );
+        assert_eq!(answer(W::TooLarge(1 << 20)), (413, None));
+        assert_eq!(
+            answer(W::RateLimited {
+                retry_after_secs: 2
+            }),
+            (429, Some("2".into()))
+        );
+        assert_eq!(
+            answer(W::InboxFull {
+                max: 1000,
+                retry_after_secs: 30
+            }),
+            (429, Some("30".into()))
+        );
+        let code = ApiError::webhook(W::InboxFull {
+            max: 1000,
+            retry_after_secs: 30,
+        })
+        .code;
+        assert_eq!(code.as_str(), "rate_limited");
     }
 
     #[test]

@@ -6,6 +6,7 @@ mod connect_connections;
 mod connect_packages;
 mod connect_runs;
 mod connect_views;
+mod connect_webhooks;
 mod console;
 pub mod e2b;
 pub mod envd;
@@ -230,6 +231,18 @@ pub fn router(
             "/v1/connect/connections/{connectionId}/syncs/{sync}/checkpoint",
             get(connect_runs::checkpoint),
         )
+        .route(
+            "/v1/connect/connections/{connectionId}/webhooks",
+            post(connect_webhooks::setup),
+        )
+        .route(
+            "/v1/connect/connections/{connectionId}/deliveries",
+            get(connect_webhooks::list),
+        )
+        .route(
+            "/v1/connect/connections/{connectionId}/deliveries/{deliveryId}",
+            get(connect_webhooks::get),
+        )
         .route("/v1/connect/runs/{runId}", get(connect_runs::get))
         .route("/v1/connect/runs/{runId}/logs", get(connect_runs::run_logs))
         .layer(DefaultBodyLimit::max(json_limit));
@@ -239,6 +252,14 @@ pub fn router(
         .layer(DefaultBodyLimit::max(
             sbx_connect::package::MAX_TARBALL_BYTES,
         ));
+    // Webhook deliveries read their body up to the Connect limit themselves (a 413 in the
+    // project's error envelope).
+    let deliveries = Router::new()
+        .route(
+            "/v1/connect/webhooks/{token}",
+            post(connect_webhooks::deliver),
+        )
+        .layer(DefaultBodyLimit::disable());
     // Uploads stream their body and enforce the file limit themselves.
     let uploads = Router::new()
         .route(
@@ -249,6 +270,7 @@ pub fn router(
     let inngest = Router::new()
         .merge(v2)
         .merge(uploads)
+        .merge(deliveries)
         .merge(packages)
         .route("/healthz", get(|| async { "ok" }))
         .route("/metrics", get(metrics::scrape))

@@ -38,6 +38,7 @@ pub static ASSETS: &[Asset] = &[
     asset!("dom.js", JS),
     asset!("list.js", JS),
     asset!("connect.js", JS),
+    asset!("deliveries.js", JS),
     asset!("detail.js", JS),
     asset!("files.js", JS),
     asset!("preview.js", JS),

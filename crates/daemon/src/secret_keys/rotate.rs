@@ -10,6 +10,7 @@
 use super::{SecretKeyArgs, SecretKeysError};
 use crate::service::SecretBox;
 use sbx_connect::crypto::CredentialBox;
+use sbx_connect::service::WEBHOOK_SECRET_SCOPE;
 use sbx_secrets::{Key, KeyRing};
 use sbx_store::{SecretRecord, Store};
 use std::path::PathBuf;
@@ -196,9 +197,18 @@ impl CredentialBlobs for std::sync::Arc<dyn sbx_connect::store::Store> {
     fn credential_blobs(&self) -> Result<Vec<(String, String, Vec<u8>)>, String> {
         let blobs = sbx_connect::store::Connections::credential_blobs(self.as_ref())
             .map_err(|e| e.to_string())?;
+        // Webhook signing secrets are sealed under "{connection}/webhook-secret": resealed
+        // like credentials of that scope.
+        let secrets = sbx_connect::store::Webhooks::webhook_secrets(self.as_ref())
+            .map_err(|e| e.to_string())?;
         Ok(blobs
             .into_iter()
             .map(|b| (b.workspace, b.connection_id, b.blob))
+            .chain(
+                secrets
+                    .into_iter()
+                    .map(|(ws, conn, blob)| (ws, format!("{conn}{WEBHOOK_SECRET_SCOPE}"), blob)),
+            )
             .collect())
     }
 
@@ -209,6 +219,16 @@ impl CredentialBlobs for std::sync::Arc<dyn sbx_connect::store::Store> {
         old: &[u8],
         new: &[u8],
     ) -> Result<bool, String> {
+        if let Some(conn) = connection_id.strip_suffix(WEBHOOK_SECRET_SCOPE) {
+            return sbx_connect::store::Webhooks::replace_webhook_secret(
+                self.as_ref(),
+                workspace,
+                conn,
+                old,
+                new,
+            )
+            .map_err(|e| e.to_string());
+        }
         sbx_connect::store::Connections::replace_credentials(
             self.as_ref(),
             workspace,
@@ -534,5 +554,30 @@ mod tests {
         assert_eq!(new.open("ws", "c2", &rows[1].2).unwrap(), b"{\"k\":\"c2\"}");
         let again = rotate_source(&ConnectCredentials::new(&fake, rotation)).unwrap();
         assert_eq!((again.rewritten, again.already_current), (0, 2));
+    }
+
+    #[test]
+    fn webhook_secrets_rotate_with_the_connect_credentials() {
+        use sbx_connect::store::Location;
+        let dir = tempfile::tempdir().unwrap();
+        let store = sbx_connect::store::open(&Location::Sqlite(dir.path().join("c.db"))).unwrap();
+        let scope = format!("c1{WEBHOOK_SECRET_SCOPE}");
+        let sealed = CredentialBox::from_ring(ring(1))
+            .seal("ws", &scope, b"whsec_x")
+            .unwrap();
+        let settings = sbx_connect::store::WebhookSettings {
+            scheme: sbx_connect::model::SignatureScheme::Standard,
+            signature_header: None,
+            signature_prefix: None,
+            id_header: None,
+            secret: sealed,
+        };
+        store.set_webhooks("ws", "c1", &settings, &[]).unwrap();
+        let rotation = ring(1).rotated_to(Key::from_bytes([2; 32]));
+        let report = rotate_source(&ConnectCredentials::new(&store, rotation)).unwrap();
+        assert_eq!(report.rewritten, 1, "{report:?}");
+        let now = store.webhook_settings("ws", "c1").unwrap().unwrap().secret;
+        let new = CredentialBox::from_ring(ring(2));
+        assert_eq!(new.open("ws", &scope, &now).unwrap(), b"whsec_x");
     }
 }

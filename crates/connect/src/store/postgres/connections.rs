@@ -327,7 +327,15 @@ impl crate::store::Connections for PostgresStore {
                 &[&ws, &id],
             )?;
             // Logs and run history go with the connection: they may quote its data.
-            for table in ["sync_state", "oauth_pending", "logs", "runs"] {
+            for table in [
+                "sync_state",
+                "oauth_pending",
+                "logs",
+                "runs",
+                "webhook_settings",
+                "webhook_tokens",
+                "webhook_deliveries",
+            ] {
                 tx.execute(
                     &format!(
                         "DELETE FROM connect_{table} WHERE workspace = $1 AND connection_id = $2"

@@ -7,6 +7,7 @@ mod dump;
 mod packages;
 mod records;
 mod runs;
+mod webhooks;
 
 use super::StoreError;
 use chrono::{DateTime, Utc};
@@ -18,6 +19,7 @@ use sbx_store::PostgresPool;
 const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/postgres/0001_initial.sql"),
     include_str!("../../../migrations/postgres/0002_nodes.sql"),
+    include_str!("../../../migrations/postgres/0003_webhooks.sql"),
 ];
 
 /// Connections kept open for Connect (one worker thread each): a long sync commit holds one.

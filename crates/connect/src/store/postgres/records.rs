@@ -19,6 +19,7 @@ struct Target {
     sync: String,
     mode: SyncMode,
     run_id: Option<String>,
+    delivery: Option<String>,
 }
 
 /// Writes one chunk. A merge chunk first drops the rows of its keys (committed ones and
@@ -126,6 +127,17 @@ fn commit(client: &mut Client, target: Target, spool: Spool) -> Result<CommitSta
         "UPDATE connect_sync_state SET checkpoint = COALESCE($2, checkpoint), updated_at = $3 WHERE id = $1",
         &[&dataset, &checkpoint, &now],
     )?;
+    if let Some(delivery) = &target.delivery {
+        let n = tx.execute(
+            "UPDATE connect_webhook_deliveries SET status = 'committed', records_committed = $3,
+                 finished_at = $4, body = ''::bytea
+             WHERE workspace = $1 AND id = $2 AND status = 'pending'",
+            &[&target.workspace, delivery, &(records as i64), &now],
+        )?;
+        if n != 1 {
+            return Err(CommitError::Settled(delivery.clone()));
+        }
+    }
     tx.commit()?;
     drop(spool);
     Ok(CommitStats {
@@ -142,6 +154,7 @@ impl crate::store::Records for PostgresStore {
             sync: target.sync.to_string(),
             mode: target.mode,
             run_id: target.run_id.map(str::to_string),
+            delivery: target.delivery.map(str::to_string),
         };
         // The whole commit is one job: the transaction lives and dies on one connection.
         self.pool

@@ -95,6 +95,11 @@ pub(super) fn commit(
         "UPDATE sync_state SET checkpoint = COALESCE(?2, checkpoint), updated_at = ?3 WHERE id = ?1",
         params![dataset, checkpoint, now],
     )?;
+    if let Some(delivery) = target.delivery {
+        if !super::webhooks::settle_committed(&tx, target.workspace, delivery, records)? {
+            return Err(CommitError::Settled(delivery.to_string()));
+        }
+    }
     tx.commit()?;
     drop(spool);
     Ok(CommitStats {

@@ -301,6 +301,12 @@ impl super::super::Connections for SqliteStore {
             "DELETE FROM oauth_pending WHERE workspace = ?1 AND connection_id = ?2",
             params![workspace, id],
         )?;
+        for table in ["webhook_settings", "webhook_tokens", "webhook_deliveries"] {
+            tx.execute(
+                &format!("DELETE FROM {table} WHERE workspace = ?1 AND connection_id = ?2"),
+                params![workspace, id],
+            )?;
+        }
         // Logs and run history go with the connection: they may quote its data.
         tx.execute(
             "DELETE FROM logs WHERE workspace = ?1 AND connection_id = ?2",

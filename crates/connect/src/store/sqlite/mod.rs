@@ -6,6 +6,7 @@ mod dump;
 mod packages;
 mod records;
 mod runs;
+mod webhooks;
 
 use super::StoreError;
 use chrono::{DateTime, Utc};
@@ -19,6 +20,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/sqlite/0001_initial.sql"),
     include_str!("../../../migrations/sqlite/0002_timestamps.sql"),
     include_str!("../../../migrations/sqlite/0003_nodes.sql"),
+    include_str!("../../../migrations/sqlite/0004_webhooks.sql"),
 ];
 
 /// The Connect store on SQLite.

@@ -28,6 +28,7 @@ fn target(mode: SyncMode) -> CommitTarget<'static> {
         sync: "items",
         mode,
         run_id: None,
+        delivery: None,
     }
 }
 

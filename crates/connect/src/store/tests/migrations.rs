@@ -58,7 +58,7 @@ fn a_data_dir_of_the_first_schema_keeps_every_value() {
             .expect("version");
     }
     let s = SqliteStore::open(&path).expect("migrate");
-    assert_eq!(s.schema_version().expect("version"), 3);
+    assert_eq!(s.schema_version().expect("version"), 4);
     let packages = s.list_packages("ws").expect("packages");
     assert_eq!(packages[0].created_at, "2025-01-02T03:04:05.678Z");
     let v = s
@@ -170,7 +170,7 @@ fn a_sqlite_schema_from_the_future_is_refused() {
             e,
             StoreError::SchemaTooNew {
                 found: 99,
-                supported: 3
+                supported: 4
             }
         ),
         "{e:?}"
@@ -197,7 +197,7 @@ fn a_postgres_schema_from_the_future_is_refused() {
             e,
             StoreError::SchemaTooNew {
                 found: 99,
-                supported: 2
+                supported: 3
             }
         ),
         "{e:?}"
@@ -212,7 +212,7 @@ fn connect_tables_live_beside_the_main_store() {
     let main = sbx_store::PostgresStore::open(db.url()).expect("main store");
     let connect = crate::store::PostgresStore::open(db.url()).expect("connect store");
     let main_version = main.schema_version().expect("main version");
-    assert_eq!(connect.schema_version().expect("connect version"), 2);
+    assert_eq!(connect.schema_version().expect("connect version"), 3);
     // Opening either again, in any order, migrates nothing twice and breaks nothing.
     drop(crate::store::PostgresStore::open(db.url()).expect("connect again"));
     drop(sbx_store::PostgresStore::open(db.url()).expect("main again"));
@@ -302,6 +302,7 @@ fn populate(store: &dyn Store, spool: &std::path::Path) {
             sync: "items",
             mode: SyncMode::Merge,
             run_id: None,
+            delivery: None,
         };
         let stats = store
             .commit(target, w.finish().expect("finish"))
@@ -310,12 +311,37 @@ fn populate(store: &dyn Store, spool: &std::path::Path) {
             .succeed_run("ws", &run.id, stats.records, None)
             .expect("succeed");
     }
+    // Webhook settings, a token and a pending delivery are copied too.
+    let settings = crate::store::WebhookSettings {
+        scheme: crate::model::SignatureScheme::Standard,
+        signature_header: None,
+        signature_prefix: None,
+        id_header: None,
+        secret: b"\x00sealed".to_vec(),
+    };
+    store
+        .set_webhooks("ws", "c1", &settings, &[("hook".into(), "hash".into())])
+        .expect("webhooks");
+    store
+        .insert_delivery(
+            "ws",
+            &crate::store::NewDelivery {
+                id: "dlv_1".into(),
+                connection_id: "c1".into(),
+                webhook: "hook".into(),
+                sender_id: "evt-1".into(),
+                body: b"{}".to_vec(),
+                headers: "{}".into(),
+            },
+            10,
+        )
+        .expect("delivery");
 }
 
 /// Everything the API reads, as one comparable text.
 fn read_all(s: &dyn Store) -> String {
     format!(
-        "{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}",
+        "{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}",
         s.list_packages("ws"),
         s.list_package_versions("ws", "conn"),
         s.list_builds("ws", "conn", "1.0.0"),
@@ -326,13 +352,17 @@ fn read_all(s: &dyn Store) -> String {
         s.read_records("ws", "c1", "items", None, 100),
         s.get_checkpoint("ws", "c1", "items"),
         s.committed_syncs("ws", "c1"),
+        s.webhook_settings("ws", "c1"),
+        s.find_webhook_token("hash"),
+        s.list_deliveries("ws", "c1", None, None, 100),
     )
 }
 
 fn copy_and_check(from: &dyn Store, to: &dyn Store, spool: &std::path::Path) {
     populate(from, spool);
     let rows = copy_store(from, to).expect("copy");
-    assert_eq!(rows, 1 + 1 + 1 + 1 + 1 + 3 + 3 + 1 + 4);
+    // ... and a webhook setting, token and delivery.
+    assert_eq!(rows, 1 + 1 + 1 + 1 + 1 + 3 + 3 + 1 + 4 + 3);
     assert_eq!(read_all(to), read_all(from));
     // The copy is usable: a sign-in completes, new rows continue after the copied ones.
     assert_eq!(
@@ -375,6 +405,7 @@ fn copy_and_check(from: &dyn Store, to: &dyn Store, spool: &std::path::Path) {
         sync: "items",
         mode: SyncMode::Merge,
         run_id: None,
+        delivery: None,
     };
     to.commit(target, w.finish().expect("finish"))
         .expect("commit");

@@ -7,6 +7,7 @@ mod commit;
 mod migrations;
 mod nodes;
 mod rows;
+mod webhooks;
 
 use super::{PostgresStore, SqliteStore, Store};
 use std::path::PathBuf;

@@ -149,6 +149,7 @@ pub(super) fn a_lost_nodes_runs_fail_its_interval_is_owed_and_it_cannot_go_on(f:
         sync: "items",
         mode: SyncMode::Append,
         run_id: Some(&run.id),
+        delivery: None,
     };
     assert!(matches!(
         a.commit(target, spool),
@@ -168,6 +169,7 @@ pub(super) fn a_lost_nodes_runs_fail_its_interval_is_owed_and_it_cannot_go_on(f:
     let spool = w.finish().expect("finish");
     let target = CommitTarget {
         run_id: Some(&rerun.id),
+        delivery: None,
         ..target
     };
     assert_eq!(b.commit(target, spool).expect("commit").records, 1);

@@ -281,6 +281,7 @@ fn commit_one(f: &Fixture, connection_id: &str, sync: &str) {
         sync,
         mode: SyncMode::Append,
         run_id: None,
+        delivery: None,
     };
     f.store
         .commit(target, w.finish().expect("finish"))
