@@ -15,7 +15,7 @@
 //!   `/proc/self/root/..`; a bind mount made inside the sandbox does not
 //!   appear on the host;
 //! - bad API inputs (relative path, `/proc`, duplicate paths, unknown
-//!   volume, bad sizes, kind `s3`) answer 400/404/501 and change nothing.
+//!   volume, bad sizes, kind `s3`) answer 400/404/409 and change nothing.
 
 mod common;
 
@@ -397,8 +397,8 @@ async fn bad_volume_inputs_are_refused_and_change_nothing() {
         ),
         (
             json!({"name": "x", "kind": "s3", "sizeMb": 64}),
-            501,
-            "not_implemented",
+            400,
+            "invalid_field_format",
         ),
         (
             json!({"name": "v", "kind": "local", "sizeMb": 64}),

@@ -42,7 +42,12 @@ impl Service {
         let kind = req.kind.unwrap_or(VolumeKind::Local);
         let size_mb = rules::volume_size(req.size_mb)?;
         if !self.runtime.volume_kind_available(kind) {
-            return Err(ServiceError::NotBuilt(S3_NOT_CONFIGURED.into()));
+            // The request names what this server cannot hold: a 400, not a 5xx.
+            return Err(ValidationError::Format {
+                field: "kind",
+                reason: S3_NOT_CONFIGURED.into(),
+            }
+            .into());
         }
         if self.store.volume_named(workspace, &name).await?.is_some() {
             return Err(ServiceError::VolumeNameTaken(name));
