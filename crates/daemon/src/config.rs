@@ -629,13 +629,7 @@ pub fn s3_volume_config(
         sbx_node::snapshot_store::StoreConfig::Local => None,
         sbx_node::snapshot_store::StoreConfig::S3(c) => {
             Some(sbx_node::runtime::s3_volumes::S3VolumeConfig {
-                bucket: c.bucket.clone(),
-                prefix: c.prefix.clone(),
-                endpoint: c.endpoint.clone(),
-                region: c.region.clone(),
-                access_key_id: c.access_key_id.clone(),
-                secret_access_key: c.secret_access_key.clone(),
-                session_token: c.session_token.clone(),
+                s3: c.clone(),
                 rclone: PathBuf::from("rclone"),
             })
         }

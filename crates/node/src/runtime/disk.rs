@@ -223,18 +223,42 @@ async fn blocking<T: Send + 'static>(
 /// Creates a sparse file of `size` bytes at `path` and formats it as ext4.
 fn format_image(path: &Path, size: u64) -> Result<(), DiskError> {
     let file = std::fs::File::create(path).map_err(io(format!("creating {}", path.display())))?;
-    file.set_len(size)
-        .map_err(io(format!("sizing {}", path.display())))?;
-    drop(file);
     // No journal (the disk dies with its sandbox), no reserved blocks, no
     // resize reserve and few inodes (runsc keeps one file there): ~99.8% of
     // the size is usable and the image starts at ~0.2 MB on the host.
     // lazy_itable_init leaves inode tables unwritten; the mount's
     // noinit_itable keeps the kernel from writing them later.
+    make_ext4(
+        file,
+        path,
+        size,
+        &[
+            "-m",
+            "0",
+            "-N",
+            "1024",
+            "-O",
+            "^has_journal,^resize_inode",
+            "-E",
+            "lazy_itable_init=1,nodiscard",
+        ],
+    )
+}
+
+/// Sizes the just created `file` at `path` to `size` bytes (sparse) and runs
+/// `mkfs.ext4 -q -F MKFS_ARGS path` on it.
+pub(super) fn make_ext4(
+    file: std::fs::File,
+    path: &Path,
+    size: u64,
+    mkfs_args: &[&str],
+) -> Result<(), DiskError> {
+    file.set_len(size)
+        .map_err(io(format!("sizing {}", path.display())))?;
+    drop(file);
     let out = std::process::Command::new("mkfs.ext4")
-        .args(["-q", "-F", "-m", "0", "-N", "1024"])
-        .args(["-O", "^has_journal,^resize_inode"])
-        .args(["-E", "lazy_itable_init=1,nodiscard"])
+        .args(["-q", "-F"])
+        .args(mkfs_args)
         .arg(path)
         .stdin(std::process::Stdio::null())
         .output()

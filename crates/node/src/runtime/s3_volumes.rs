@@ -62,35 +62,13 @@ fn io(context: String) -> impl FnOnce(std::io::Error) -> S3VolumeError {
 }
 
 /// Where S3 volumes live and how to reach it.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct S3VolumeConfig {
-    /// Bucket.
-    pub bucket: String,
-    /// Key prefix (no leading or trailing `/`; may be empty).
-    pub prefix: String,
-    /// Endpoint URL of an S3-compatible server (`None`: AWS).
-    pub endpoint: Option<String>,
-    /// Region.
-    pub region: String,
-    /// Access key id (`None`: rclone's own lookup, e.g. instance metadata).
-    pub access_key_id: Option<String>,
-    /// Secret access key.
-    pub secret_access_key: Option<String>,
-    /// Session token of temporary credentials.
-    pub session_token: Option<String>,
+    /// The object store (the snapshot store's: bucket, prefix, endpoint,
+    /// region, credentials); volumes go under `<prefix>/volumes/`.
+    pub s3: crate::snapshot_store::S3Config,
     /// The rclone binary.
     pub rclone: PathBuf,
-}
-
-impl std::fmt::Debug for S3VolumeConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("S3VolumeConfig")
-            .field("bucket", &self.bucket)
-            .field("prefix", &self.prefix)
-            .field("endpoint", &self.endpoint)
-            .field("region", &self.region)
-            .finish_non_exhaustive()
-    }
 }
 
 /// The S3 volumes this node mounts.
@@ -145,7 +123,7 @@ impl S3Volumes {
     /// that the path is not an object (a HEAD some S3 servers answer
     /// slowly, or with an error, for a key that is a prefix).
     fn remote(&self, id: Uuid) -> Result<String, S3VolumeError> {
-        let c = self.config()?;
+        let c = &self.config()?.s3;
         Ok(if c.prefix.is_empty() {
             format!(":s3:{}/volumes/{id}/", c.bucket)
         } else {
@@ -158,8 +136,9 @@ impl S3Volumes {
     /// shows), no config file, and nothing of sbxd's own environment (an
     /// inherited `AWS_CA_BUNDLE`, for one, makes rclone 1.60 refuse to start).
     fn command(&self) -> Result<std::process::Command, S3VolumeError> {
-        let c = self.config()?;
-        let mut cmd = std::process::Command::new(&c.rclone);
+        let config = self.config()?;
+        let c = &config.s3;
+        let mut cmd = std::process::Command::new(&config.rclone);
         cmd.env_clear()
             .env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
             .env("HOME", &self.dir)

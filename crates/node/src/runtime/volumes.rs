@@ -174,22 +174,17 @@ fn nix_statvfs(point: &Path) -> Result<u64, DiskError> {
 fn format_volume(path: &Path, size: u64) -> Result<(), DiskError> {
     let file =
         std::fs::File::create_new(path).map_err(io(format!("creating {}", path.display())))?;
-    file.set_len(size)
-        .map_err(io(format!("sizing {}", path.display())))?;
-    drop(file);
-    let out = std::process::Command::new("mkfs.ext4")
-        .args(["-q", "-F", "-m", "0", "-O", "^resize_inode"])
-        .args(["-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard"])
-        .arg(path)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .map_err(|e| DiskError::Mkfs(format!("cannot run it: {e}")))?;
-    if !out.status.success() {
-        return Err(DiskError::Mkfs(format!(
-            "{}: {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    Ok(())
+    disk::make_ext4(
+        file,
+        path,
+        size,
+        &[
+            "-m",
+            "0",
+            "-O",
+            "^resize_inode",
+            "-E",
+            "lazy_itable_init=1,lazy_journal_init=1,nodiscard",
+        ],
+    )
 }
