@@ -367,6 +367,22 @@ async function files(sbx) {
     eq([d.type, d.owner], [FileType.DIR, "user"], "the created parent: a dir of user");
   });
 
+  await step("files.write metadata: user.e2b.* xattrs, in getInfo and list, replaced by the next upload", async () => {
+    const path = "/home/user/envd-js-meta.txt";
+    const w = await sbx.files.write(path, "m", { metadata: { Owner: "me", "build.id": "42" } });
+    eq(w.metadata, { "build.id": "42", owner: "me" }, "the write's answer (keys lower-cased)");
+    eq((await sbx.files.getInfo(path)).metadata, { "build.id": "42", owner: "me" }, "getInfo");
+    const listed = (await sbx.files.list("/home/user")).find((e) => e.path === path);
+    eq(listed?.metadata, { "build.id": "42", owner: "me" }, "list");
+    const xattr = await sbx.commands.run(`python3 -c "import os; print(os.getxattr('${path}', 'user.e2b.owner').decode())"`);
+    eq(xattr.stdout.trim(), "me", "the xattr inside the sandbox");
+    await sbx.files.write(path, "n", { metadata: { other: "x" } });
+    eq((await sbx.files.getInfo(path)).metadata, { other: "x" }, "a new upload replaces the keys");
+    await sbx.files.write(path, "o");
+    const cleared = (await sbx.files.getInfo(path)).metadata;
+    check(cleared === undefined || Object.keys(cleared).length === 0, "an upload without metadata clears it", cleared);
+  });
+
   await step("files.write as root makes root's file", async () => {
     const info = await sbx.files.write("/root/envd-js-root.txt", "r", { user: "root" });
     eq(info.path, "/root/envd-js-root.txt", "path");

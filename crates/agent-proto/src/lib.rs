@@ -11,6 +11,7 @@
 pub mod client;
 pub mod codec;
 pub mod direct;
+pub mod file_metadata;
 pub mod messages;
 
 pub use codec::{read_frame, write_frame, CodecError, Frame, MAX_FRAME_BYTES, MAX_HEADER_BYTES};

@@ -144,6 +144,10 @@ pub enum Request {
         /// parent directories created for it; `None`: root.
         #[serde(default)]
         owner: Option<String>,
+        /// User metadata stored on the new file as `user.e2b.*` xattrs
+        /// (see [`crate::file_metadata`]); the file replaced had its own.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        metadata: crate::file_metadata::FileMetadata,
     },
     /// Upload bytes (in the payload) for the upload with the same id.
     FileWriteData,
@@ -657,6 +661,9 @@ pub struct FileStat {
     /// For a symlink: the kind of what it points to (`None` when dangling).
     #[serde(default)]
     pub target_kind: Option<FileKind>,
+    /// User metadata (`user.e2b.*` xattrs, see [`crate::file_metadata`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: crate::file_metadata::FileMetadata,
 }
 
 /// Stable error codes returned by the agent.

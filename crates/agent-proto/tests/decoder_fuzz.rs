@@ -99,6 +99,11 @@ fn stat(rng: &mut Rng) -> FileStat {
         } else {
             None
         },
+        metadata: if rng.chance(2) {
+            [(rng.string(6), rng.string(10))].into_iter().collect()
+        } else {
+            Default::default()
+        },
     }
 }
 
@@ -260,6 +265,7 @@ fn request(rng: &mut Rng) -> Request {
             mode: rng.next() as u32,
             max_bytes: rng.u64_edge(),
             owner: maybe_string(rng, 6),
+            metadata: Default::default(),
         },
         12 => Request::FileWriteData,
         13 => Request::FileWriteEnd,

@@ -166,6 +166,8 @@ pub fn full_stat(path: &Path, meta: &Metadata, names: &Names) -> FileStat {
     stat.group = names.group(stat.gid);
     if stat.kind == FileKind::Symlink {
         (stat.symlink_target, stat.target_kind) = symlink_target(path);
+    } else {
+        stat.metadata = crate::xattrs::read(path);
     }
     stat
 }
@@ -195,6 +197,7 @@ pub fn file_stat(path: &Path, meta: &Metadata) -> FileStat {
         group: None,
         symlink_target: None,
         target_kind: None,
+        metadata: Default::default(),
     }
 }
 

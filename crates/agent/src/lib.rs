@@ -47,6 +47,7 @@ pub mod table;
 pub mod upload;
 pub mod users;
 pub mod watch;
+pub mod xattrs;
 
 use std::io::Write;
 use std::sync::Arc;

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-const USAGE: &str = "usage: sbx-agent init [--task-limit N] | serve --socket PATH | relay [--socket PATH] | write-file PATH MODE MAX_BYTES [OWNER] | read-file PATH MAX_BYTES | version";
+const USAGE: &str = "usage: sbx-agent init [--task-limit N] | serve --socket PATH | relay [--socket PATH] | write-file PATH MODE MAX_BYTES [OWNER] [--meta KEY=VALUE]... | read-file PATH MAX_BYTES | version";
 
 #[derive(PartialEq)]
 enum Mode {
@@ -61,18 +61,34 @@ fn not_dumpable_helper() {
     }
 }
 
-/// `write-file PATH MODE MAX_BYTES [OWNER]` (MODE in octal): the direct
-/// upload path; OWNER (a guest user) owns the file and the parents created.
+/// `write-file PATH MODE MAX_BYTES [OWNER] [--meta KEY=VALUE]...` (MODE in
+/// octal): the direct upload path; OWNER (a guest user) owns the file and the
+/// parents created; each `--meta` becomes a `user.e2b.KEY` xattr of the file.
 /// The outcome is the JSON line on stdout; the exit code is 0 either way.
 fn write_file(args: &[String]) -> Result<(), String> {
-    let (path, mode, max, owner) = match args {
-        [path, mode, max] => (path, mode, max, None),
-        [path, mode, max, owner] => (path, mode, max, Some(owner.as_str())),
-        _ => return Err(USAGE.to_string()),
+    let [path, mode, max, rest @ ..] = args else {
+        return Err(USAGE.to_string());
     };
+    let mut owner = None;
+    let mut metadata = sbx_agent_proto::file_metadata::FileMetadata::new();
+    let mut rest = rest.iter();
+    while let Some(arg) = rest.next() {
+        if arg == "--meta" {
+            let pair = rest.next().ok_or_else(|| USAGE.to_string())?;
+            let (k, v) = pair
+                .split_once('=')
+                .ok_or_else(|| format!("bad --meta {pair:?}"))?;
+            metadata.insert(k.to_string(), v.to_string());
+        } else if owner.is_none() && metadata.is_empty() {
+            owner = Some(arg.as_str());
+        } else {
+            return Err(USAGE.to_string());
+        }
+    }
     let mode = u32::from_str_radix(mode, 8).map_err(|_| format!("bad mode {mode:?}"))?;
     let max: u64 = max.parse().map_err(|_| format!("bad byte limit {max:?}"))?;
-    let result = match sbx_agent::upload::write_file_from_stdin(path, mode, max, owner) {
+    let result = match sbx_agent::upload::write_file_from_stdin(path, mode, max, (owner, &metadata))
+    {
         Ok(n) => sbx_agent_proto::DirectUploadResult::Written { bytes_written: n },
         Err(e) => sbx_agent_proto::DirectUploadResult::Failed(e.into()),
     };

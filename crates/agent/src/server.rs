@@ -412,9 +412,10 @@ impl Connection {
                 mode,
                 max_bytes,
                 owner,
+                metadata,
             } => {
                 let sink = Sink::new(id, self.tx.clone());
-                let upload = Upload::begin(path, mode, max_bytes, owner, sink);
+                let upload = Upload::begin(path, mode, max_bytes, (owner, metadata), sink);
                 self.uploads.insert(id, upload);
             }
             // Registered before the next frame is read: the stream's data

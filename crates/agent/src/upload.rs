@@ -10,6 +10,7 @@
 use crate::files::{absolute, io_err, FileError};
 use crate::owner;
 use crate::server::{Outcome, Sink};
+use sbx_agent_proto::file_metadata::FileMetadata;
 use sbx_agent_proto::{AgentError, AgentErrorCode, Reply};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -60,17 +61,18 @@ pub struct Upload {
 
 impl Upload {
     /// Starts an upload task; its final reply or error goes to `sink`.
-    /// `owner` (a guest user name) owns the file and the parents created.
+    /// `owner` (a guest user name) owns the file and the parents created;
+    /// `metadata` becomes the new file's `user.e2b.*` xattrs.
     pub fn begin(
         path: String,
         mode: u32,
         max_bytes: u64,
-        owner: Option<String>,
+        (owner, metadata): (Option<String>, FileMetadata),
         sink: Sink,
     ) -> Upload {
         let (tx, rx) = mpsc::channel(UPLOAD_QUEUE);
         tokio::spawn(async move {
-            if let Some(outcome) = run(path, mode, max_bytes, owner, rx).await {
+            if let Some(outcome) = run(path, mode, max_bytes, (owner, metadata), rx).await {
                 sink.finish(outcome).await;
             }
         });
@@ -138,7 +140,12 @@ fn temp_name(name: &str) -> String {
     }
 }
 
-fn open_temp(path: &str, mode: u32, owner: Option<&str>) -> Result<Temp, FileError> {
+fn open_temp(
+    path: &str,
+    mode: u32,
+    owner: Option<&str>,
+    metadata: &FileMetadata,
+) -> Result<Temp, FileError> {
     let dest = absolute(path)?.to_path_buf();
     let owner = owner::resolve(owner)?;
     let name = match dest.file_name() {
@@ -174,6 +181,8 @@ fn open_temp(path: &str, mode: u32, owner: Option<&str>) -> Result<Temp, FileErr
         .file
         .set_permissions(std::fs::Permissions::from_mode(mode))
         .map_err(|e| io_err(path, e))?;
+    // On the temp file: the rename publishes the content and its metadata at once.
+    crate::xattrs::set_all(&guard.file, metadata).map_err(|e| io_err(path, e))?;
     Ok(guard)
 }
 
@@ -208,14 +217,15 @@ async fn run(
     path: String,
     mode: u32,
     max_bytes: u64,
-    owner: Option<String>,
+    (owner, metadata): (Option<String>, FileMetadata),
     mut rx: mpsc::Receiver<Msg>,
 ) -> Option<Outcome> {
     let p = path.clone();
-    let mut temp = match blocking(move || Ok(open_temp(&p, mode, owner.as_deref())?)).await {
-        Ok(t) => t,
-        Err(e) => return Some(Err(e.into())),
-    };
+    let mut temp =
+        match blocking(move || Ok(open_temp(&p, mode, owner.as_deref(), &metadata)?)).await {
+            Ok(t) => t,
+            Err(e) => return Some(Err(e.into())),
+        };
     let mut written: u64 = 0;
     while let Some(msg) = rx.recv().await {
         match msg {
@@ -264,16 +274,16 @@ const DIRECT_READ_BYTES: usize = 1024 * 1024;
 /// `sbx_agent_proto::direct`). Same temp file, checks and atomic commit as a
 /// framed upload, but the bytes come straight from stdin, not through the
 /// agent's connection.
-/// `owner` as for [`Upload::begin`].
+/// `owner` and `metadata` as for [`Upload::begin`].
 pub fn write_file_from_stdin(
     path: &str,
     mode: u32,
     max_bytes: u64,
-    owner: Option<&str>,
+    (owner, metadata): (Option<&str>, &FileMetadata),
 ) -> Result<u64, UploadError> {
     use sbx_agent_proto::{direct_upload_trailer_matches, DIRECT_UPLOAD_TRAILER_BYTES};
     use std::io::Read;
-    let mut temp = open_temp(path, mode, owner)?;
+    let mut temp = open_temp(path, mode, owner, metadata)?;
     let mut stdin = std::io::stdin().lock();
     let mut buf = vec![0u8; DIRECT_READ_BYTES + DIRECT_UPLOAD_TRAILER_BYTES];
     // The last bytes seen are held back: they may be the trailer.

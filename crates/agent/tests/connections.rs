@@ -189,6 +189,7 @@ async fn relay_bridges_stdio_to_the_socket() {
                 mode: 0o644,
                 max_bytes: 10 << 20,
                 owner: None,
+                metadata: Default::default(),
             }),
         }),
         Frame::with_payload(

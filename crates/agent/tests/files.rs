@@ -27,6 +27,7 @@ async fn begin(c: &mut Client, path: &str, mode: u32, max_bytes: u64) -> u64 {
             mode,
             max_bytes,
             owner: None,
+            metadata: Default::default(),
         },
     )
     .await;

@@ -182,6 +182,7 @@ async fn uploads_mkdir_and_rename_create_things_owned_by_the_user() {
             mode: 0o2750,
             max_bytes: 100,
             owner: Some("nobody".into()),
+            metadata: Default::default(),
         },
     )
     .await;
@@ -209,6 +210,7 @@ async fn uploads_mkdir_and_rename_create_things_owned_by_the_user() {
             mode: 0o644,
             max_bytes: 100,
             owner: Some("no-such-user-xyz".into()),
+            metadata: Default::default(),
         },
     )
     .await;

@@ -285,6 +285,68 @@ async fn envd_refuses_every_caller_without_the_sandboxs_token() {
         .await
         .unwrap();
     assert_eq!(resp.status().as_u16(), 400);
+
+    // File metadata (X-Metadata-*): a bad value or an over-budget map is
+    // 400 and leaves the file as it was; a large upload (the direct path,
+    // past 2 MiB) keeps its metadata too.
+    let upload = |headers: Vec<(&'static str, Vec<u8>)>, body: Vec<u8>| {
+        let mut req = d
+            .http
+            .post(d.url("/files?path=%2Fhome%2Fuser%2Fm.bin"))
+            .header("e2b-sandbox-id", &id)
+            .header("x-access-token", &token)
+            .header("content-type", "application/octet-stream");
+        for (name, value) in headers {
+            req = req.header(
+                name,
+                reqwest::header::HeaderValue::from_bytes(&value).unwrap(),
+            );
+        }
+        req.body(body).send()
+    };
+    let ok = upload(vec![("x-metadata-tag", b"one".to_vec())], b"first".to_vec())
+        .await
+        .unwrap();
+    assert_eq!(ok.status().as_u16(), 200);
+    for (what, headers) in [
+        (
+            "a non-ASCII value",
+            vec![("x-metadata-tag", "caf\u{e9}".as_bytes().to_vec())],
+        ),
+        (
+            "an over-budget value",
+            vec![("x-metadata-tag", vec![b'v'; 4100])],
+        ),
+    ] {
+        let resp = upload(headers, b"second".to_vec()).await.unwrap();
+        assert_eq!(resp.status().as_u16(), 400, "{what}");
+    }
+    let stat_m = json!({"path": "/home/user/m.bin"});
+    let (status, body) = rpc(
+        &d,
+        &id,
+        Some(&token),
+        "filesystem.Filesystem/Stat",
+        stat_m.clone(),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["entry"]["size"],
+        json!(5),
+        "refused uploads left the file: {body}"
+    );
+    assert_eq!(body["entry"]["metadata"], json!({"tag": "one"}), "{body}");
+    let big = vec![7u8; 3 * 1024 * 1024];
+    let resp = upload(vec![("x-metadata-Big", b"yes".to_vec())], big)
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let answer: Value = resp.json().await.unwrap();
+    assert_eq!(answer[0]["metadata"], json!({"big": "yes"}), "{answer}");
+    let (_, body) = rpc(&d, &id, Some(&token), "filesystem.Filesystem/Stat", stat_m).await;
+    assert_eq!(body["entry"]["size"], json!(3 * 1024 * 1024), "{body}");
+    assert_eq!(body["entry"]["metadata"], json!({"big": "yes"}), "{body}");
 }
 
 fn urlencode(s: &str) -> String {

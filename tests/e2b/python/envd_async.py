@@ -327,6 +327,18 @@ async def files(sbx):
         d = await fs.get_info(DIR)
         eq((d.type, d.owner), (FileType.DIR, "user"), "the created parent: a dir of user")
 
+    with step("files.write metadata: user.e2b.* xattrs, in get_info and list, replaced by the next upload"):
+        path = "/home/user/envd-py-async-meta.txt"
+        w = await sbx.files.write(path, "m", metadata={"Owner": "me", "build.id": "42"})
+        eq(w.metadata, {"build.id": "42", "owner": "me"}, "the write's answer (keys lower-cased)")
+        eq((await sbx.files.get_info(path)).metadata, {"build.id": "42", "owner": "me"}, "get_info")
+        listed = [e for e in await sbx.files.list("/home/user") if e.path == path]
+        eq([e.metadata for e in listed], [{"build.id": "42", "owner": "me"}], "list")
+        await sbx.files.write(path, "n", metadata={"other": "x"})
+        eq((await sbx.files.get_info(path)).metadata, {"other": "x"}, "a new upload replaces the keys")
+        await sbx.files.write(path, "o")
+        check(not (await sbx.files.get_info(path)).metadata, "an upload without metadata clears it")
+
     with step("files.write as root makes root's file"):
         eq((await fs.write("/root/envd-py-root-a.txt", "r", user="root")).path, "/root/envd-py-root-a.txt", "path")
         eq((await fs.get_info("/root/envd-py-root-a.txt", user="root")).owner, "root", "owner")

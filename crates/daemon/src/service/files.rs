@@ -5,6 +5,7 @@ use crate::runtime::{AgentCallError, AgentStream, StreamItem};
 use bytes::Bytes;
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
+use sbx_agent_proto::file_metadata::FileMetadata;
 use sbx_agent_proto::{
     direct_upload_trailer, AgentErrorCode, DirectDownloadHeader, DirectUploadResult, Event,
     FileStat, Reply, Request, AGENT_BINARY_PATH,
@@ -178,6 +179,17 @@ fn set_pipe_size(pipe: &impl std::os::fd::AsRawFd) {
     unsafe { libc::fcntl(pipe.as_raw_fd(), libc::F_SETPIPE_SZ, DIRECT_PIPE_BYTES) };
 }
 
+/// How an uploaded file is made, besides its bytes.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct UploadOptions<'a> {
+    /// Permission bits in octal (`None`: the default, 0644).
+    pub mode: Option<&'a str>,
+    /// Guest user who owns the file and the parents it creates (`None`: root).
+    pub owner: Option<&'a str>,
+    /// User metadata stored on the new file as `user.e2b.*` xattrs.
+    pub metadata: Option<&'a FileMetadata>,
+}
+
 impl Service {
     /// `PUT /v2/sandboxes/{id}/files`: streams the body into the sandbox, replacing the file atomically.
     pub async fn upload<S, E>(
@@ -192,18 +204,20 @@ impl Service {
         S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
         E: std::fmt::Display,
     {
-        self.upload_as(workspace, id, path, mode, None, body).await
+        let options = UploadOptions {
+            mode,
+            ..UploadOptions::default()
+        };
+        self.upload_as(workspace, id, path, options, body).await
     }
 
-    /// [`Service::upload`], with the file and the parents it creates owned
-    /// by the guest user `owner` (envd's uploads; `None`: root).
+    /// [`Service::upload`] with an owner and metadata (envd's uploads).
     pub async fn upload_as<S, E>(
         self: &Arc<Self>,
         workspace: &str,
         id: Uuid,
         path: &str,
-        mode: Option<&str>,
-        owner: Option<&str>,
+        options: UploadOptions<'_>,
         body: S,
     ) -> Result<u64>
     where
@@ -211,7 +225,10 @@ impl Service {
         E: std::fmt::Display,
     {
         validate::file_path(path)?;
-        let mode = validate::file_mode(mode)?;
+        let mode = validate::file_mode(options.mode)?;
+        let owner = options.owner;
+        let no_metadata = FileMetadata::new();
+        let metadata = options.metadata.unwrap_or(&no_metadata);
         let limit = self.config.limits.file_bytes;
         let conn = self.agent(workspace, id).await?;
         let mut body = body;
@@ -234,7 +251,7 @@ impl Service {
         }
         if !ended {
             return self
-                .upload_direct(id, path, (mode, owner), limit, prefix, body)
+                .upload_direct(id, path, (mode, owner, metadata), limit, prefix, body)
                 .await;
         }
         let mut upload = conn
@@ -243,6 +260,7 @@ impl Service {
                 mode,
                 max_bytes: limit,
                 owner: owner.map(str::to_string),
+                metadata: metadata.clone(),
             })
             .await
             .map_err(|e| file_error(path, e, limit))?;
@@ -274,7 +292,7 @@ impl Service {
         &self,
         id: Uuid,
         path: &str,
-        (mode, owner): (u32, Option<&str>),
+        (mode, owner, metadata): (u32, Option<&str>, &FileMetadata),
         limit: u64,
         prefix: Vec<u8>,
         mut body: S,
@@ -291,6 +309,10 @@ impl Service {
             limit.to_string(),
         ];
         argv.extend(owner.map(str::to_string));
+        for (key, value) in metadata {
+            argv.push("--meta".to_string());
+            argv.push(format!("{key}={value}"));
+        }
         let mut child = self
             .runtime
             .spawn_exec(id, argv)

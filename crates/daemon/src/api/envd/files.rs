@@ -8,9 +8,13 @@ use axum::body::{to_bytes, Body, Bytes};
 use axum::extract::{FromRequest, Multipart, RawQuery, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use sbx_agent_proto::file_metadata::{self, FileMetadata};
 use serde::Deserialize;
 use std::io::Read;
 use std::sync::Arc;
+
+/// Headers carrying a file's metadata, lower-case as `HeaderMap` keeps them.
+const METADATA_HEADER_PREFIX: &str = "x-metadata-";
 
 /// Query of both `/files` routes.
 #[derive(Debug, Default, Deserialize)]
@@ -97,6 +101,7 @@ pub async fn upload(
     let headers = req.headers().clone();
     let q = query(raw.as_deref())?;
     let caller = caller(&envd, &headers, &q, FileOp::Write).await?;
+    let metadata = metadata_of(&headers)?;
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -105,7 +110,7 @@ pub async fn upload(
         let multipart = Multipart::from_request(req, &())
             .await
             .map_err(|e| EnvdError::InvalidArgument(format!("invalid multipart body: {e}")))?;
-        upload_parts(&envd, &caller, q.path.as_deref(), multipart).await?
+        upload_parts(&envd, &caller, q.path.as_deref(), &metadata, multipart).await?
     } else {
         let path = q.path.as_deref().ok_or_else(|| {
             EnvdError::InvalidArgument(
@@ -126,7 +131,10 @@ pub async fn upload(
                 .into())
             }
         };
-        vec![envd.upload(&caller, path, body.into_data_stream()).await?]
+        vec![
+            envd.upload(&caller, path, &metadata, body.into_data_stream())
+                .await?,
+        ]
     };
     let entries: Vec<super::wire::WrittenEntry> = written
         .into_iter()
@@ -134,6 +142,7 @@ pub async fn upload(
             name: path.rsplit('/').next().unwrap_or_default().to_string(),
             kind: "file",
             path,
+            metadata: metadata.clone(),
         })
         .collect();
     Ok((StatusCode::OK, axum::Json(entries)).into_response())
@@ -145,6 +154,7 @@ async fn upload_parts(
     envd: &Envd,
     caller: &Caller,
     query_path: Option<&str>,
+    metadata: &FileMetadata,
     mut multipart: Multipart,
 ) -> Result<Vec<String>, PlainError> {
     let mut written: Vec<String> = Vec::new();
@@ -188,12 +198,31 @@ async fn upload_parts(
             }
         });
         let field = std::pin::pin!(field);
-        written.push(envd.upload(caller, &target, field).await?);
+        written.push(envd.upload(caller, &target, metadata, field).await?);
     }
     if written.is_empty() {
         return Err(EnvdError::InvalidArgument("the multipart body has no file".into()).into());
     }
     Ok(written)
+}
+
+/// The `X-Metadata-<key>` headers (contract §3.5): the same map for every
+/// file of the request; keys are lower-cased (HTTP already does), bad keys
+/// or values are `400`.
+fn metadata_of(headers: &HeaderMap) -> Result<FileMetadata, PlainError> {
+    let mut pairs = Vec::new();
+    for (name, value) in headers {
+        let Some(key) = name.as_str().strip_prefix(METADATA_HEADER_PREFIX) else {
+            continue;
+        };
+        let value = value.to_str().map_err(|_| {
+            EnvdError::InvalidArgument(format!(
+                "invalid metadata value for key {key:?}: printable US-ASCII only"
+            ))
+        })?;
+        pairs.push((key, value));
+    }
+    file_metadata::normalize(pairs).map_err(|e| EnvdError::InvalidArgument(e.to_string()).into())
 }
 
 /// A gzip body, decompressed; refused past `limit` bytes either way.

@@ -6,6 +6,7 @@ use crate::service::envd::fs::FsEvent;
 use crate::service::envd::process::{InputKind, Output, ProcessEnd, ProcessEvent, Selector};
 use base64::Engine;
 use chrono::{DateTime, SecondsFormat, Utc};
+use sbx_agent_proto::file_metadata::FileMetadata;
 use sbx_agent_proto::{FileKind, FileStat, FsChangeKind, ProcessInfo, PtySize};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{json, Map, Value};
@@ -391,6 +392,10 @@ pub fn entry(stat: &FileStat) -> Value {
         "group": stat.group.clone().unwrap_or_else(|| stat.gid.to_string()),
         "modifiedTime": modified,
     });
+    // Proto JSON leaves an empty map out.
+    if !stat.metadata.is_empty() {
+        e["metadata"] = json!(stat.metadata);
+    }
     if stat.kind == FileKind::Symlink {
         e["isSymlink"] = json!(true);
         if let Some(t) = &stat.symlink_target {
@@ -429,6 +434,9 @@ pub struct WrittenEntry {
     pub kind: &'static str,
     /// Absolute path.
     pub path: String,
+    /// The metadata the upload stored on the file (left out when none).
+    #[serde(skip_serializing_if = "FileMetadata::is_empty")]
+    pub metadata: FileMetadata,
 }
 
 #[cfg(test)]

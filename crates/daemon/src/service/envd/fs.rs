@@ -7,7 +7,8 @@ use super::errors::from_agent;
 use super::watchers::Watcher;
 use super::{Caller, Envd, EnvdError, Result};
 use crate::runtime::{AgentConn, StreamItem};
-use crate::service::files::Download;
+use crate::service::files::{Download, UploadOptions};
+use sbx_agent_proto::file_metadata::FileMetadata;
 use sbx_agent_proto::{Event, FileKind, FileStat, FsChangeKind, Reply, Request};
 use tokio::sync::mpsc;
 
@@ -250,23 +251,27 @@ impl Envd {
             .map_err(EnvdError::from)
     }
 
-    /// `POST /files`: writes one file, created (with its parents) as the
-    /// caller's user; answers the resolved path.
-    pub async fn upload<S, E>(&self, caller: &Caller, path: &str, body: S) -> Result<String>
+    /// `POST /files`: writes one file with its metadata, created (with its
+    /// parents) as the caller's user; answers the resolved path.
+    pub async fn upload<S, E>(
+        &self,
+        caller: &Caller,
+        path: &str,
+        metadata: &FileMetadata,
+        body: S,
+    ) -> Result<String>
     where
         S: futures::Stream<Item = std::result::Result<bytes::Bytes, E>> + Unpin,
         E: std::fmt::Display,
     {
         let path = caller.user.resolve(path)?;
+        let options = UploadOptions {
+            mode: None,
+            owner: Some(caller.user.name()),
+            metadata: Some(metadata),
+        };
         self.svc()
-            .upload_as(
-                &caller.workspace,
-                caller.sandbox,
-                &path,
-                None,
-                Some(caller.user.name()),
-                body,
-            )
+            .upload_as(&caller.workspace, caller.sandbox, &path, options, body)
             .await
             .map_err(EnvdError::from)?;
         Ok(path)

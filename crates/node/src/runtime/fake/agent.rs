@@ -201,6 +201,7 @@ fn stat(path: &str, mode: u32, size: u64) -> FileStat {
         group: Some("root".into()),
         symlink_target: None,
         target_kind: None,
+        metadata: Default::default(),
     }
 }
 
