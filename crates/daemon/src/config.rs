@@ -31,8 +31,8 @@ pub struct Config {
     pub default_network: sbx_api_types::NetworkMode,
     /// Private ranges treated as public (tests only: their own netns hosts).
     pub network_test_public: Vec<String>,
-    /// Warm pool size per shape `(vcpu, memory_mb)`; empty: no pool.
-    pub warm_pool: std::collections::BTreeMap<(u32, u32), usize>,
+    /// The warm pool: sized by sbxd (the default) or fixed per shape.
+    pub warm_pool: WarmPool,
     /// Shapes `(vcpu, memory_mb)` fresh sandboxes may have (`--shapes`; default: the whole grid).
     pub shapes: Vec<(u32, u32)>,
     /// What the node may hand out to sandboxes (admission control).
@@ -660,15 +660,40 @@ pub fn parse_shapes(values: &[String]) -> Result<Vec<(u32, u32)>, String> {
         .collect())
 }
 
-/// Parses `--warm-pool` values (`VCPUxMIB=N`, e.g. `1x1024=2`) into sizes per
-/// shape; each shape must be one of `allowed` (`--shapes`).
-pub fn parse_warm_pool(
-    values: &[String],
-    allowed: &[(u32, u32)],
-) -> Result<std::collections::BTreeMap<(u32, u32), usize>, String> {
+/// The warm pool setting (`--warm-pool`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WarmPool {
+    /// Sized by sbxd (the default): one member of the smallest shape the node
+    /// can hold, one more for each shape being created lately.
+    Auto,
+    /// Exactly these sizes per shape `(vcpu, memory_mb)`; empty: no pool.
+    Fixed(std::collections::BTreeMap<(u32, u32), usize>),
+}
+
+impl Default for WarmPool {
+    fn default() -> Self {
+        WarmPool::Fixed(Default::default())
+    }
+}
+
+/// Parses `--warm-pool` values: none or `auto` (sbxd sizes it), `none`/`off`
+/// (no pool), or `VCPUxMIB=N` per shape (e.g. `1x1024=2`), each shape one of
+/// `allowed` (`--shapes`).
+pub fn parse_warm_pool(values: &[String], allowed: &[(u32, u32)]) -> Result<WarmPool, String> {
+    let values: Vec<&str> = values
+        .iter()
+        .map(|v| v.trim())
+        .filter(|v| !v.is_empty())
+        .collect();
+    match values.as_slice() {
+        [] | ["auto"] => return Ok(WarmPool::Auto),
+        ["none"] | ["off"] => return Ok(WarmPool::Fixed(Default::default())),
+        _ => {}
+    }
     let mut pool = std::collections::BTreeMap::new();
-    for value in values.iter().map(|v| v.trim()).filter(|v| !v.is_empty()) {
-        let bad = || format!("--warm-pool {value:?}: expected SHAPE=N, e.g. 1x1024=2");
+    for value in values {
+        let bad =
+            || format!("--warm-pool {value:?}: expected auto, none, or SHAPE=N, e.g. 1x1024=2");
         let (shape, n) = value.split_once('=').ok_or_else(bad)?;
         let (vcpu, mem) = shape.trim().split_once('x').ok_or_else(bad)?;
         let vcpu: u64 = vcpu.trim().parse().map_err(|_| bad())?;
@@ -686,7 +711,7 @@ pub fn parse_warm_pool(
         }
     }
     pool.retain(|_, n| *n > 0);
-    Ok(pool)
+    Ok(WarmPool::Fixed(pool))
 }
 
 #[cfg(test)]
@@ -809,18 +834,27 @@ mod tests {
         let v = |s: &[&str]| {
             parse_warm_pool(&s.iter().map(|s| s.to_string()).collect::<Vec<_>>(), &grid)
         };
-        assert!(v(&[]).unwrap().is_empty());
-        let p = v(&["1x1024=2", "2x2048=1", "4x4096=0"]).unwrap();
+        let fixed = |s: &[&str]| match v(s) {
+            Ok(WarmPool::Fixed(p)) => p.into_iter().collect::<Vec<_>>(),
+            other => panic!("{s:?}: {other:?}"),
+        };
+        assert_eq!(v(&[]).unwrap(), WarmPool::Auto);
+        assert_eq!(v(&[" auto "]).unwrap(), WarmPool::Auto);
+        assert!(fixed(&["none"]).is_empty());
+        assert!(fixed(&["off"]).is_empty());
         assert_eq!(
-            p.into_iter().collect::<Vec<_>>(),
+            fixed(&["1x1024=2", "2x2048=1", "4x4096=0"]),
             vec![((1, 1024), 2), ((2, 2048), 1)]
         );
         for bad in ["1x1024", "1x1000=1", "x=1", "1x1024=-1", "1x1024=65"] {
             assert!(v(&[bad]).is_err(), "{bad}");
         }
         assert!(v(&["1x1024=1", "1x1024=2"]).is_err());
+        // auto and none are whole settings, not shapes.
+        assert!(v(&["auto", "1x1024=1"]).is_err());
+        assert!(v(&["none", "1x1024=1"]).is_err());
         // Every shape of the grid may have a pool, unless --shapes leaves it out.
-        assert_eq!(v(&["2x8192=1", "4x16384=1"]).unwrap().len(), 2);
+        assert_eq!(fixed(&["2x8192=1", "4x16384=1"]).len(), 2);
         let narrowed = parse_warm_pool(&["2x4096=1".to_string()], &[(1, 1024), (2, 2048)]);
         let e = narrowed.unwrap_err();
         assert!(e.contains("use 1/1024 or 2/2048"), "{e}");

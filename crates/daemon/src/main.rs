@@ -106,8 +106,10 @@ struct Args {
     /// TEST ONLY: treat this private CIDR as public (repeatable), for test hosts in network namespaces.
     #[arg(long = "network-test-public-cidr")]
     network_test_public_cidr: Vec<String>,
-    /// Warm pool: SHAPE=N sandboxes booted ahead per shape (repeatable, e.g.
-    /// --warm-pool 1x1024=2; comma-separated in SBX_WARM_POOL). Default: no pool.
+    /// Warm pool: `auto` (the default: sbxd keeps one sandbox of the smallest
+    /// shape booted ahead, more for shapes being created, within a quarter of
+    /// the node's memory), `none`, or SHAPE=N per shape (repeatable, e.g.
+    /// --warm-pool 1x1024=2; comma-separated in SBX_WARM_POOL).
     #[arg(long = "warm-pool", env = "SBX_WARM_POOL", value_delimiter = ',')]
     warm_pool: Vec<String>,
     /// Shapes fresh sandboxes may have, VCPUxMIB (repeatable, e.g. --shapes
@@ -688,6 +690,7 @@ async fn daemon_main(args: Args) -> anyhow::Result<()> {
         .await
         .context("reconciling with the host")?;
     service.refill_pool();
+    tokio::spawn(service.clone().pool_maintenance());
     let renewer = service.clone();
     tokio::spawn(async move {
         // Its own task: a slow sweep must not let this process's claims pass for abandoned.

@@ -323,3 +323,84 @@ async fn warm_create_is_faster_than_cold() {
     );
     assert!(w < c, "warm p50 {w:?} is not faster than cold p50 {c:?}");
 }
+
+/// The default (`--warm-pool auto`): one member of the smallest shape
+/// without any configuration; a create takes it and the pool refills; a
+/// create that does not fit next to the member evicts it instead of being
+/// refused; a miss makes its shape wanted.
+#[tokio::test]
+#[ignore = "needs root, runsc and the image; run ./scripts/test"]
+async fn auto_pool_is_on_by_default_follows_demand_and_gives_way() {
+    // 3 GiB for sandboxes: room for three 1 GiB sandboxes, and a quarter of
+    // it (the auto pool's share) rounds up to one member.
+    let d = Daemon::start(&["--warm-pool", "auto", "--capacity-memory-mb", "3072"]).await;
+    let _leftovers = KillLeftovers::of(&d);
+    let st = wait_pool(&d, "1x1024", 1).await;
+    assert_eq!(st["target"], 1, "{st}");
+    let first = containers(&d);
+    assert_eq!(first.len(), 1, "{first:?}");
+
+    let (status, body) = create(
+        &d,
+        "/v2/sandboxes",
+        json!({"name": "auto-1", "vcpu": 1, "memoryMb": 1024}),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let id1 = body["data"]["id"].as_str().unwrap().to_string();
+    assert!(first.contains(&cid(&id1)), "the first create was not warm");
+    wait_pool(&d, "1x1024", 1).await;
+    let refilled: BTreeSet<String> = containers(&d)
+        .into_iter()
+        .filter(|c| *c != cid(&id1))
+        .collect();
+    assert_eq!(refilled.len(), 1, "{refilled:?}");
+
+    // 1 GiB (auto-1) + 1 GiB (the member) + 2 GiB > 3 GiB: this create fits
+    // only if the member gives way. Its shape had no member: a miss.
+    let (status, body) = create(
+        &d,
+        "/v2/sandboxes",
+        json!({"name": "auto-2", "vcpu": 1, "memoryMb": 2048}),
+    )
+    .await;
+    assert_eq!(status, 201, "the pool member blocked a real create: {body}");
+    assert_eq!(body["data"]["status"], "RUNNING", "{body}");
+    let id2 = body["data"]["id"].as_str().unwrap().to_string();
+    assert!(
+        !refilled.contains(&cid(&id2)),
+        "a 2 GiB create took a 1 GiB member"
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while containers(&d).iter().any(|c| refilled.contains(c)) {
+        assert!(
+            Instant::now() < deadline,
+            "the evicted member was never destroyed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (_, pool) = d.call("GET", "/v1/pool", None).await;
+    let wanted: Vec<(String, u64)> = pool["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["shape"].as_str().unwrap().to_string(),
+                s["target"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert!(
+        wanted.contains(&("1x2048".to_string(), 1)),
+        "the missed shape is not wanted: {pool}"
+    );
+    // The node is full: no member boots until a sandbox ends.
+    let ready: u64 = pool["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["ready"].as_u64().unwrap() + s["starting"].as_u64().unwrap())
+        .sum();
+    assert_eq!(ready, 0, "a member booted on a full node: {pool}");
+}

@@ -191,20 +191,34 @@ impl Service {
         Ok(())
     }
 
-    /// Admits a new sandbox of the shape or answers `Unavailable`.
+    /// Admits a new sandbox of the shape or answers `Unavailable`. Warm
+    /// pool members give way: while the node is full and the pool has ready
+    /// members, they are evicted one by one until the sandbox fits.
     pub(super) async fn admit(self: &Arc<Self>, vcpu: u32, memory_mb: u32) -> Result<Reservation> {
         let share = (u64::from(vcpu) * 1000, u64::from(memory_mb));
         let _order = self.admission.order.lock().await;
-        let used = self.usage().await?;
-        let mut pending = self.admission.lock();
-        self.check_fits(used, *pending, share)?;
-        pending.0 += share.0;
-        pending.1 += share.1;
-        Ok(Reservation {
-            owner: self.clone(),
-            vcpu_milli: share.0,
-            memory_mb: share.1,
-        })
+        loop {
+            let used = self.usage().await?;
+            let mut pending = self.admission.lock();
+            match self.check_fits(used, *pending, share) {
+                Ok(()) => {
+                    pending.0 += share.0;
+                    pending.1 += share.1;
+                    return Ok(Reservation {
+                        owner: self.clone(),
+                        vcpu_milli: share.0,
+                        memory_mb: share.1,
+                    });
+                }
+                Err(ServiceError::Unavailable(why)) => {
+                    drop(pending);
+                    if !self.evict_member() {
+                        return Err(ServiceError::Unavailable(why));
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// Admits a Connect job or build sandbox (no store row): the reservation holds its share
@@ -226,7 +240,15 @@ impl Service {
         }
     }
 
-    /// Whether the warm pool's members (already counted as booting) fit.
+    /// The admission turn: held by a create's admission and by a pool
+    /// refill's reserve-and-check, so that a refill never takes the room a
+    /// create has just made by evicting a member.
+    pub(super) async fn admission_turn(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.admission.order.lock().await
+    }
+
+    /// Whether the warm pool's members (already counted as booting) fit;
+    /// call with the [`Service::admission_turn`] held.
     pub(super) async fn pool_fits(&self) -> Result<()> {
         let used = self.usage().await?;
         let pending = *self.admission.lock();

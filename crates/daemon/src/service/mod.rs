@@ -30,6 +30,7 @@ mod nodes;
 mod pause;
 mod placement;
 mod pool;
+mod pool_sizing;
 pub mod preview;
 mod preview_access;
 mod reconcile;
@@ -161,7 +162,7 @@ impl Service {
             snapshot_store,
             cache_sweep: Mutex::new(None),
             usage: Mutex::new(sbx_node::usage::History::new(usage::USAGE_HISTORY)),
-            pool: pool::Pool::new(config.warm_pool.clone()),
+            pool: pool::Pool::new(&config.warm_pool, &config.shapes, capacity.memory_mb),
             admission: admission::Admission::new(capacity),
             boot_id: Uuid::new_v4(),
             unrecorded: idempotency::Unrecorded::default(),

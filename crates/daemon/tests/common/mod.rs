@@ -226,6 +226,11 @@ impl Daemon {
         if !self.extra_args.iter().any(|a| a == "--connect-sdk-dir") {
             cmd.arg("--connect-sdk-dir").arg(connect_sdk_dir());
         }
+        // No warm pool unless a test asks: an auto pool member in every test
+        // daemon would cost CI a sandbox boot each and change what tests count.
+        if !self.extra_args.iter().any(|a| a == "--warm-pool") {
+            cmd.arg("--warm-pool").arg("none");
+        }
         // The test S3 server's credentials (scripts/lib/s3.sh), for daemons
         // started with --snapshot-store s3://...; unused otherwise.
         for (from, to) in [
