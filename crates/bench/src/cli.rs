@@ -8,6 +8,7 @@ use clap::Parser;
 /// Scenarios in table order.
 pub const SCENARIOS: &[&str] = &[
     "create",
+    "create-first5",
     "exec",
     "destroy",
     "process-start",

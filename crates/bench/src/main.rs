@@ -297,6 +297,10 @@ async fn main() -> Result<()> {
     let interrupted = {
         let b = &mut bench;
         let run = async move {
+            // First: it needs an sbxd whose pool has not been drained by other rows.
+            if b.wants("create-first5") {
+                b.first_creates().await;
+            }
             if b.wants("create") || b.wants("destroy") {
                 b.lifecycle().await;
             }

@@ -135,6 +135,8 @@ pub enum Target {
     MinMbps(f64),
     /// sbx p99 < this many ms (latency rows).
     P99Below(f64),
+    /// sbx p50 < this many ms (latency rows).
+    P50Below(f64),
     /// Mean of the sbx samples ≤ this many MiB (memory rows).
     MeanMibAtMost(f64),
     /// Every one of this many sbx sandboxes answered ([`Side::answered`]).
@@ -224,6 +226,7 @@ impl Row {
             Target::RatioAtMost(f) => format!("sbx p50 ≤ {f}× raw"),
             Target::MinMbps(m) => format!("≥ {m:.0} MB/s"),
             Target::P99Below(ms) => format!("sbx p99 < {ms} ms"),
+            Target::P50Below(ms) => format!("sbx p50 < {ms} ms"),
             Target::MeanMibAtMost(m) => format!("sbx mean ≤ {m} MiB"),
             Target::AllAnswer(n) => format!("{n}/{n} answer"),
         }
@@ -243,6 +246,11 @@ impl Row {
                 None => "—",
             },
             Target::P99Below(max) => match self.sbx.pct(99.0) {
+                Some(ms) if ms < max && self.sbx.failure.is_none() => "yes",
+                Some(_) => "**no**",
+                None => "—",
+            },
+            Target::P50Below(max) => match self.sbx.pct(50.0) {
                 Some(ms) if ms < max && self.sbx.failure.is_none() => "yes",
                 Some(_) => "**no**",
                 None => "—",
