@@ -88,7 +88,7 @@ pub struct Args {
     /// Root filesystem of the image sbxd uses.
     #[arg(long)]
     pub image_rootfs: PathBuf,
-    /// Directory holding `sbx-agent` (bind-mounted at /.sbx/bin).
+    /// Directory holding `sbx-agent` (bind-mounted at /.sbx).
     #[arg(long)]
     pub agent_dir: PathBuf,
     /// runsc binary.

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
-use sbx_agent_proto::AGENT_BINARY_PATH;
+use sbx_agent_proto::{AGENT_BINARY_PATH, AGENT_MOUNT_PATH};
 use sbx_runsc::cleanup::{cgroup_roots, CgroupCleanup, DEFAULT_CGROUP_MOUNT};
 use sbx_runsc::oci::SpecBuilder;
 use sbx_runsc::{
@@ -109,7 +109,7 @@ impl Raw {
         SpecBuilder::new(&self.rootfs)
             .args(args.iter().copied())
             .hostname("sandbox")
-            .bind_mount(&self.agent_dir, "/.sbx/bin", true)
+            .bind_mount(&self.agent_dir, AGENT_MOUNT_PATH, true)
             .memory_limit(self.shape.memory_mb * 1024 * 1024)
             .vcpus(self.shape.vcpu)
             .pids_limit(PIDS_LIMIT)

@@ -94,7 +94,7 @@ pub fn report(b: &Bench, machine: &str, url: &str, started: &str, interrupted: b
     let sbx_vs_raw: Vec<String> = vec![
         "create: sbx = POST /v2/sandboxes {vcpu 1, memoryMb 1024} until RUNNING (201, or 202 then \
          GET every poll interval); it includes sbxd's agent handshake. raw = write the same OCI \
-         bundle (SpecBuilder, agent dir bound at /.sbx/bin, PID 1 `sbx-agent init`) + `runsc run \
+         bundle (SpecBuilder, agent dir bound at /.sbx, PID 1 `sbx-agent init`) + `runsc run \
          --detach` + `runsc state` until running. destroy: DELETE until TERMINATED vs `runsc \
          delete --force`."
             .into(),
