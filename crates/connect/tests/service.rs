@@ -5,7 +5,7 @@ mod common;
 
 use common::harness::*;
 use sbx_connect::api::{
-    OauthCallbackRequest, OauthStartRequest, PageQuery, UpdateConnectionRequest,
+    OauthCallbackRequest, OauthStartRequest, PageQuery, RecordsQuery, UpdateConnectionRequest,
 };
 use sbx_connect::credentials::Credentials;
 use sbx_connect::crypto::CredentialBox;
@@ -137,6 +137,23 @@ async fn build_connection_verify_and_syncs_commit_all_or_nothing() {
         svc.get_checkpoint("ws", &c.id, "items").expect("cp"),
         Some(json!({"page": 2}))
     );
+    // The records filter by primary key: the one record of the key, or none.
+    let by_key = |sync: &str, key: &str| {
+        let q = RecordsQuery {
+            key: Some(key.to_string()),
+            ..RecordsQuery::default()
+        };
+        svc.read_records("ws", &c.id, sync, &q)
+    };
+    let page = by_key("items", "2").expect("key 2");
+    let found: Vec<Value> = page.items.into_iter().map(|r| r.data).collect();
+    assert_eq!(found, vec![json!({"id": 2, "v": "b"})]);
+    assert_eq!(page.next_cursor, None);
+    assert!(by_key("items", "7").expect("key 7").items.is_empty());
+    // Append records have no key: filtering them is refused, not an empty answer.
+    let e = by_key("events", "1").expect_err("append sync");
+    assert_eq!(e.class(), ErrorClass::Invalid);
+    assert!(e.to_string().contains("no primary key"), "{e}");
     let job = fake.jobs().last().cloned().expect("job");
     assert_eq!(job["config"], json!({"pageSize": 50}));
     assert!(

@@ -3,7 +3,7 @@
 
 #![allow(dead_code)]
 
-use sbx_connect::api::{CreateConnectionRequest, PageQuery};
+use sbx_connect::api::{CreateConnectionRequest, RecordsQuery};
 use sbx_connect::credentials::Credentials;
 use sbx_connect::egress::BrokerConfig;
 use sbx_connect::job::JobChannel;
@@ -296,7 +296,7 @@ pub fn bearer_connection(origin: &str, schedule: Option<u64>) -> CreateConnectio
 }
 
 pub fn records(svc: &ConnectService, conn: &str, sync: &str) -> Vec<Value> {
-    svc.read_records("ws", conn, sync, &PageQuery::default())
+    svc.read_records("ws", conn, sync, &RecordsQuery::default())
         .expect("records")
         .items
         .into_iter()
