@@ -244,6 +244,64 @@ async fn build_connection_verify_and_syncs_commit_all_or_nothing() {
 }
 
 #[tokio::test]
+async fn a_running_sync_reports_the_records_received_so_far() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let fake = Fake::new(basic(definition(json!({"type": "bearer"}), json!([]))));
+    let svc = open(dir.path(), fake.clone(), None);
+    built(&svc).await;
+    let c = svc
+        .create_connection("ws", bearer_connection("https://api.example.com", None))
+        .expect("create");
+    // The runner sends three records, then waits for the test before it finishes.
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let held = Arc::clone(&gate);
+    fake.set(Arc::new(move |_: &Value, _| {
+        script(vec![
+            Act::Send(json!({"t": "records", "records": [{"x": 1}, {"x": 2}, {"x": 3}]})),
+            Act::Wait(Arc::clone(&held)),
+            done(Value::Null),
+        ])
+    }));
+    let queued = svc.start_sync("ws", &c.id, "events").expect("start");
+    assert_eq!(queued.records_received, None, "{queued:?}");
+    // Polls the run as the console does until the spooled records show.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let running = loop {
+        let run = svc.get_run("ws", &queued.id).expect("run");
+        if run.records_received == Some(3) {
+            break run;
+        }
+        assert!(std::time::Instant::now() < deadline, "no progress: {run:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    };
+    assert_eq!(
+        (running.status, running.records_committed),
+        (RunStatus::Running, 0)
+    );
+    let listed = svc
+        .list_runs("ws", &c.id, &PageQuery::default())
+        .expect("runs");
+    assert_eq!(listed.items[0].records_received, Some(3));
+    let wire = serde_json::to_value(&running).expect("json");
+    assert_eq!(wire["recordsReceived"], 3, "{wire}");
+    gate.notify_one();
+    let done = loop {
+        let run = svc.get_run("ws", &queued.id).expect("run");
+        if run.status == RunStatus::Succeeded {
+            break run;
+        }
+        assert!(std::time::Instant::now() < deadline, "never ended: {run:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    };
+    // Ended: committed, and no progress counter any more.
+    assert_eq!((done.records_committed, done.records_received), (3, None));
+    assert!(serde_json::to_value(&done)
+        .expect("json")
+        .get("recordsReceived")
+        .is_none());
+}
+
+#[tokio::test]
 async fn platform_failures_retry_in_a_fresh_sandbox_memory_limit_does_not() {
     let dir = tempfile::tempdir().expect("tmp");
     let fake = Fake::new(basic(definition(json!({"type": "bearer"}), json!([]))));

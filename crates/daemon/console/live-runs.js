@@ -1,5 +1,6 @@
 // Live run progress on a connection's page: every sync run (or webhook delivery job)
-// that is queued or running shows its status, time and records committed so far,
+// that is queued or running shows its status, time, the records it has sent so far
+// (recordsReceived, spooled until its one commit) and records committed so far,
 // updated by polling GET /v1/connect/runs/{runId}; when it ends, its result and its
 // recorded log lines replace it. Runs started elsewhere (the CLI, the schedule,
 // another tab) show up too: the connection's runs are listed every few seconds.
@@ -29,7 +30,11 @@ function elapsed(run) {
 
 /** The line of a run that has not ended. */
 function activeLine(run) {
-  const words = [`${run.status}`, elapsed(run), `${run.recordsCommitted.toLocaleString("en-US")} records committed so far`];
+  // Records are committed all at once when the run ends: before that, the records sent
+  // so far (held in the run's spool) are the progress.
+  const received = run.recordsReceived === undefined || run.recordsReceived === null ? null
+    : `${run.recordsReceived.toLocaleString("en-US")} records received`;
+  const words = [`${run.status}`, elapsed(run), received, `${run.recordsCommitted.toLocaleString("en-US")} records committed so far`];
   return h("div", { class: "progress live-run", role: "status", "data-run": run.id, "data-sync": run.sync || "", "data-status": run.status },
     h("span", { class: "spinner", "aria-hidden": "true" }),
     h("span", {}, h("strong", {}, `Run of ${label(run)}`), ` — ${words.filter(Boolean).join(" · ")}`));

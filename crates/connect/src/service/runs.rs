@@ -5,7 +5,9 @@ use super::execute::{JobPlan, JobResult};
 use super::{ConnectService, ServiceError, SyncSlot};
 use crate::api::{LogsPage, Page, PageQuery, RecordsPage, RecordsQuery, RunsPage};
 use crate::job::{JobSpec, SyncTarget};
-use crate::model::{Connection, ConnectionStatus, Definition, JobKind, Run, RunKind, SyncMode};
+use crate::model::{
+    Connection, ConnectionStatus, Definition, JobKind, Run, RunKind, RunStatus, SyncMode,
+};
 use crate::store::{NewRun, StoreError};
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
@@ -330,9 +332,23 @@ impl ConnectService {
         Ok(started)
     }
 
-    /// One run.
+    /// One run; a running one with the records its attempt has sent so far, when it runs
+    /// on this node.
     pub fn get_run(&self, workspace: &str, id: &str) -> Result<Run, ServiceError> {
-        Ok(self.store.get_run(workspace, id)?)
+        let mut run = self.store.get_run(workspace, id)?;
+        self.add_progress(&mut run);
+        Ok(run)
+    }
+
+    /// Sets `records_received` of a running run from this node's progress counters.
+    fn add_progress(&self, run: &mut Run) {
+        if run.status != RunStatus::Running {
+            return;
+        }
+        let progress = self.progress.lock().unwrap_or_else(|p| p.into_inner());
+        run.records_received = progress
+            .get(&run.id)
+            .map(|n| n.load(std::sync::atomic::Ordering::Relaxed));
     }
 
     /// Runs of a connection, newest first.
@@ -344,9 +360,12 @@ impl ConnectService {
     ) -> Result<RunsPage, ServiceError> {
         self.store.get_connection(workspace, connection_id)?;
         let limit = q.limit();
-        let items = self
-            .store
-            .list_runs(workspace, connection_id, q.cursor.as_deref(), limit)?;
+        let mut items =
+            self.store
+                .list_runs(workspace, connection_id, q.cursor.as_deref(), limit)?;
+        for run in &mut items {
+            self.add_progress(run);
+        }
         Ok(page(items, limit, |r| r.id.clone()))
     }
 

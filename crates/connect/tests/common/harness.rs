@@ -34,6 +34,8 @@ pub enum Act {
     Recv,
     /// Drop the channel (the runner died).
     Close,
+    /// Wait until the test lets the runner go on (a run held mid-way).
+    Wait(Arc<tokio::sync::Notify>),
 }
 
 #[derive(Clone)]
@@ -142,6 +144,7 @@ impl JobSandboxes for Fake {
                         closed = true;
                         break;
                     }
+                    Act::Wait(gate) => gate.notified().await,
                 }
             }
             if !closed {
