@@ -92,7 +92,8 @@ export async function editConnectionPage(el, signal, id) {
         const left = [...rest, ...unplaced].filter(Boolean);
         // Everything the fields show, plus what no field can.
         replace(status, fields.size && left.length === 0
-          ? h("p", { class: "error-text", role: "status" }, `Not saved: ${err.code} — see the fields marked above.`)
+          ? h("p", { class: "error-text", role: "status" }, `Not saved: ${err.code} — see the fields marked above.`,
+            err.requestId ? h("span", { class: "rid" }, " (request id ", h("code", {}, err.requestId), ")") : null)
           : errorView({ ...err, code: err.code, message: left.join("; ") || err.message, requestId: err.requestId }));
       } else {
         replace(status, errorView(err));
