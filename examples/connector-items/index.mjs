@@ -179,16 +179,18 @@ export default defineConnector({
     },
 
     // No network: config.generateCount small records in batches of 1,000
-    // (the end-to-end records/s benchmark and the console's Run now test).
+    // (the end-to-end records/s benchmark and the console's Run now test),
+    // then a checkpoint counting the runs (the console's checkpoint view).
     generate: {
       mode: "append",
-      async *run(ctx) {
+      async *run(ctx, checkpoint) {
         const total = ctx.config.generateCount;
         for (let start = 0; start < total; start += 1000) {
           const n = Math.min(1000, total - start);
           yield { records: Array.from({ length: n }, (_, i) => ({ id: start + i, v: "x" })) };
         }
         await ctx.log.info(`generated ${total} records`);
+        yield { checkpoint: { runs: (checkpoint?.runs ?? 0) + 1, generated: total } };
       },
     },
   },

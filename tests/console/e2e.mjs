@@ -1,15 +1,19 @@
 // End-to-end test of the sbx web console in headless Debian Chromium.
 //
-//   node e2e.mjs <baseUrl> <key> <screenshotDir> [<connector-items.tgz> [<oauth-package.tgz>]]
+//   node e2e.mjs <baseUrl> <key> <screenshotDir> [<connector-items.tgz> [<oauth-package.tgz> [<connector-webhooks.tgz>]]]
 //   node e2e.mjs <baseUrl> --dev <screenshotDir>     (sbxd --dev: no sign-in, no screenshots)
 //
 // Signs in (after a wrong key), checks the cookie and CSRF protection, creates a
 // sandbox, uses its terminal (resize, reattach after a reload), follows a process, uploads and downloads a file,
 // snapshots and clones, pauses and resumes, destroys; with the tarball of
 // examples/connector-items, the Connect pages too: upload, build, create a
-// connection, Run now, the run and its logs, Test connection, delete; with an
-// OAuth2 package as well: "Reauthorization required" and Reconnect. Writes a
-// screenshot of each page.
+// connection, Run now with live progress, the run and its logs, the records
+// browser (page 2, a record as JSON, the checkpoint), editing the config (a bad
+// value refused next to its field, then a good one used by the next run), Test
+// connection, delete; with an OAuth2 package as well: "Reauthorization required"
+// and Reconnect (from the list and the edit form); with examples/connector-webhooks:
+// a delivery in the Deliveries tab, its records filtered by key, schedule and
+// credential rotation. Writes a screenshot of each page.
 // Prints "ok   <step>" per step and "N passed, M failed" at the end; exits 1 on failure.
 
 import { chromium } from "playwright-core";
@@ -18,7 +22,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
-const [base, key, shots, tarball, oauthTarball] = process.argv.slice(2);
+const [base, key, shots, tarball, oauthTarball, webhooksTarball] = process.argv.slice(2);
 if (!base || !key || !shots) {
   console.error("usage: node e2e.mjs <baseUrl> <key> <screenshotDir>");
   process.exit(2);
@@ -73,6 +77,8 @@ function assert(cond, msg) {
   if (!cond) throw new Error(`assertion failed: ${msg}`);
 }
 const shot = (name) => page.screenshot({ path: join(shots, `${name}.png`) });
+/** A screenshot of the whole page (long forms and tables). */
+const fullShot = (name) => page.screenshot({ path: join(shots, `${name}.png`), fullPage: true });
 /** A fetch from inside the page (same origin, the session cookie). */
 const pageFetch = (path, init) =>
   page.evaluate(async ([p, i]) => {
@@ -117,6 +123,33 @@ function bearer(k) {
   const [prefix, rest] = m ? [m[1], m[2]] : ["", k];
   const raw = /^([0-9a-f]{2})+$/i.test(rest) ? Buffer.from(rest, "hex") : Buffer.from(rest);
   return prefix + createHash("sha256").update(raw).digest("hex");
+}
+/** The session's CSRF token (null in dev mode). */
+const csrfToken = () => page.evaluate(async () => (await (await fetch("/console/session")).json()).data.csrfToken);
+/**
+ * Run now on a sync of the open connection page: its live progress line, then the
+ * result with `records` committed and the run's logs under it (no reload).
+ */
+async function runNow(sync, records, progressShot) {
+  const url = page.url();
+  const item = page.locator(`ul.syncs li[data-sync="${sync}"]`);
+  const live = page.locator(`.live-run[data-sync="${sync}"]`);
+  // The text of the live line as soon as it shows (a short run may end a second later).
+  const seen = page.waitForFunction((s) => {
+    const el = document.querySelector(`.live-run[data-sync="${s}"]`);
+    return el ? el.textContent : false;
+  }, sync, { timeout: 30_000, polling: 50 }).then(async (handle) => {
+    if (progressShot) await shot(progressShot);
+    return handle.jsonValue();
+  });
+  await item.getByRole("button", { name: `Run now ${sync}`, exact: true }).click();
+  const text = await seen;
+  assert(/(queued|running)/.test(text) && /records committed so far/.test(text), `live line: ${text}`);
+  const ended = page.locator(`.run-ended[data-sync="${sync}"]`);
+  await ended.locator(".ok", { hasText: `Run of ${sync} succeeded: ${records} records committed` }).waitFor({ timeout: 240_000 });
+  await ended.getByRole("region", { name: /^Logs of run / }).locator("td", { hasText: `generated ${records} records` }).waitFor();
+  await live.waitFor({ state: "detached" });
+  assert(page.url() === url, `the page changed: ${page.url()}`);
 }
 /** Best effort: a screenshot of a progress line if it shows up in time. */
 const shotIfShown = (selector, name) =>
@@ -500,12 +533,8 @@ if (tarball) {
     assert((await page.locator(".facts").textContent()).includes('"generateCount":2500'), "the config is saved");
   });
 
-  await step("Run now on the generate sync: progress, then 2500 records committed", async () => {
-    const sync = page.locator('ul.syncs li[data-sync="generate"]');
-    const progress = shotIfShown(".connection-progress .progress", "connection-run-progress");
-    await sync.getByRole("button", { name: "Run now generate", exact: true }).click();
-    await progress;
-    await page.locator(".connection-progress .ok", { hasText: "Run of generate succeeded" }).waitFor({ timeout: 240_000 });
+  await step("Run now on the generate sync: live progress, then 2500 records committed and the run's logs", async () => {
+    await runNow("generate", 2500, "connection-run-progress");
     const row = page.locator('table[aria-label=Runs] tr[data-sync="generate"]').first();
     await row.locator(".badge", { hasText: "succeeded" }).waitFor();
     const text = await row.textContent();
@@ -522,6 +551,73 @@ if (tarball) {
     await page.getByLabel("Run", { exact: true }).selectOption("");
     await page.waitForURL(/\/logs$/);
     await page.locator("table[aria-label=Logs]", { hasText: "generated 2500 records" }).waitFor();
+  });
+
+  await step("Records: page 2 of the generate sync, a record as JSON, the last checkpoint", async () => {
+    await page.getByRole("link", { name: "Records", exact: true }).click();
+    await page.getByLabel("Sync", { exact: true }).selectOption("generate");
+    await page.waitForURL(/\/records\/generate$/);
+    const table = page.locator("table[aria-label=Records]");
+    await table.locator('tr[data-n="1"]').waitFor();
+    assert(await table.locator("tbody tr").count() === 20, "20 records a page");
+    assert(await page.getByLabel("Primary key", { exact: true }).isDisabled(), "an append sync has no key to filter on");
+    await page.getByRole("button", { name: "Next page", exact: true }).click();
+    await page.locator(".page-label", { hasText: "Page 2 · records 21–40" }).waitFor();
+    const first = await table.locator('tr[data-n="21"]').textContent();
+    assert(first.includes('"id":20'), `page 2 starts at id 20: ${first}`);
+    await page.getByRole("button", { name: "View record 21 as JSON", exact: true }).click();
+    const json = await page.getByRole("region", { name: "Record JSON" }).locator("pre").textContent();
+    assert(JSON.parse(json).id === 20, `record JSON: ${json}`);
+    const cp = JSON.parse(await page.getByRole("region", { name: "Last committed checkpoint" }).locator("pre").textContent());
+    assert(cp.runs === 1 && cp.generated === 2500, `checkpoint: ${JSON.stringify(cp)}`);
+    await page.getByRole("button", { name: "Previous page", exact: true }).click();
+    await page.locator(".page-label", { hasText: "Page 1 · records 1–20" }).waitFor();
+    await page.getByRole("button", { name: "Next page", exact: true }).click();
+    await page.locator(".page-label", { hasText: "Page 2" }).waitFor();
+    await page.getByRole("button", { name: "View record 21 as JSON", exact: true }).click();
+    assert((await unlabelled()).length === 0, `unlabelled controls: ${await unlabelled()}`);
+    await fullShot("connection-records");
+  });
+
+  await step("Edit: a bad config value is refused next to its field, nothing changes", async () => {
+    await page.getByRole("link", { name: "Edit", exact: true }).click();
+    await page.getByRole("heading", { name: "Edit items-e2e" }).waitFor();
+    const count = page.getByLabel("generateCount");
+    assert(await count.inputValue() === "2500", `the stored config is shown: ${await count.inputValue()}`);
+    assert(await page.getByLabel("pageSize").inputValue() === "100", "defaults the server applied are shown");
+    assert((await unlabelled()).length === 0, `unlabelled controls: ${await unlabelled()}`);
+    await count.fill("0");
+    await page.getByRole("button", { name: "Save changes", exact: true }).click();
+    const error = page.locator(`#${await count.getAttribute("id")}-error`);
+    await error.waitFor();
+    assert((await error.textContent()).includes("must be >= 1"), `field error: ${await error.textContent()}`);
+    assert(await count.getAttribute("aria-invalid") === "true", "the field is marked invalid");
+    assert((await count.getAttribute("aria-describedby")).includes(`${await count.getAttribute("id")}-error`), "the error describes the field");
+    assert(page.url().endsWith("/edit"), "the form stays");
+    await fullShot("connection-edit-error");
+    const saved = await page.evaluate(async (id) => (await (await fetch(`/v1/connect/connections/${id}`)).json()).data, connectionId);
+    assert(saved.config.generateCount === 2500, `a refused edit changed the config: ${JSON.stringify(saved.config)}`);
+  });
+
+  await step("Edit: a new item count is saved and used by the next run (1200 records)", async () => {
+    const count = page.getByLabel("generateCount");
+    await count.fill("1200");
+    await page.getByRole("button", { name: "Save changes", exact: true }).click();
+    await page.getByRole("heading", { name: "items-e2e" }).waitFor();
+    await page.locator(".facts", { hasText: '"generateCount":1200' }).waitFor();
+    await runNow("generate", 1200);
+    await page.getByRole("link", { name: "Records", exact: true }).click();
+    await page.getByLabel("Sync", { exact: true }).selectOption("generate");
+    await page.waitForURL(/\/records\/generate$/);
+    const cp = page.getByRole("region", { name: "Last committed checkpoint" }).locator("pre");
+    await cp.waitFor();
+    const checkpoint = JSON.parse(await cp.textContent());
+    assert(checkpoint.runs === 2 && checkpoint.generated === 1200, `checkpoint: ${JSON.stringify(checkpoint)}`);
+    await page.getByRole("link", { name: "Runs", exact: true }).click();
+    const rows = page.locator('table[aria-label=Runs] tr[data-sync="generate"]');
+    await rows.nth(1).waitFor();
+    const counts = [await rows.nth(0).textContent(), await rows.nth(1).textContent()];
+    assert(/1,?200/.test(counts[0]) && /2,?500/.test(counts[1]), `runs: ${counts}`);
   });
 
   await step("Test connection: the failed verify shows its category, no message", async () => {
@@ -556,12 +652,20 @@ if (tarball) {
       await page.getByRole("button", { name: "Create connection", exact: true }).click();
       await page.getByRole("heading", { name: "oauth-e2e" }).waitFor();
       await page.locator(".title-row .badge", { hasText: "Reauthorization required" }).waitFor();
+      // The edit form says so too, offers Reconnect, and no status to pick.
+      await page.getByRole("link", { name: "Edit", exact: true }).click();
+      await page.getByRole("heading", { name: "Edit oauth-e2e" }).waitFor();
+      await page.locator(".reauth", { hasText: "Reauthorization required" }).waitFor();
+      assert(await page.getByLabel("Status").count() === 0, "no status select while reauthorization is required");
+      await page.route("https://auth.example.invalid/**", (r) => r.fulfill({ status: 200, contentType: "text/plain", body: "the provider" }));
+      await page.locator(".reauth").getByRole("button", { name: "Reconnect", exact: true }).click();
+      await page.waitForURL(/^https:\/\/auth\.example\.invalid\/authorize\?/);
+      assert(new URL(page.url()).searchParams.get("client_id") === "client-e2e", `authorize URL: ${page.url()}`);
+      await page.goto(`${base}/#/connections`);
       await mainNav().getByRole("link", { name: "Connections", exact: true }).click();
       await page.locator("table[aria-label=Connections] tr", { hasText: "oauth-e2e" }).locator(".badge", { hasText: "Reauthorization required" }).waitFor();
       await page.locator(`tr[data-id="${connectionId}"] .badge`, { hasText: "Active" }).waitFor();
       await shot("connections");
-      // The provider does not exist: answer its authorize page here.
-      await page.route("https://auth.example.invalid/**", (r) => r.fulfill({ status: 200, contentType: "text/plain", body: "the provider" }));
       await page.getByRole("button", { name: "Reconnect oauth-e2e", exact: true }).click();
       await page.waitForURL(/^https:\/\/auth\.example\.invalid\/authorize\?/);
       const url = new URL(page.url());
@@ -577,6 +681,86 @@ if (tarball) {
       assert(/connect_oauth_\w+/.test(text) && /request id [0-9a-f-]{36}/.test(text), `alert: ${text}`);
       assert(!page.url().includes("code="), `the code stays in the URL: ${page.url()}`);
       await page.getByRole("heading", { name: "Connections" }).waitFor();
+    });
+  }
+
+  if (webhooksTarball) {
+    let hooksId = "";
+    await step("webhooks: a delivery shows in the Deliveries tab and its records filter by key", async () => {
+      await mainNav().getByRole("link", { name: "Packages", exact: true }).click();
+      await page.getByLabel("Package tarball (.tgz)").setInputFiles(webhooksTarball);
+      await page.getByRole("button", { name: "Upload", exact: true }).click();
+      await page.getByRole("heading", { name: "connector-webhooks 1.0.0" }).waitFor();
+      await page.getByRole("button", { name: "Start build", exact: true }).click();
+      await page.getByText("Build succeeded").waitFor({ timeout: 300_000 });
+      await mainNav().getByRole("link", { name: "Connections", exact: true }).click();
+      await page.getByRole("link", { name: "New connection", exact: true }).click();
+      await page.getByLabel("Package version").selectOption({ label: "connector-webhooks 1.0.0" });
+      await page.getByLabel("Connection name").fill("hooks-e2e");
+      await page.getByLabel("Origin").fill("https://example.invalid");
+      await page.getByLabel("API key").fill("k-hooks-original");
+      await page.getByRole("button", { name: "Create connection", exact: true }).click();
+      await page.getByRole("heading", { name: "hooks-e2e" }).waitFor();
+      hooksId = decodeURIComponent(page.url().split("/").pop());
+      // The delivery URLs come from the API (or sbx connect webhooks); a sender posts to them.
+      const setup = await page.evaluate(async ([id, csrf]) => {
+        const r = await fetch(`/v1/connect/connections/${id}/webhooks`, {
+          method: "POST",
+          headers: { "content-type": "application/json", ...(csrf ? { "x-csrf-token": csrf } : {}) },
+          body: JSON.stringify({ signature: { scheme: "none", idHeader: "X-Delivery" } }),
+        });
+        return { status: r.status, body: await r.json() };
+      }, [hooksId, await csrfToken()]);
+      assert(setup.status === 200, `webhooks setup: ${JSON.stringify(setup)}`);
+      const events = setup.body.data.webhooks.find((w) => w.name === "events").path;
+      const delivery = { events: Array.from({ length: 30 }, (_, i) => ({ id: i + 1, n: `event ${i + 1}` })) };
+      const sent = await fetch(`${base}${events}`, {
+        method: "POST",
+        headers: { "content-type": "application/json", "x-delivery": "evt-e2e-1" },
+        body: JSON.stringify(delivery),
+      });
+      assert(sent.status === 202, `delivery: ${sent.status} ${await sent.text()}`);
+      await page.getByRole("link", { name: "Deliveries", exact: true }).click();
+      const row = page.locator('table[aria-label=Deliveries] tr[data-delivery="evt-e2e-1"]');
+      await row.locator(".badge", { hasText: "committed" }).waitFor({ timeout: 240_000 });
+      assert((await row.textContent()).includes("30"), `deliveries row: ${await row.textContent()}`);
+      await shot("connection-deliveries");
+
+      await page.getByRole("link", { name: "Records", exact: true }).click();
+      await page.getByLabel("Sync", { exact: true }).selectOption("events");
+      await page.waitForURL(/\/records\/events$/);
+      const table = page.locator("table[aria-label=Records]");
+      await table.locator('tr[data-n="20"]').waitFor();
+      await page.getByText("Webhooks commit no checkpoint.").waitFor();
+      await page.getByLabel("Primary key", { exact: true }).fill("7");
+      await page.getByRole("button", { name: "Find", exact: true }).click();
+      await page.locator(".page-label", { hasText: "Filtered by key 7" }).waitFor();
+      assert(await table.locator("tbody tr").count() === 1, "one record has key 7");
+      await page.getByRole("button", { name: "View record 1 as JSON", exact: true }).click();
+      const json = JSON.parse(await page.getByRole("region", { name: "Record JSON" }).locator("pre").textContent());
+      assert(json.id === 7 && json.n === "event 7" && json.deliveryId === "evt-e2e-1", `record: ${JSON.stringify(json)}`);
+      await fullShot("connection-records-key");
+      await page.getByLabel("Primary key", { exact: true }).fill("99");
+      await page.getByRole("button", { name: "Find", exact: true }).click();
+      await page.getByText("No committed record has the key 99.").waitFor();
+    });
+
+    await step("Edit: schedule and credential rotation; secrets are never shown", async () => {
+      await page.getByRole("link", { name: "Edit", exact: true }).click();
+      await page.getByRole("heading", { name: "Edit hooks-e2e" }).waitFor();
+      assert(!(await page.content()).includes("k-hooks-original"), "the stored API key is on the page");
+      await page.getByLabel("Schedule").selectOption({ label: "Every day" });
+      await page.getByLabel("Replace the credentials").check();
+      await page.getByLabel("API key").fill("k-hooks-rotated");
+      assert((await unlabelled()).length === 0, `unlabelled controls: ${await unlabelled()}`);
+      await fullShot("connection-edit");
+      await page.getByRole("button", { name: "Save changes", exact: true }).click();
+      await page.getByRole("heading", { name: "hooks-e2e" }).waitFor();
+      await page.locator(".facts", { hasText: "Every day" }).waitFor();
+      const got = await page.evaluate(async (id) => (await fetch(`/v1/connect/connections/${id}`)).text(), hooksId);
+      const conn = JSON.parse(got).data;
+      assert(conn.scheduleIntervalSeconds === 86400 && conn.status === "active", `connection: ${got}`);
+      assert(!got.includes("k-hooks"), `a secret in the answer: ${got}`);
     });
   }
 
@@ -597,7 +781,7 @@ if (tarball) {
 
   await step("delete the connections", async () => {
     await mainNav().getByRole("link", { name: "Connections", exact: true }).click();
-    for (const name of oauthTarball ? ["items-e2e", "oauth-e2e"] : ["items-e2e"]) {
+    for (const name of ["items-e2e", oauthTarball && "oauth-e2e", webhooksTarball && "hooks-e2e"].filter(Boolean)) {
       await page.getByRole("link", { name, exact: true }).click();
       await page.getByRole("heading", { name }).waitFor();
       await page.getByRole("button", { name: "Delete", exact: true }).click();
@@ -617,9 +801,9 @@ await step("sign out deletes the session", async () => {
 
 await step("no script errors in the page", async () => {
   // A failed request logs a console error by design (the 401/403/404 probes above,
-  // the 409 of deleting a mounted volume, and the 502 of the OAuth callback whose
-  // provider does not exist).
-  const unexpected = consoleErrors.filter((e) => !/status of (401|403|404|409|502)/.test(e));
+  // the 409 of deleting a mounted volume, the 422 of the refused config edit, and the
+  // 502 of the OAuth callback whose provider does not exist).
+  const unexpected = consoleErrors.filter((e) => !/status of (401|403|404|409|422|502)/.test(e));
   assert(unexpected.length === 0, unexpected.join("\n"));
 });
 

@@ -101,6 +101,33 @@ impl Api {
         Self::decode(&Method::POST, path, resp).await
     }
 
+    /// POSTs a body with extra headers and no error mapping: (status, elapsed). For
+    /// senders that are not API callers (webhook deliveries).
+    pub async fn post_raw(
+        &self,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Bytes,
+    ) -> Result<(StatusCode, Duration)> {
+        let mut req = self.http.post(self.url(path)).body(body);
+        for (name, value) in headers {
+            req = req.header(*name, *value);
+        }
+        let started = Instant::now();
+        let resp = req.send().await.with_context(|| format!("POST {path}"))?;
+        let status = resp.status();
+        // The answer is complete (and the delivery durable) once its body is read.
+        let text = resp.bytes().await.with_context(|| format!("POST {path}"))?;
+        let took = started.elapsed();
+        if !status.is_success() {
+            bail!(
+                "POST {path}: HTTP {status}: {}",
+                String::from_utf8_lossy(&text[..text.len().min(300)])
+            );
+        }
+        Ok((status, took))
+    }
+
     async fn decode(method: &Method, path: &str, resp: reqwest::Response) -> Result<Resp> {
         let status = resp.status();
         let bytes = resp

@@ -31,6 +31,7 @@ pub const SCENARIOS: &[&str] = &[
     "density-metrics",
     "sbxd-cpu",
     "connect-job",
+    "webhook-deliveries",
     "store-create",
     "store-create-path",
     "store-exec",

@@ -21,21 +21,21 @@ const TARGET_RECORDS_PER_SEC: f64 = 50_000.0;
 /// Longest build or run the bench waits for.
 const WAIT: Duration = Duration::from_secs(600);
 
-/// The example package in this repository.
-fn package_dir() -> PathBuf {
-    let here = Path::new("examples").join(PACKAGE);
+/// An example package in this repository.
+fn package_dir(package: &str) -> PathBuf {
+    let here = Path::new("examples").join(package);
     if here.is_dir() {
         return here;
     }
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../examples")
-        .join(PACKAGE)
+        .join(package)
 }
 
-/// The package as a gzip tarball, with a version of its own so that every
+/// An example package as a gzip tarball, with a version of its own so that every
 /// bench run uploads and builds a new immutable version.
-async fn tarball(version: &str) -> Result<Bytes> {
-    let src = package_dir();
+pub(crate) async fn tarball(package: &str, version: &str) -> Result<Bytes> {
+    let src = package_dir(package);
     let tmp = tempfile::tempdir()?;
     for entry in std::fs::read_dir(&src).with_context(|| format!("reading {}", src.display()))? {
         let entry = entry?;
@@ -103,7 +103,7 @@ impl Bench {
             .post_bytes(
                 "/v1/connect/packages",
                 "application/gzip",
-                tarball(&version).await?,
+                tarball(PACKAGE, &version).await?,
             )
             .await?;
         if !up.status.is_success() {
@@ -215,7 +215,7 @@ impl Bench {
     }
 
     /// Polls `path` until `data.status` is one of `ends`; returns `data`.
-    async fn wait_for(&self, path: &str, ends: &[&str]) -> Result<Value> {
+    pub(crate) async fn wait_for(&self, path: &str, ends: &[&str]) -> Result<Value> {
         let deadline = Instant::now() + WAIT;
         loop {
             let got = self.api.call(Method::GET, path, None).await?.body["data"].clone();

@@ -27,6 +27,7 @@ mod store;
 mod store_path;
 mod sys;
 mod warm;
+mod webhooks;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -321,6 +322,9 @@ async fn main() -> Result<()> {
             }
             if b.wants("connect-job") {
                 b.connect().await;
+            }
+            if b.wants("webhook-deliveries") {
+                b.webhooks().await;
             }
             if store::SCENARIOS.iter().any(|s| b.wants(s)) {
                 b.store().await;

@@ -154,6 +154,32 @@ impl PageQuery {
     }
 }
 
+/// The records read query: a page, optionally only the record of one primary key.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RecordsQuery {
+    /// Cursor from the previous page's `x-next-cursor`.
+    #[serde(default)]
+    pub cursor: Option<String>,
+    /// Page size (default 100, at most 1000).
+    #[serde(default)]
+    pub limit: Option<u32>,
+    /// Only the record with this primary key (merge syncs and webhooks): the key field's
+    /// value as text, or the JSON array of the values of a composite key.
+    #[serde(default)]
+    pub key: Option<String>,
+}
+
+impl RecordsQuery {
+    /// The paging part.
+    pub fn page(&self) -> PageQuery {
+        PageQuery {
+            cursor: self.cursor.clone(),
+            limit: self.limit,
+        }
+    }
+}
+
 /// One page of a list.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

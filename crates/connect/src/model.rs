@@ -518,6 +518,10 @@ pub struct Run {
     pub finished_at: Option<String>,
     /// Records committed (sync runs).
     pub records_committed: u64,
+    /// Records the running attempt has sent so far, held in its spool until the commit
+    /// (running sync and webhook runs, answered by the node running them; absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub records_received: Option<u64>,
     /// Failure category.
     pub failure_category: Option<FailureCategory>,
     /// Short machine word for the failure (`threw`, `bad_batch`, `max_batches`, ...), never a message.

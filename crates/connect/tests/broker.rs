@@ -491,6 +491,7 @@ async fn job_fetches_are_answered_concurrently() {
         logs: Arc::new(NoLogs),
         max_log_message_bytes: 4096,
         max_log_bytes_per_run: 1 << 20,
+        received: Arc::default(),
     };
     // The timeout only turns a hang (serialized fetches) into a failure; it does not order anything.
     let out = tokio::time::timeout(Duration::from_secs(30), drive(host, spec, &env))

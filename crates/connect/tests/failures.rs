@@ -4,7 +4,7 @@
 mod common;
 
 use common::harness::*;
-use sbx_connect::api::PageQuery;
+use sbx_connect::api::{PageQuery, RecordsQuery};
 use sbx_connect::limits::Limits;
 use sbx_connect::model::{BuildStatus, FailureCategory, RunStatus};
 use sbx_connect::sandbox::SandboxEnd;
@@ -31,7 +31,7 @@ async fn unknown_sync_names_are_not_found_on_every_route() {
         .create_connection("ws", bearer_connection("https://api.example.com", None))
         .expect("create");
     let e = svc
-        .read_records("ws", &c.id, "nosuch", &PageQuery::default())
+        .read_records("ws", &c.id, "nosuch", &RecordsQuery::default())
         .expect_err("records of an unknown sync");
     assert_eq!(e.class(), ErrorClass::NotFound);
     assert_eq!(e.to_string(), "sync not found");
@@ -243,7 +243,7 @@ async fn stored_records_come_back_with_sorted_keys_and_records_committed_counts_
     let run = svc.run_sync("ws", &c.id, "items").await.expect("run");
     assert_eq!(run.records_committed, 2);
     let page = svc
-        .read_records("ws", &c.id, "items", &PageQuery::default())
+        .read_records("ws", &c.id, "items", &RecordsQuery::default())
         .expect("records");
     let texts: Vec<String> = page.items.iter().map(|r| r.data.to_string()).collect();
     assert_eq!(texts, vec![r#"{"id":1,"z":2}"#]);
@@ -255,7 +255,7 @@ async fn stored_records_come_back_with_sorted_keys_and_records_committed_counts_
     }));
     svc.run_sync("ws", &c.id, "events").await.expect("run");
     let page = svc
-        .read_records("ws", &c.id, "events", &PageQuery::default())
+        .read_records("ws", &c.id, "events", &RecordsQuery::default())
         .expect("records");
     assert_eq!(
         page.items[0].data.to_string(),

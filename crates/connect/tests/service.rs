@@ -5,7 +5,7 @@ mod common;
 
 use common::harness::*;
 use sbx_connect::api::{
-    OauthCallbackRequest, OauthStartRequest, PageQuery, UpdateConnectionRequest,
+    OauthCallbackRequest, OauthStartRequest, PageQuery, RecordsQuery, UpdateConnectionRequest,
 };
 use sbx_connect::credentials::Credentials;
 use sbx_connect::crypto::CredentialBox;
@@ -137,6 +137,23 @@ async fn build_connection_verify_and_syncs_commit_all_or_nothing() {
         svc.get_checkpoint("ws", &c.id, "items").expect("cp"),
         Some(json!({"page": 2}))
     );
+    // The records filter by primary key: the one record of the key, or none.
+    let by_key = |sync: &str, key: &str| {
+        let q = RecordsQuery {
+            key: Some(key.to_string()),
+            ..RecordsQuery::default()
+        };
+        svc.read_records("ws", &c.id, sync, &q)
+    };
+    let page = by_key("items", "2").expect("key 2");
+    let found: Vec<Value> = page.items.into_iter().map(|r| r.data).collect();
+    assert_eq!(found, vec![json!({"id": 2, "v": "b"})]);
+    assert_eq!(page.next_cursor, None);
+    assert!(by_key("items", "7").expect("key 7").items.is_empty());
+    // Append records have no key: filtering them is refused, not an empty answer.
+    let e = by_key("events", "1").expect_err("append sync");
+    assert_eq!(e.class(), ErrorClass::Invalid);
+    assert!(e.to_string().contains("no primary key"), "{e}");
     let job = fake.jobs().last().cloned().expect("job");
     assert_eq!(job["config"], json!({"pageSize": 50}));
     assert!(
@@ -224,6 +241,64 @@ async fn build_connection_verify_and_syncs_commit_all_or_nothing() {
         )
         .expect("runs");
     assert_eq!(rest.items.len(), 3, "5 runs in all (verify + 4 syncs)");
+}
+
+#[tokio::test]
+async fn a_running_sync_reports_the_records_received_so_far() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let fake = Fake::new(basic(definition(json!({"type": "bearer"}), json!([]))));
+    let svc = open(dir.path(), fake.clone(), None);
+    built(&svc).await;
+    let c = svc
+        .create_connection("ws", bearer_connection("https://api.example.com", None))
+        .expect("create");
+    // The runner sends three records, then waits for the test before it finishes.
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let held = Arc::clone(&gate);
+    fake.set(Arc::new(move |_: &Value, _| {
+        script(vec![
+            Act::Send(json!({"t": "records", "records": [{"x": 1}, {"x": 2}, {"x": 3}]})),
+            Act::Wait(Arc::clone(&held)),
+            done(Value::Null),
+        ])
+    }));
+    let queued = svc.start_sync("ws", &c.id, "events").expect("start");
+    assert_eq!(queued.records_received, None, "{queued:?}");
+    // Polls the run as the console does until the spooled records show.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let running = loop {
+        let run = svc.get_run("ws", &queued.id).expect("run");
+        if run.records_received == Some(3) {
+            break run;
+        }
+        assert!(std::time::Instant::now() < deadline, "no progress: {run:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    };
+    assert_eq!(
+        (running.status, running.records_committed),
+        (RunStatus::Running, 0)
+    );
+    let listed = svc
+        .list_runs("ws", &c.id, &PageQuery::default())
+        .expect("runs");
+    assert_eq!(listed.items[0].records_received, Some(3));
+    let wire = serde_json::to_value(&running).expect("json");
+    assert_eq!(wire["recordsReceived"], 3, "{wire}");
+    gate.notify_one();
+    let done = loop {
+        let run = svc.get_run("ws", &queued.id).expect("run");
+        if run.status == RunStatus::Succeeded {
+            break run;
+        }
+        assert!(std::time::Instant::now() < deadline, "never ended: {run:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    };
+    // Ended: committed, and no progress counter any more.
+    assert_eq!((done.records_committed, done.records_received), (3, None));
+    assert!(serde_json::to_value(&done)
+        .expect("json")
+        .get("recordsReceived")
+        .is_none());
 }
 
 #[tokio::test]

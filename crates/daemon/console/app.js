@@ -5,9 +5,9 @@
 import { ApiError, call, get, setCsrf } from "./api.js";
 import { alertError, clearAlerts, errorView, field, h, replace } from "./dom.js";
 import { createPage, sandboxesPage, snapshotsPage } from "./list.js";
-import {
-  connectionPage, connectionsPage, finishOauth, newConnectionPage, packagesPage, packageVersionPage,
-} from "./connect.js";
+import { connectionPage, connectionsPage, finishOauth, newConnectionPage } from "./connect.js";
+import { editConnectionPage } from "./connection-edit.js";
+import { packagesPage, packageVersionPage } from "./packages.js";
 import { detailPage } from "./detail.js";
 import { volumesPage } from "./volumes.js";
 
@@ -32,6 +32,7 @@ function resolve(hash) {
       return ["volumes", volumesPage];
     case "connections":
       if (parts[1] === "new") return ["connections", newConnectionPage];
+      if (parts[1] && parts[2] === "edit") return ["connections", (el, signal) => editConnectionPage(el, signal, parts[1])];
       if (parts[1]) return ["connections", (el, signal) => connectionPage(el, signal, parts[1], parts[2], parts[3])];
       return ["connections", connectionsPage];
     case "packages":

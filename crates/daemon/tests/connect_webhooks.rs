@@ -122,6 +122,20 @@ async fn settled(d: &Daemon, conn: &str, id: &str) -> Value {
     }
 }
 
+/// The records of a webhook with a query string: (status, body text).
+async fn records_where(d: &Daemon, conn: &str, name: &str, query: &str) -> (u16, String) {
+    let resp = d
+        .http
+        .get(d.url(&format!(
+            "/v1/connect/connections/{conn}/syncs/{name}/records?{query}"
+        )))
+        .send()
+        .await
+        .expect("records");
+    let status = resp.status().as_u16();
+    (status, resp.text().await.expect("body"))
+}
+
 /// Sets up webhooks; returns the URL paths by webhook name and the secret.
 async fn setup(
     d: &Daemon,
@@ -213,6 +227,29 @@ async fn webhook_deliveries_become_records_exactly_once() {
     let recs = records(&d, &conn, "events").await;
     assert_eq!(recs.len(), 2, "{recs:?}");
     assert!(recs.iter().all(|r| r["deliveryId"] == "evt-1"), "{recs:?}");
+    // The records filter by primary key (`events` merges on id): one record, or none; the
+    // append webhook `raw` has no key to filter on.
+    let (status, text) = records_where(&d, &conn, "events", "key=2").await;
+    assert_eq!(status, 200, "{text}");
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("line"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{text}");
+    assert_eq!(
+        (lines[0]["id"].clone(), lines[0]["n"].clone()),
+        (json!(2), json!("b"))
+    );
+    assert_eq!(
+        records_where(&d, &conn, "events", "key=3").await,
+        (200, String::new())
+    );
+    let (status, text) = records_where(&d, &conn, "raw", "key=evt-1").await;
+    assert_eq!(status, 400, "{text}");
+    assert!(
+        text.contains("invalid_request") && text.contains("no primary key"),
+        "{text}"
+    );
     // The replay after the commit is dropped too: still one delivery of evt-1, two records.
     let (status, b, _) = post(&d, &events, body, &signed(&secret, "evt-1", now(), body)).await;
     assert_eq!(

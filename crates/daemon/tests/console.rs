@@ -3,7 +3,9 @@
 //! (tests/console/e2e.mjs, installed from its lockfile by ./scripts/test), which
 //! also writes the screenshots in docs/console/. The end-to-end run covers the
 //! Connect pages too: it uploads examples/connector-items as a tarball, builds it,
-//! and runs its `generate` sync from a connection.
+//! runs its `generate` sync from a connection (live progress), browses the records
+//! and edits the config for the next run; then examples/connector-webhooks for the
+//! Deliveries tab, the records filter by key and credential rotation.
 
 mod common;
 
@@ -291,7 +293,9 @@ async fn console_end_to_end_in_chromium() {
     pack(&examples().join("connector-items"), &tarball);
     let oauth = tmp.path().join("connector-oauth.tgz");
     pack(&oauth_package(tmp.path()), &oauth);
-    let (ok, stdout) = run_e2e(&dir, &d.base, KEY, &shots, &[&tarball, &oauth]);
+    let webhooks = tmp.path().join("connector-webhooks.tgz");
+    pack(&examples().join("connector-webhooks"), &webhooks);
+    let (ok, stdout) = run_e2e(&dir, &d.base, KEY, &shots, &[&tarball, &oauth, &webhooks]);
     assert!(
         ok && stdout.contains(" passed, 0 failed"),
         "the console e2e test failed:\n{stdout}"
@@ -313,6 +317,11 @@ async fn console_end_to_end_in_chromium() {
         "connection-runs",
         "connection-logs",
         "connection-test",
+        "connection-records",
+        "connection-records-key",
+        "connection-edit",
+        "connection-edit-error",
+        "connection-deliveries",
     ] {
         assert!(
             shots.join(format!("{page}.png")).exists(),

@@ -19,6 +19,7 @@ use base64::Engine;
 use serde_json::Value;
 use std::collections::HashSet;
 use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, ReadHalf, WriteHalf};
@@ -156,6 +157,8 @@ pub struct JobEnv {
     pub max_log_message_bytes: usize,
     /// Log bytes recorded per run.
     pub max_log_bytes_per_run: usize,
+    /// Records spooled so far (the live progress of a running sync or delivery).
+    pub received: Arc<AtomicU64>,
 }
 
 /// How a job ended.

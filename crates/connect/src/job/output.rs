@@ -6,6 +6,7 @@ use super::wire::Incoming;
 use super::{JobEnv, JobOutcome, JobSpec, State, Stop};
 use crate::model::{FailureCategory, PrimaryKey, SyncMode};
 use serde_json::{Map, Value};
+use std::sync::atomic::Ordering;
 
 /// The text of a scalar key value; other values cannot be keys.
 fn scalar_key(value: &Value) -> Option<String> {
@@ -88,6 +89,7 @@ pub(super) fn spool_records(
                 abort: Some("platform"),
             }
         })?;
+        env.received.fetch_add(1, Ordering::Relaxed);
     }
     Ok(())
 }

@@ -155,6 +155,7 @@ mod tests {
             logs: logs.clone(),
             max_log_message_bytes: 4096,
             max_log_bytes_per_run: 1 << 20,
+            received: Arc::default(),
         };
         let out = drive(host, spec, &env).await;
         script.abort();

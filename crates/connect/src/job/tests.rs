@@ -91,6 +91,7 @@ fn env(dir: &tempfile::TempDir, logs: Arc<Logs>) -> JobEnv {
         logs,
         max_log_message_bytes: 4096,
         max_log_bytes_per_run: 1 << 20,
+        received: Arc::default(),
     }
 }
 

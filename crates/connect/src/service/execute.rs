@@ -153,6 +153,8 @@ impl ConnectService {
     ) -> Result<(JobOutcome, u64), ServiceError> {
         let ws = plan.workspace;
         let run_id = &plan.run.id;
+        // Listed until this attempt (and its commit) ends: GET .../runs/{id} reads it.
+        let (_progress, received) = super::ProgressEntry::start(&self.progress, run_id);
         let broker = match (plan.connection, plan.definition) {
             (Some(c), Some(d)) => Some(Arc::new(self.broker_session(ws, c, d)?)),
             _ => None,
@@ -172,6 +174,7 @@ impl ConnectService {
             }),
             max_log_message_bytes: self.limits.max_log_message_bytes,
             max_log_bytes_per_run: self.limits.max_log_bytes_per_run,
+            received,
         };
         let req = JobSandboxRequest {
             workspace: ws.to_string(),

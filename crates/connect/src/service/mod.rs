@@ -25,8 +25,9 @@ use crate::limits::Limits;
 use crate::model::{ConnectionStatus, LogLevel};
 use crate::sandbox::JobSandboxes;
 use crate::store::{Location, Store, StoreError};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 /// Errors of the service.
@@ -170,6 +171,43 @@ pub struct ConnectService {
     buckets: webhooks::Buckets,
     /// Wakes the delivery worker when a delivery was stored.
     deliveries_due: tokio::sync::Notify,
+    /// Records spooled so far by the running attempt of each run on this node (run id →
+    /// count): the live progress `GET .../runs/{id}` answers as `recordsReceived`.
+    progress: Progress,
+}
+
+/// Run id → records its running attempt has spooled.
+type Progress = Arc<Mutex<HashMap<String, Arc<AtomicU64>>>>;
+
+/// Keeps a run's progress counter listed while its attempt runs.
+pub(super) struct ProgressEntry {
+    progress: Progress,
+    run_id: String,
+}
+
+impl ProgressEntry {
+    /// Lists a fresh counter for `run_id` (a retried attempt starts again from 0).
+    pub(super) fn start(progress: &Progress, run_id: &str) -> (Self, Arc<AtomicU64>) {
+        let counter = Arc::new(AtomicU64::new(0));
+        progress
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(run_id.to_string(), Arc::clone(&counter));
+        let entry = ProgressEntry {
+            progress: Arc::clone(progress),
+            run_id: run_id.to_string(),
+        };
+        (entry, counter)
+    }
+}
+
+impl Drop for ProgressEntry {
+    fn drop(&mut self) {
+        self.progress
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.run_id);
+    }
 }
 
 /// (workspace, connection, sync).
@@ -207,6 +245,7 @@ impl ConnectService {
             shared: config.node_id.is_some(),
             buckets: Default::default(),
             deliveries_due: tokio::sync::Notify::new(),
+            progress: Arc::default(),
         };
         service.recover()?;
         Ok(Arc::new(service))

@@ -3,9 +3,11 @@
 
 use super::execute::{JobPlan, JobResult};
 use super::{ConnectService, ServiceError, SyncSlot};
-use crate::api::{LogsPage, Page, PageQuery, RecordsPage, RunsPage};
+use crate::api::{LogsPage, Page, PageQuery, RecordsPage, RecordsQuery, RunsPage};
 use crate::job::{JobSpec, SyncTarget};
-use crate::model::{Connection, ConnectionStatus, JobKind, Run, RunKind};
+use crate::model::{
+    Connection, ConnectionStatus, Definition, JobKind, Run, RunKind, RunStatus, SyncMode,
+};
 use crate::store::{NewRun, StoreError};
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
@@ -330,9 +332,23 @@ impl ConnectService {
         Ok(started)
     }
 
-    /// One run.
+    /// One run; a running one with the records its attempt has sent so far, when it runs
+    /// on this node.
     pub fn get_run(&self, workspace: &str, id: &str) -> Result<Run, ServiceError> {
-        Ok(self.store.get_run(workspace, id)?)
+        let mut run = self.store.get_run(workspace, id)?;
+        self.add_progress(&mut run);
+        Ok(run)
+    }
+
+    /// Sets `records_received` of a running run from this node's progress counters.
+    fn add_progress(&self, run: &mut Run) {
+        if run.status != RunStatus::Running {
+            return;
+        }
+        let progress = self.progress.lock().unwrap_or_else(|p| p.into_inner());
+        run.records_received = progress
+            .get(&run.id)
+            .map(|n| n.load(std::sync::atomic::Ordering::Relaxed));
     }
 
     /// Runs of a connection, newest first.
@@ -344,9 +360,12 @@ impl ConnectService {
     ) -> Result<RunsPage, ServiceError> {
         self.store.get_connection(workspace, connection_id)?;
         let limit = q.limit();
-        let items = self
-            .store
-            .list_runs(workspace, connection_id, q.cursor.as_deref(), limit)?;
+        let mut items =
+            self.store
+                .list_runs(workspace, connection_id, q.cursor.as_deref(), limit)?;
+        for run in &mut items {
+            self.add_progress(run);
+        }
         Ok(page(items, limit, |r| r.id.clone()))
     }
 
@@ -380,27 +399,51 @@ impl ConnectService {
         workspace: &str,
         connection_id: &str,
         sync: &str,
-    ) -> Result<Connection, ServiceError> {
+    ) -> Result<(Connection, Definition), ServiceError> {
         let c = self.store.get_connection(workspace, connection_id)?;
         let (_, def, _) = self.built_version(workspace, &c.package, &c.version)?;
         // A webhook's records are read like a sync's.
         if !def.has_dataset(sync) {
             return Err(ServiceError::NotFound("sync"));
         }
-        Ok(c)
+        Ok((c, def))
     }
 
-    /// Committed records of a sync, in commit order.
+    /// Committed records of a sync, in commit order; with `key`, only the record of that
+    /// primary key (none or one: a key is unique within a sync).
     pub fn read_records(
         &self,
         workspace: &str,
         connection_id: &str,
         sync: &str,
-        q: &PageQuery,
+        q: &RecordsQuery,
     ) -> Result<RecordsPage, ServiceError> {
-        self.check_sync(workspace, connection_id, sync)?;
-        let after = numeric_cursor(q)?;
-        let limit = q.limit();
+        let (_, def) = self.check_sync(workspace, connection_id, sync)?;
+        let page_q = q.page();
+        let after = numeric_cursor(&page_q)?;
+        let limit = page_q.limit();
+        if let Some(key) = &q.key {
+            // Only merge datasets store a key: on the others the filter could never match,
+            // which would look like "no such record" instead of "cannot filter".
+            let mode = def
+                .sync(sync)
+                .map(|s| s.mode)
+                .or_else(|| def.webhook(sync).map(|w| w.mode));
+            if mode != Some(SyncMode::Merge) {
+                return Err(ServiceError::Invalid(format!(
+                    "key: the records of {sync} have no primary key (only merge syncs and \
+                     webhooks have one)"
+                )));
+            }
+            let found = self
+                .store
+                .find_record(workspace, connection_id, sync, key)?
+                .filter(|r| after.is_none_or(|a| r.seq > a));
+            return Ok(Page {
+                items: found.into_iter().collect(),
+                next_cursor: None,
+            });
+        }
         let items = self
             .store
             .read_records(workspace, connection_id, sync, after, limit)?;

@@ -495,6 +495,15 @@ pub trait Records {
         after: Option<i64>,
         limit: u32,
     ) -> Result<Vec<RecordRow>, StoreError>;
+    /// The committed record of a merge sync whose primary key text is `key` (keys are unique
+    /// within a sync; append and replace records have none, so they never match).
+    fn find_record(
+        &self,
+        workspace: &str,
+        connection_id: &str,
+        sync: &str,
+        key: &str,
+    ) -> Result<Option<RecordRow>, StoreError>;
     /// Number of committed records of a connection's sync.
     fn count_records(
         &self,

@@ -3,7 +3,7 @@
 
 #![allow(dead_code)]
 
-use sbx_connect::api::{CreateConnectionRequest, PageQuery};
+use sbx_connect::api::{CreateConnectionRequest, RecordsQuery};
 use sbx_connect::credentials::Credentials;
 use sbx_connect::egress::BrokerConfig;
 use sbx_connect::job::JobChannel;
@@ -34,6 +34,8 @@ pub enum Act {
     Recv,
     /// Drop the channel (the runner died).
     Close,
+    /// Wait until the test lets the runner go on (a run held mid-way).
+    Wait(Arc<tokio::sync::Notify>),
 }
 
 #[derive(Clone)]
@@ -142,6 +144,7 @@ impl JobSandboxes for Fake {
                         closed = true;
                         break;
                     }
+                    Act::Wait(gate) => gate.notified().await,
                 }
             }
             if !closed {
@@ -296,7 +299,7 @@ pub fn bearer_connection(origin: &str, schedule: Option<u64>) -> CreateConnectio
 }
 
 pub fn records(svc: &ConnectService, conn: &str, sync: &str) -> Vec<Value> {
-    svc.read_records("ws", conn, sync, &PageQuery::default())
+    svc.read_records("ws", conn, sync, &RecordsQuery::default())
         .expect("records")
         .items
         .into_iter()

@@ -5,7 +5,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::Extension;
-use sbx_connect::api::PageQuery;
+use sbx_connect::api::{PageQuery, RecordsQuery};
 use serde_json::json;
 
 /// `POST /v1/connect/connections/{connectionId}/test` (200 with the finished run)
@@ -91,7 +91,7 @@ pub async fn connection_logs(
     Ok(envelope::list(page.items, limit, page.next_cursor))
 }
 
-/// `GET /v1/connect/connections/{connectionId}/syncs/{sync}/records?limit&cursor` (NDJSON;
+/// `GET /v1/connect/connections/{connectionId}/syncs/{sync}/records?limit&cursor&key` (NDJSON;
 /// the next page's cursor in `x-next-cursor`)
 pub async fn records(
     State(svc): State<AppState>,
@@ -99,7 +99,7 @@ pub async fn records(
     Path((id, sync)): Path<(String, String)>,
     RawQuery(q): RawQuery,
 ) -> Result<Response, ApiError> {
-    let q: PageQuery = parse_query(q.as_deref())?;
+    let q: RecordsQuery = parse_query(q.as_deref())?;
     let page = views::blocking(&svc, move |c| c.read_records(&ws.0, &id, &sync, &q))
         .await?
         .map_err(views::other)?;

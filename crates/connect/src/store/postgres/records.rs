@@ -225,6 +225,39 @@ impl crate::store::Records for PostgresStore {
         })
     }
 
+    fn find_record(
+        &self,
+        workspace: &str,
+        connection_id: &str,
+        sync: &str,
+        key: &str,
+    ) -> Result<Option<RecordRow>, StoreError> {
+        let (ws, id, sync, key) = (
+            workspace.to_string(),
+            connection_id.to_string(),
+            sync.to_string(),
+            key.to_string(),
+        );
+        self.run(move |c| {
+            // The unique index connect_records_by_key (dataset, key) answers this.
+            c.query_opt(
+                "SELECT r.seq, r.key, r.data FROM connect_records r
+                 JOIN connect_sync_state s ON s.id = r.dataset
+                 WHERE s.workspace = $1 AND s.connection_id = $2 AND s.sync = $3 AND r.key = $4",
+                &[&ws, &id, &sync, &key],
+            )?
+            .map(|r| {
+                let data: String = r.try_get(2)?;
+                Ok(RecordRow {
+                    seq: r.try_get(0)?,
+                    key: r.try_get(1)?,
+                    data: serde_json::from_str(&data)?,
+                })
+            })
+            .transpose()
+        })
+    }
+
     fn count_records(
         &self,
         workspace: &str,

@@ -28,6 +28,7 @@ fn from_row(row: &Row) -> Result<Run, StoreError> {
         started_at: opt_time(row, 9)?,
         finished_at: opt_time(row, 10)?,
         records_committed: unsigned(row, 11)?,
+        records_received: None,
         failure_category: category
             .as_deref()
             .map(FailureCategory::parse)

@@ -67,6 +67,40 @@ impl super::super::Records for SqliteStore {
         .collect()
     }
 
+    fn find_record(
+        &self,
+        workspace: &str,
+        connection_id: &str,
+        sync: &str,
+        key: &str,
+    ) -> Result<Option<RecordRow>, StoreError> {
+        let conn = self.lock();
+        // The unique index records_by_key (dataset, key) answers this.
+        let row = conn
+            .query_row(
+                "SELECT r.seq, r.key, r.data FROM records r
+                 JOIN sync_state s ON s.id = r.dataset
+                 WHERE s.workspace = ?1 AND s.connection_id = ?2 AND s.sync = ?3 AND r.key = ?4",
+                params![workspace, connection_id, sync, key],
+                |r| {
+                    Ok((
+                        r.get::<_, i64>(0)?,
+                        r.get::<_, Option<String>>(1)?,
+                        r.get::<_, String>(2)?,
+                    ))
+                },
+            )
+            .optional()?;
+        row.map(|(seq, key, data)| {
+            Ok(RecordRow {
+                seq,
+                key,
+                data: serde_json::from_str(&data)?,
+            })
+        })
+        .transpose()
+    }
+
     fn count_records(
         &self,
         workspace: &str,

@@ -28,6 +28,7 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<RawRun> {
             started_at: opt_time(row, 9)?,
             finished_at: opt_time(row, 10)?,
             records_committed: row.get::<_, i64>(11)?.max(0) as u64,
+            records_received: None,
             failure_category: None,
             failure_kind: row.get(13)?,
             node_id: row.get(14)?,

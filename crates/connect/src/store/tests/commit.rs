@@ -47,6 +47,7 @@ on_both_backends!(
     merge_record_without_key_writes_nothing,
     replace_swaps_dataset_and_failure_keeps_old,
     merge_across_chunks_keeps_the_last_record_of_each_key,
+    merge_records_are_found_by_key,
 );
 
 pub(super) fn append_inserts_and_keeps_last_checkpoint(f: &Fixture) {
@@ -118,6 +119,63 @@ pub(super) fn merge_upserts_by_key(f: &Fixture) {
         f.store.get_checkpoint("ws", "c1", "items").expect("cp"),
         Some(json!({"c": 2}))
     );
+}
+
+pub(super) fn merge_records_are_found_by_key(f: &Fixture) {
+    let s = spool(
+        f,
+        &[
+            (Some("1"), json!({"id": 1, "v": "a"})),
+            (Some("[2,\"x\"]"), json!({"id": 2, "v": "a"})),
+        ],
+        None,
+    );
+    f.store.commit(target(SyncMode::Merge), s).expect("commit");
+    let s = spool(f, &[(Some("1"), json!({"id": 1, "v": "b"}))], None);
+    f.store.commit(target(SyncMode::Merge), s).expect("commit");
+    // The newest record of the key, with its new seq.
+    let one = f
+        .store
+        .find_record("ws", "c1", "items", "1")
+        .expect("find")
+        .expect("key 1");
+    assert_eq!(one.data, json!({"id": 1, "v": "b"}));
+    assert_eq!(one.key.as_deref(), Some("1"));
+    let last = f
+        .store
+        .read_records("ws", "c1", "items", None, 10)
+        .expect("read");
+    assert_eq!(last.last().map(|r| r.seq), Some(one.seq));
+    // A composite key is its JSON array text.
+    let two = f
+        .store
+        .find_record("ws", "c1", "items", "[2,\"x\"]")
+        .expect("find");
+    assert_eq!(two.map(|r| r.data), Some(json!({"id": 2, "v": "a"})));
+    // No such key, another sync, another workspace: nothing.
+    for (ws, sync, key) in [
+        ("ws", "items", "3"),
+        ("ws", "other", "1"),
+        ("other", "items", "1"),
+    ] {
+        assert!(
+            f.store
+                .find_record(ws, "c1", sync, key)
+                .expect("find")
+                .is_none(),
+            "{ws}/{sync}/{key}"
+        );
+    }
+    // Append records carry no key: a key filter never matches them.
+    let s = spool(f, &[(None, json!({"id": 9}))], None);
+    let mut t = target(SyncMode::Append);
+    t.sync = "log";
+    f.store.commit(t, s).expect("commit");
+    assert!(f
+        .store
+        .find_record("ws", "c1", "log", "9")
+        .expect("find")
+        .is_none());
 }
 
 pub(super) fn merge_record_without_key_writes_nothing(f: &Fixture) {
