@@ -32,9 +32,9 @@ fn bad(reason: String) -> ValidationError {
     }
 }
 
-/// Whether `part` is a valid image name or tag: 1–128 of `[a-z0-9._-]`
-/// (and `/` in names), starting with a letter or digit.
-fn valid_part(part: &str, slash: bool) -> bool {
+/// Whether `part` is a valid image name or tag: 1–128 of `[a-z0-9._-]`,
+/// starting with a letter or digit (no `/`: a name is one URL path segment).
+fn valid_part(part: &str) -> bool {
     !part.is_empty()
         && part.len() <= MAX_NAME_CHARS
         && part
@@ -45,11 +45,8 @@ fn valid_part(part: &str, slash: bool) -> bool {
             b.is_ascii_lowercase()
                 || b.is_ascii_digit()
                 || matches!(b, b'.' | b'_' | b'-')
-                || (slash && b == b'/')
         })
         && !part.contains("..")
-        && !part.contains("//")
-        && !part.ends_with('/')
 }
 
 /// Whether `digest` is `sha256:` and 64 lowercase hex digits.
@@ -78,9 +75,9 @@ impl ImageRef {
             };
         }
         let (name, tag) = raw.rsplit_once(':').unwrap_or((raw, "latest"));
-        if !valid_part(name, true) || !valid_part(tag, false) {
+        if !valid_part(name) || !valid_part(tag) {
             return Err(bad(format!(
-                "{raw:?} is not name:tag (lowercase letters, digits, '.', '_', '-'; '/' in the name; at most {MAX_NAME_CHARS} each)"
+                "{raw:?} is not name:tag (lowercase letters, digits, '.', '_', '-'; at most {MAX_NAME_CHARS} each)"
             )));
         }
         Ok(ImageRef::Named {
@@ -179,9 +176,9 @@ mod tests {
             }
         );
         assert_eq!(
-            ImageRef::parse("team/py").unwrap(),
+            ImageRef::parse("py").unwrap(),
             ImageRef::Named {
-                name: "team/py".into(),
+                name: "py".into(),
                 tag: "latest".into()
             }
         );

@@ -11,7 +11,17 @@ pub use extract::{ExtractError, LayerOptions, Root};
 use sbx_api_types::ImageConfig;
 use sha2::{Digest, Sha256};
 use std::io::{self, Read};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+
+/// Directories a sandbox's root tar leaves out (the kernel's and the
+/// runtime's mounts), created empty in an image made from it, with their modes.
+pub const MOUNT_POINTS: &[(&str, u32)] = &[
+    ("proc", 0o555),
+    ("sys", 0o555),
+    ("dev", 0o755),
+    ("tmp", 0o1777),
+];
 
 /// An image unpacked into the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,7 +80,6 @@ impl ImageStore {
     /// Opens (creating) the store at `dir`, private to root, and removes
     /// whatever an interrupted import left in its `tmp/`.
     pub fn open(dir: &Path) -> io::Result<ImageStore> {
-        use std::os::unix::fs::PermissionsExt;
         std::fs::create_dir_all(dir.join("tmp"))?;
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
         for entry in std::fs::read_dir(dir.join("tmp"))? {
@@ -97,6 +106,12 @@ impl ImageStore {
         self.dir
             .join("tmp")
             .join(format!("{}.upload", uuid::Uuid::new_v4()))
+    }
+
+    /// The process defaults of `digest`, if this node has it.
+    pub fn config(&self, digest: &str) -> Option<ImageConfig> {
+        let bytes = std::fs::read(self.dir.join(hex_of(digest)?).join("config.json")).ok()?;
+        serde_json::from_slice(&bytes).ok()
     }
 
     /// The digests this node holds.
@@ -131,7 +146,6 @@ impl ImageStore {
 
     /// A fresh staging directory with an empty `rootfs/` (mode 0755).
     fn stage(&self) -> Result<(PathBuf, Root), ExtractError> {
-        use std::os::unix::fs::PermissionsExt;
         let staging = self.dir.join("tmp").join(uuid::Uuid::new_v4().to_string());
         let rootfs = staging.join("rootfs");
         std::fs::create_dir_all(&rootfs).map_err(io_at(&rootfs))?;
@@ -143,10 +157,17 @@ impl ImageStore {
 
     /// Moves a complete staging directory into place as `digest` (or drops
     /// it when the store already has that content).
-    fn commit(&self, staging: &Path, digest: &str) -> Result<u64, ExtractError> {
+    fn commit(
+        &self,
+        staging: &Path,
+        digest: &str,
+        config: &ImageConfig,
+    ) -> Result<u64, ExtractError> {
         let hex = hex_of(digest).unwrap_or_default();
         let target = self.dir.join(hex);
         let size = extract::tree_size(&staging.join("rootfs")).map_err(io_at(staging))?;
+        let json = serde_json::to_vec(config).unwrap_or_default();
+        std::fs::write(staging.join("config.json"), json).map_err(io_at(staging))?;
         if target.is_dir() {
             let _ = std::fs::remove_dir_all(staging);
             return Ok(size);
@@ -193,7 +214,7 @@ impl ImageStore {
             }
         };
         let digest = image_digest(&contents.config, &layers);
-        let size_bytes = self.commit(&staging, &digest)?;
+        let size_bytes = self.commit(&staging, &digest, &contents.config)?;
         Ok(Imported {
             digest,
             size_bytes,
@@ -202,7 +223,8 @@ impl ImageStore {
     }
 
     /// Unpacks one plain root filesystem tar (no whiteouts), as a sandbox's
-    /// `tar` of its `/` produces it.
+    /// `tar` of its `/` produces it (without [`MOUNT_POINTS`], which are
+    /// created empty).
     pub fn import_rootfs_tar<R: Read>(
         &self,
         reader: R,
@@ -227,13 +249,25 @@ impl ImageStore {
                     .map(|_| ())
                     .map_err(|e| ExtractError::Malformed(e.to_string()))
             });
+        // The tar left out the kernel's and runtime's mount points: they exist, empty.
+        let applied = applied.and_then(|()| {
+            for (dir, mode) in MOUNT_POINTS {
+                let path = staging.join("rootfs").join(dir);
+                if path.symlink_metadata().is_err() {
+                    std::fs::create_dir(&path).map_err(io_at(&path))?;
+                    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(*mode))
+                        .map_err(io_at(&path))?;
+                }
+            }
+            Ok(())
+        });
         if let Err(e) = applied {
             let _ = std::fs::remove_dir_all(&staging);
             return Err(e);
         }
         let layers = vec![format!("sha256:{}", hex::encode(reader.hash.finalize()))];
         let digest = image_digest(&config, &layers);
-        let size_bytes = self.commit(&staging, &digest)?;
+        let size_bytes = self.commit(&staging, &digest, &config)?;
         Ok(Imported {
             digest,
             size_bytes,

@@ -303,6 +303,7 @@ fn oci_layout_and_docker_save_import_to_one_digest() {
     assert!(!rootfs.join("etc/hello").exists());
     assert_eq!(std::fs::read(rootfs.join("app/x")).unwrap(), b"x");
     assert_eq!(a.size_bytes, 1);
+    assert_eq!(store.config(&a.digest), Some(a.config.clone()));
     // The docker tarball has the same layers uncompressed: the layer digests
     // (of the uncompressed streams) and so the image digest are the same.
     std::fs::write(&up, &docker).unwrap();
