@@ -42,9 +42,7 @@ fn valid_part(part: &str) -> bool {
             .next()
             .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
         && part.bytes().all(|b| {
-            b.is_ascii_lowercase()
-                || b.is_ascii_digit()
-                || matches!(b, b'.' | b'_' | b'-')
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-')
         })
         && !part.contains("..")
 }

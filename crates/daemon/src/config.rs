@@ -544,6 +544,11 @@ impl Config {
         self.data_dir.join("volumes")
     }
 
+    /// Custom images: one root filesystem directory per content digest.
+    pub fn images_dir(&self) -> PathBuf {
+        self.data_dir.join("images")
+    }
+
     /// The secret store's key file.
     pub fn secret_key_path(&self) -> PathBuf {
         self.data_dir.join("secret.key")

@@ -709,6 +709,8 @@ async fn daemon_main(args: Args) -> anyhow::Result<()> {
             }
             if n % 60 == 0 {
                 sweeper.idempotency_janitor().await;
+                // Root filesystems whose last name, sandbox and snapshot went.
+                sweeper.sweep_images().await;
             }
             if n % 5 == 0 || n % 3600 == 0 {
                 // Runs and builds of a lost node fail before the scheduler looks, so that
