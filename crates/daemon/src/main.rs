@@ -330,6 +330,7 @@ fn migrate_store_main(args: MigrateStoreArgs) -> anyhow::Result<()> {
     println!("preview access rows: {}", s.previews);
     println!("volumes: {}", s.volumes);
     println!("volume mounts: {}", s.volume_mounts);
+    println!("image names: {}", s.images);
     println!("{}", report.connect);
     eprintln!(
         "done: start sbxd with --data-dir {} --database-url {}",
