@@ -171,7 +171,7 @@ fn tree(dir: &Path) -> Vec<String> {
 
 /// The digest directories of the daemon's image store.
 fn image_dirs(d: &Daemon) -> Vec<String> {
-    let mut dirs: Vec<String> = std::fs::read_dir(d.data_dir().join("images"))
+    let mut dirs: Vec<String> = std::fs::read_dir(d.data_dir().join("images/sha256"))
         .map(|rd| {
             rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
                 .filter(|n| n != "tmp")
@@ -193,7 +193,13 @@ async fn an_imported_image_boots_with_its_tree_env_and_workdir_snapshots_and_clo
         json!({"Env": ["PATH=/usr/bin:/bin", "IMG_VAR=from-image", "OVERRIDE=image"],
                "WorkingDir": "/work", "User": "root", "Cmd": ["sh"]}),
     );
+    let started = Instant::now();
     let (status, img) = import(&d, "tiny:1", archive.clone()).await;
+    println!(
+        "import of a {} byte OCI layout: {:?}",
+        archive.len(),
+        started.elapsed()
+    );
     assert_eq!(status, 201, "{img}");
     let digest = img["data"]["digest"].as_str().unwrap().to_string();
     assert!(digest.starts_with("sha256:") && digest.len() == 71, "{img}");
@@ -226,12 +232,14 @@ async fn an_imported_image_boots_with_its_tree_env_and_workdir_snapshots_and_clo
     assert_eq!(d.call("DELETE", "/v1/images/tiny:again", None).await.0, 204);
 
     // A sandbox of the image sees exactly its tree, environment and workdir.
+    let started = Instant::now();
     let (id, row) = create_with(
         &d,
         "from-image",
         json!({"image": "tiny:1", "environment": {"OVERRIDE": "request"}}),
     )
     .await;
+    println!("create -> RUNNING from the image: {:?}", started.elapsed());
     assert_eq!(row["imageRef"], format!("tiny:1@{digest}"), "{row}");
     let (code, out, err) = sh(
         &d,
@@ -264,7 +272,7 @@ async fn an_imported_image_boots_with_its_tree_env_and_workdir_snapshots_and_clo
     assert_eq!(code, 0, "{err}");
     let rootfs = d
         .data_dir()
-        .join("images")
+        .join("images/sha256")
         .join(&digest["sha256:".len()..])
         .join("rootfs");
     assert_eq!(
@@ -425,7 +433,8 @@ async fn escape_tarballs_are_refused_and_write_nothing_outside_the_image() {
             .filter(|p| !data_before.contains(p) && !p.starts_with("runsc"))
             .collect();
         assert!(
-            now.iter().all(|p| p == "images" || p == "images/tmp"),
+            now.iter()
+                .all(|p| ["images", "images/sha256", "images/sha256/tmp"].contains(&p.as_str())),
             "{what}: left {now:?}"
         );
     }
@@ -455,7 +464,12 @@ async fn a_running_sandbox_becomes_an_image_that_new_sandboxes_boot() {
     let _serial = SERIAL.lock().await;
     let d = Daemon::start(&[]).await;
     let _leftovers = KillLeftovers::of(&d);
+    let started = Instant::now();
     let (src, _) = create_with(&d, "source", json!({})).await;
+    println!(
+        "create -> RUNNING from the default image: {:?}",
+        started.elapsed()
+    );
     let (code, _, err) = sh(
         &d,
         &src,
@@ -478,7 +492,12 @@ async fn a_running_sandbox_becomes_an_image_that_new_sandboxes_boot() {
     let size = img["data"]["sizeBytes"].as_u64().unwrap();
     println!("image from a default-image sandbox: {size} bytes in {took:?}");
 
+    let started = Instant::now();
     let (made, row) = create_with(&d, "from-made", json!({"image": "made:v1"})).await;
+    println!(
+        "create -> RUNNING from the sandbox's image: {:?}",
+        started.elapsed()
+    );
     assert!(
         row["imageRef"]
             .as_str()

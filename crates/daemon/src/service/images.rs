@@ -76,7 +76,8 @@ fn view(r: &ImageRecord) -> Image {
 }
 
 impl Service {
-    /// The default image as a list entry (every tenant has it; it has no digest of its own).
+    /// The default image as a list entry (every tenant has it; its digest is
+    /// the node's image id, the `sourceImageId` of its snapshots).
     fn default_image_view(&self) -> Image {
         Image {
             name: DEFAULT_IMAGE.into(),
@@ -95,6 +96,8 @@ impl Service {
         let found = match ImageRef::parse(raw)? {
             ImageRef::Default => return Ok(None),
             ImageRef::Named { name, tag } => self.store.get_image(workspace, &name, &tag).await?,
+            // The default image's id names the default image.
+            ImageRef::Digest(d) if d == format!("sha256:{}", self.image_id) => return Ok(None),
             ImageRef::Digest(d) => self
                 .store
                 .images_with_digest(&d)
@@ -323,7 +326,9 @@ impl Service {
             let file = tokio::fs::File::create(&spool).await.map_err(|e| {
                 ServiceError::Internal(format!("spooling the sandbox's files: {e}"))
             })?;
-            let mut limited = tokio::io::AsyncReadExt::take(&mut stdout, MAX_IMAGE_BYTES * 2);
+            // The tar stream holds headers and padding besides the file data.
+            let cap = MAX_IMAGE_BYTES * 2;
+            let mut limited = tokio::io::AsyncReadExt::take(&mut stdout, cap);
             let mut file = tokio::io::BufWriter::new(file);
             let n = tokio::io::copy(&mut limited, &mut file)
                 .await
@@ -337,6 +342,11 @@ impl Service {
             file.flush()
                 .await
                 .map_err(|e| ServiceError::Internal(format!("spooling: {e}")))?;
+            // A stream cut at the cap could end on an entry boundary and
+            // read as a smaller, valid image: refuse it instead.
+            if n >= cap {
+                return Err(ServiceError::ImageTooLarge(MAX_IMAGE_BYTES));
+            }
             Ok(n)
         }
         .await;

@@ -523,6 +523,10 @@ impl Service {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&id);
+        self.workdirs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
         self.release_volumes_later(id);
         tracing::info!(sandbox = %id, "sandbox terminated");
         true
