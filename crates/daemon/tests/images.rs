@@ -13,7 +13,9 @@
 //!   directory (checked on the host);
 //! - a running sandbox becomes an image (`POST /v1/sandboxes/{id}/image`),
 //!   and sandboxes created from it see its files;
-//! - unknown images are 404 `image_not_found` (another tenant's: `tenants.rs`).
+//! - unknown images are 404 `image_not_found` (another tenant's: `tenants.rs`);
+//! - in a cluster, images are node-local: every node lists an image, and a
+//!   create naming it through another node runs on the image's node.
 
 mod common;
 
@@ -535,4 +537,42 @@ async fn a_running_sandbox_becomes_an_image_that_new_sandboxes_boot() {
     destroy(&d, &made).await;
     assert_eq!(d.call("DELETE", "/v1/images/made:v1", None).await.0, 204);
     assert!(image_dirs(&d).is_empty());
+}
+
+#[tokio::test]
+#[ignore = "needs root, runsc, the image and PostgreSQL; run ./scripts/test"]
+async fn in_a_cluster_a_create_naming_an_image_runs_on_the_image_node() {
+    let _serial = SERIAL.lock().await;
+    let db = common::cluster::database();
+    let token = common::cluster::TOKEN;
+    let a = common::cluster::node_with(db.url(), "node-a", token, &[]).await;
+    let _la = KillLeftovers::of(&a);
+    let b = common::cluster::node_with(db.url(), "node-b", token, &[]).await;
+    let _lb = KillLeftovers::of(&b);
+    let (status, img) = import(&b, "on-b:1", tiny_image_with_sh()).await;
+    assert_eq!(status, 201, "{img}");
+    assert_eq!(img["data"]["nodeId"], "node-b");
+    // Every node lists it (the rows are shared); the files are on B only.
+    let (_, list) = a.call("GET", "/v1/images", None).await;
+    assert!(list.to_string().contains("on-b"), "{list}");
+    assert!(image_dirs(&a).is_empty());
+    // Creates through A run on B, each time.
+    for i in 0..3 {
+        let (id, row) = create_with(&a, &format!("img-{i}"), json!({"image": "on-b:1"})).await;
+        assert!(
+            row["imageRef"].as_str().unwrap().starts_with("on-b:1@"),
+            "{row}"
+        );
+        let node = a.sql(&format!("SELECT node_id FROM sandboxes WHERE id = '{id}'"));
+        assert_eq!(node.trim(), "node-b", "sandbox {id}");
+        let (code, out, err) = sh(&a, &id, "cat /marker").await;
+        assert_eq!((code, out.as_str()), (0, "on-b"), "{err}");
+    }
+    a.destroy_all(Duration::from_secs(60)).await;
+}
+
+/// An image with `sh` and `cat` (the base layer) and `/marker`.
+fn tiny_image_with_sh() -> Vec<u8> {
+    let top = layer(&[Entry::File("marker", b"on-b".to_vec(), 0o644)]);
+    oci_layout(&[base_layer(), top], json!({"Env": ["PATH=/usr/bin:/bin"]}))
 }
