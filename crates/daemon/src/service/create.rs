@@ -179,6 +179,8 @@ impl Service {
                 merged.remove(s);
             }
             merged.extend(environment);
+            // The merged map is what the sandbox gets: held to the same limits.
+            validate::environment("image", &merged, &secrets)?;
             environment = merged;
         }
         let mut record =

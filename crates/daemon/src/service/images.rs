@@ -510,3 +510,47 @@ fn new_name(name: Option<String>, tag: Option<String>) -> Result<(String, String
     let raw = format!("{name}:{}", tag.as_deref().unwrap_or("latest"));
     Ok(ImageRef::parse_new_name(&raw)?)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn image_refs_name_their_digest_and_default_names_none() {
+        let d = format!("sha256:{}", "ab".repeat(32));
+        assert_eq!(digest_of(&format!("py:1@{d}")), Some(d.as_str()));
+        assert_eq!(digest_of(&d), Some(d.as_str()));
+        assert_eq!(digest_of("default"), None);
+        assert_eq!(digest_of("py:1@sha256:short"), None);
+    }
+
+    #[test]
+    fn image_env_keeps_well_formed_entries() {
+        let config = ImageConfig {
+            env: vec![
+                "PATH=/usr/bin".into(),
+                "EMPTY=".into(),
+                "A=b=c".into(),
+                "no-equals".into(),
+                "=value".into(),
+            ],
+            ..ImageConfig::default()
+        };
+        let env = image_env(&config);
+        assert_eq!(env.len(), 3);
+        assert_eq!(env["PATH"], "/usr/bin");
+        assert_eq!(env["EMPTY"], "");
+        assert_eq!(env["A"], "b=c");
+    }
+
+    #[test]
+    fn new_names_default_to_latest_and_refuse_default() {
+        assert_eq!(
+            new_name(Some("py".into()), None).unwrap(),
+            ("py".to_string(), "latest".to_string())
+        );
+        assert!(new_name(None, None).is_err());
+        assert!(new_name(Some("default".into()), None).is_err());
+        assert!(new_name(Some("Py".into()), Some("1".into())).is_err());
+    }
+}
