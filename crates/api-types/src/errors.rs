@@ -114,6 +114,11 @@ pub enum ErrorCode {
     VolumeNotFound,
     /// 409: the tenant has a volume of that name.
     VolumeNameTaken,
+    /// 404: unknown image (or another tenant's).
+    ImageNotFound,
+    /// 400: an image archive that is malformed or unsafe (an entry that would
+    /// land outside the image, a device node).
+    ImageInvalid,
     /// 404: no webhook has this delivery URL.
     ConnectWebhookNotFound,
     /// 404: unknown webhook delivery.
@@ -181,6 +186,8 @@ impl ErrorCode {
             NodeNotFound => "node_not_found",
             VolumeNotFound => "volume_not_found",
             VolumeNameTaken => "volume_name_taken",
+            ImageNotFound => "image_not_found",
+            ImageInvalid => "image_invalid",
             ConnectWebhookNotFound => "connect_webhook_not_found",
             ConnectDeliveryNotFound => "connect_delivery_not_found",
             ConnectWebhookSignatureInvalid => "connect_webhook_signature_invalid",
@@ -198,6 +205,7 @@ impl ErrorCode {
         match self {
             InvalidRequest | MissingField | InvalidFieldFormat | NotRegularFile => 400,
             ConnectInvalidPackage | ConnectOauthRejected => 400,
+            ImageInvalid => 400,
             AuthorizationHeaderMissing
             | InvalidApiKey
             | ConsoleSessionInvalid
@@ -219,7 +227,8 @@ impl ErrorCode {
             | ConnectWebhookNotFound
             | ConnectDeliveryNotFound
             | NodeNotFound
-            | VolumeNotFound => 404,
+            | VolumeNotFound
+            | ImageNotFound => 404,
             MethodNotAllowed => 405,
             InvalidState | NameTaken | SnapshotNameTaken | SnapshotNotReady
             | OperationAmbiguous | ConnectVersionExists | ConnectInvalidState => 409,

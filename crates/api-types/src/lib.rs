@@ -4,6 +4,7 @@
 //! `/v1` holds sbx extras.
 
 pub mod errors;
+pub mod images;
 pub mod network;
 pub mod nodes;
 pub mod preview;
@@ -15,6 +16,7 @@ pub mod validate;
 pub mod volumes;
 
 pub use errors::{ErrorBody, ErrorCode, ErrorItem};
+pub use images::{Image, ImageConfig, ImageFromSandboxRequest, ImageList, ImageRef};
 pub use network::{AllowRule, NetworkDenial, NetworkMode, NetworkPolicy, NetworkStatus};
 pub use nodes::{Node, NodeCapacity, NodeState};
 pub use preview::{PreviewRequest, SandboxPreview, PREVIEW_TOKEN_HEADER};

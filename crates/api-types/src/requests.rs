@@ -135,10 +135,14 @@ pub struct CreateSandboxV1Request {
     /// Volumes to mount (fresh sandboxes; a clone mounts its source's).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volumes: Vec<crate::volumes::VolumeMount>,
+    /// Image to boot (`name:tag` or `sha256:…` of the caller's tenant; fresh
+    /// sandboxes; absent: `default`; a clone runs its snapshot's image).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
 }
 
 impl CreateSandboxV1Request {
-    /// Splits into the v2 body, the policy, the preview request and the mounts.
+    /// Splits into the v2 body, the policy, the preview request, the mounts and the image.
     pub fn split(
         self,
     ) -> (
@@ -146,6 +150,7 @@ impl CreateSandboxV1Request {
         Option<crate::network::NetworkPolicy>,
         Option<crate::preview::PreviewRequest>,
         Vec<crate::volumes::VolumeMount>,
+        Option<String>,
     ) {
         (
             CreateSandboxRequest {
@@ -159,6 +164,7 @@ impl CreateSandboxV1Request {
             self.network,
             self.preview,
             self.volumes,
+            self.image,
         )
     }
 }

@@ -241,6 +241,9 @@ pub enum Command {
     /// Persistent volumes: create, list, show, remove.
     #[command(subcommand)]
     Volume(VolumeCommand),
+    /// Custom images: import, make from a sandbox, list, show, remove.
+    #[command(subcommand)]
+    Image(ImageCommand),
     /// List the nodes sharing the server's database, or drain/undrain one (operator only).
     Nodes {
         /// drain or undrain; without one, the list.
@@ -286,6 +289,9 @@ pub struct CreateArgs {
     /// Mount a volume: NAME:/guest/path, or NAME:/guest/path:ro read-only (repeatable).
     #[arg(long = "volume", value_name = "NAME:PATH[:ro]", value_parser = parse_volume_mount)]
     pub volumes: Vec<sbx_client::api::VolumeMount>,
+    /// Image to boot: NAME:TAG, NAME or a sha256: digest (`sbx image ls`); default: the default image.
+    #[arg(long, value_name = "NAME:TAG")]
+    pub image: Option<String>,
     /// Return without waiting for RUNNING.
     #[arg(long)]
     pub no_wait: bool,
@@ -406,6 +412,39 @@ pub enum VolumeCommand {
         /// Delete even while mounted (the mounting sandboxes lose it).
         #[arg(long)]
         force: bool,
+    },
+}
+
+/// `sbx image ...`.
+#[derive(Debug, Subcommand)]
+pub enum ImageCommand {
+    /// Import an OCI image layout or `docker save` tarball and print the image as JSON.
+    Import {
+        /// The tarball.
+        file: std::path::PathBuf,
+        /// Name and tag of the image (tag `latest` when left out).
+        #[arg(short = 't', long = "tag", value_name = "NAME:TAG")]
+        tag: String,
+    },
+    /// Make an image of a running sandbox's files and print it as JSON.
+    From {
+        /// Sandbox id or name.
+        sandbox: String,
+        /// Name and tag of the image (tag `latest` when left out).
+        #[arg(short = 't', long = "tag", value_name = "NAME:TAG")]
+        tag: String,
+    },
+    /// List images.
+    Ls,
+    /// Show one image as JSON.
+    Get {
+        /// NAME:TAG, NAME or a sha256: digest.
+        image: String,
+    },
+    /// Delete an image (refused while a sandbox or snapshot uses it).
+    Rm {
+        /// NAME:TAG, NAME or a sha256: digest.
+        image: String,
     },
 }
 

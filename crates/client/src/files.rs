@@ -25,7 +25,9 @@ struct WireUpload {
 }
 
 /// Streams an `AsyncRead` without holding more than one read buffer.
-fn reader_stream<R>(reader: R) -> impl Stream<Item = std::io::Result<Bytes>> + Send + 'static
+pub(crate) fn reader_stream<R>(
+    reader: R,
+) -> impl Stream<Item = std::io::Result<Bytes>> + Send + 'static
 where
     R: AsyncRead + Send + 'static,
 {

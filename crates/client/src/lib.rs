@@ -26,6 +26,7 @@ mod auth;
 pub mod connect;
 mod error;
 mod files;
+mod images;
 mod ndjson;
 mod nodes;
 mod processes;

@@ -544,6 +544,12 @@ impl Config {
         self.data_dir.join("volumes")
     }
 
+    /// Custom images: one root filesystem directory per content digest
+    /// (beside the default image that `scripts/build-image` puts in `images/`).
+    pub fn images_dir(&self) -> PathBuf {
+        self.data_dir.join("images").join("sha256")
+    }
+
     /// The secret store's key file.
     pub fn secret_key_path(&self) -> PathBuf {
         self.data_dir.join("secret.key")

@@ -332,6 +332,7 @@ fn migrate_store_main(args: MigrateStoreArgs) -> anyhow::Result<()> {
     println!("preview access rows: {}", s.previews);
     println!("volumes: {}", s.volumes);
     println!("volume mounts: {}", s.volume_mounts);
+    println!("image names: {}", s.images);
     println!("{}", report.connect);
     eprintln!(
         "done: start sbxd with --data-dir {} --database-url {}",
@@ -712,6 +713,8 @@ async fn daemon_main(args: Args) -> anyhow::Result<()> {
             }
             if n % 60 == 0 {
                 sweeper.idempotency_janitor().await;
+                // Root filesystems whose last name, sandbox and snapshot went.
+                sweeper.sweep_images().await;
             }
             if n % 5 == 0 || n % 3600 == 0 {
                 // Runs and builds of a lost node fail before the scheduler looks, so that

@@ -353,3 +353,64 @@ async fn cli_top_under_tmux_shows_three_busy_sandboxes() {
         assert_eq!(s["status"], "TERMINATED", "{s}");
     }
 }
+
+/// `sbx image import/ls/get/from/rm` and `sbx create --image`: an imported
+/// image boots, a sandbox becomes an image, and removal is refused while used.
+#[tokio::test]
+#[ignore = "needs root, runsc and the image; run ./scripts/test"]
+async fn cli_images_import_list_create_from_and_remove() {
+    let d = Daemon::start(&[]).await;
+    let archive = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(archive.path(), common::oci::tiny_image("from-cli")).unwrap();
+    let path = archive.path().to_str().unwrap();
+    let out = sbx(&d, &["image", "import", path, "-t", "cli-img:1"]);
+    assert!(out.status.success());
+    let img: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (img["name"].as_str(), img["tag"].as_str()),
+        (Some("cli-img"), Some("1"))
+    );
+    let out = sbx(&d, &["image", "ls"]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let names: Vec<&str> = text
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(names, ["default:latest", "cli-img:1"], "{text}");
+    let out = sbx(&d, &["image", "get", "cli-img:1"]);
+    assert!(out.status.success());
+
+    // A sandbox of the default image becomes an image; one booted from it sees the file.
+    let out = sbx(&d, &["create", "--name", "src"]);
+    assert!(out.status.success());
+    let out = sbx(
+        &d,
+        &["exec", "src", "--", "sh", "-c", "echo cli > /opt/cli-made"],
+    );
+    assert!(out.status.success());
+    let out = sbx(&d, &["image", "from", "src", "-t", "made"]);
+    assert!(out.status.success());
+    let made: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (made["tag"].as_str(), made["origin"].as_str()),
+        (Some("latest"), Some("sandbox"))
+    );
+    let out = sbx(&d, &["create", "--name", "from-made", "--image", "made"]);
+    assert!(out.status.success());
+    let out = sbx(&d, &["exec", "from-made", "--", "cat", "/opt/cli-made"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "cli\n");
+
+    // In use: refused, with the server's code; after the sandbox ends: removed.
+    let out = sbx(&d, &["image", "rm", "made"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("invalid_request"));
+    d.destroy_all(std::time::Duration::from_secs(60)).await;
+    let out = sbx(&d, &["image", "rm", "made"]);
+    assert!(out.status.success());
+    let out = sbx(&d, &["image", "rm", "cli-img:1"]);
+    assert!(out.status.success());
+    let out = sbx(&d, &["image", "get", "cli-img:1"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("image_not_found"));
+}

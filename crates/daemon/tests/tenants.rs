@@ -157,6 +157,8 @@ fn case(method: &str, template: &str, a: &Fixture) -> (String, Option<Vec<u8>>, 
         .replace("{id}", &a.sandbox)
         .replace("{pid}", &a.process)
         .replace("{name}", "A_ONLY")
+        // A's image is a-only:1 (image names are lowercase).
+        .replace("{reference}", "a-only:1")
         .replace("{package}", &a.package)
         .replace("{version}", "1.0.0")
         .replace("{buildId}", &a.build)
@@ -215,6 +217,19 @@ fn case(method: &str, template: &str, a: &Fixture) -> (String, Option<Vec<u8>>, 
             Status(201),
         ),
         ("DELETE", "/v1/volumes/{name}") => (path, None, Status(204)),
+        // Images: B sees none of A's, cannot read or delete A's a-only:1, and
+        // imports and deletes its own of the same name; A's is checked afterwards.
+        ("GET", "/v1/images") => (path, None, Lacks("a-only".into())),
+        ("GET", "/v1/images/{reference}") => (path, None, NotFound("image_not_found")),
+        ("POST", "/v1/images") => (
+            "/v1/images?name=a-only&tag=1".into(),
+            Some(common::oci::tiny_image("b")),
+            Status(201),
+        ),
+        ("DELETE", "/v1/images/{reference}") => (path, None, Status(204)),
+        ("POST", "/v1/sandboxes/{id}/image") => {
+            (path, json(json!({"name": "stolen"})), sandbox_nf)
+        }
         // B writes and deletes its own secret of the same name; A's is checked afterwards.
         ("PUT", "/v1/secrets/{name}") => (path, json(json!({"value": "b-value"})), Status(200)),
         ("DELETE", "/v1/secrets/{name}") => (path, None, Status(204)),
@@ -494,6 +509,16 @@ async fn no_route_lets_one_tenant_reach_another() {
         .await;
     assert_eq!(status, 201, "{v}");
     let a_volume = v["data"]["id"].as_str().unwrap().to_string();
+    let (status, img) = a
+        .raw(
+            "POST",
+            "/v1/images?name=a-only&tag=1",
+            Some(common::oci::tiny_image("a")),
+            &[("content-type", "application/x-tar")],
+        )
+        .await;
+    assert_eq!(status, 201, "{img}");
+    let a_image = img["data"]["digest"].as_str().unwrap().to_string();
 
     // Names are per tenant: B gets its own sandbox called "shared".
     let b_shared = b
@@ -525,6 +550,20 @@ async fn no_route_lets_one_tenant_reach_another() {
         "volume_not_found",
     );
 
+    // A's image does not exist for B, by name or by digest.
+    for image in ["a-only:1", a_image.as_str()] {
+        assert_error(
+            &b.call(
+                "POST",
+                "/v1/sandboxes",
+                Some(json!({"name": "b-img", "vcpu": 1, "memoryMb": 1024, "image": image})),
+            )
+            .await,
+            404,
+            "image_not_found",
+        );
+    }
+
     // Every route: reads first, so that B's own writes cannot mask a leak.
     let mut routes = spec_routes();
     assert!(
@@ -539,6 +578,8 @@ async fn no_route_lets_one_tenant_reach_another() {
             "application/octet-stream"
         } else if method == "POST" && template == "/v1/connect/packages" {
             "application/gzip"
+        } else if method == "POST" && template == "/v1/images" {
+            "application/x-tar"
         } else {
             "application/json"
         };
@@ -635,6 +676,13 @@ async fn no_route_lets_one_tenant_reach_another() {
         (status, v["data"]["id"].as_str()),
         (200, Some(a_volume.as_str())),
         "{v}"
+    );
+    // A's image survived B's import and delete of the same name.
+    let (status, img) = a.call("GET", "/v1/images/a-only:1", None).await;
+    assert_eq!(
+        (status, img["data"]["digest"].as_str()),
+        (200, Some(a_image.as_str())),
+        "{img}"
     );
     // A's secret value survived B's put and delete of the same name.
     let check = a

@@ -10,6 +10,7 @@
 //! and answers its questions through [`jobs::Admission`]. It depends on neither
 //! `sbx-daemon` nor `sbx-connect`.
 
+pub mod images;
 pub mod jobs;
 pub mod network;
 pub mod reaper;

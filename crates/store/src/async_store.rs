@@ -565,4 +565,53 @@ impl AsyncStore {
     ) -> Result<Vec<crate::VolumeMountRecord>, StoreError> {
         self.run(move |s| s.volume_mounts(volume_id)).await
     }
+
+    /// See [`Store::put_image`].
+    pub async fn put_image(
+        &self,
+        record: &crate::ImageRecord,
+    ) -> Result<Option<crate::ImageRecord>, StoreError> {
+        let record = record.clone();
+        self.run(move |s| s.put_image(&record)).await
+    }
+
+    /// See [`Store::get_image`].
+    pub async fn get_image(
+        &self,
+        workspace: &str,
+        name: &str,
+        tag: &str,
+    ) -> Result<Option<crate::ImageRecord>, StoreError> {
+        let (w, n, t) = (workspace.to_string(), name.to_string(), tag.to_string());
+        self.run(move |s| s.get_image(&w, &n, &t)).await
+    }
+
+    /// See [`Store::list_images`].
+    pub async fn list_images(
+        &self,
+        workspace: Option<&str>,
+    ) -> Result<Vec<crate::ImageRecord>, StoreError> {
+        let workspace = workspace.map(str::to_string);
+        self.run(move |s| s.list_images(workspace.as_deref())).await
+    }
+
+    /// See [`Store::images_with_digest`].
+    pub async fn images_with_digest(
+        &self,
+        digest: &str,
+    ) -> Result<Vec<crate::ImageRecord>, StoreError> {
+        let digest = digest.to_string();
+        self.run(move |s| s.images_with_digest(&digest)).await
+    }
+
+    /// See [`Store::delete_image`].
+    pub async fn delete_image(
+        &self,
+        workspace: &str,
+        name: &str,
+        tag: &str,
+    ) -> Result<bool, StoreError> {
+        let (w, n, t) = (workspace.to_string(), name.to_string(), tag.to_string());
+        self.run(move |s| s.delete_image(&w, &n, &t)).await
+    }
 }

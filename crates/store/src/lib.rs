@@ -7,6 +7,7 @@
 
 mod async_store;
 mod e2b;
+mod images;
 mod migrate;
 mod nodes;
 mod postgres;
@@ -19,6 +20,7 @@ mod volumes;
 
 pub use async_store::AsyncStore;
 pub use e2b::E2bRecord;
+pub use images::ImageRecord;
 pub use migrate::{copy_store, Copied, CopyReport};
 pub use nodes::{FailOver, NodeRecord, NodeRegistration, NodeState, NodeUsage, NODE_LOST};
 pub use postgres::{
@@ -367,4 +369,21 @@ pub trait Store: Send + Sync {
     fn sandbox_mounts(&self, sandbox_id: Uuid) -> Result<Vec<VolumeMountRecord>, StoreError>;
     /// Every mount row of a volume (active sandboxes or not), by sandbox.
     fn volume_mounts(&self, volume_id: Uuid) -> Result<Vec<VolumeMountRecord>, StoreError>;
+
+    /// Points a tenant's `name:tag` at an image (inserts, or replaces the row of
+    /// that name and tag); returns the row it replaced.
+    fn put_image(&self, record: &ImageRecord) -> Result<Option<ImageRecord>, StoreError>;
+    /// A tenant's image by name and tag.
+    fn get_image(
+        &self,
+        workspace: &str,
+        name: &str,
+        tag: &str,
+    ) -> Result<Option<ImageRecord>, StoreError>;
+    /// A tenant's images (`None`: every tenant's), by tenant, name and tag.
+    fn list_images(&self, workspace: Option<&str>) -> Result<Vec<ImageRecord>, StoreError>;
+    /// Every row (of any tenant) naming `digest`.
+    fn images_with_digest(&self, digest: &str) -> Result<Vec<ImageRecord>, StoreError>;
+    /// Deletes a tenant's `name:tag`; false if there was none.
+    fn delete_image(&self, workspace: &str, name: &str, tag: &str) -> Result<bool, StoreError>;
 }

@@ -78,10 +78,12 @@ pub struct CopyReport {
     pub volumes: Copied,
     /// Volume mounts of sandboxes.
     pub volume_mounts: Copied,
+    /// Image names (their rows; the root filesystems stay on their node).
+    pub images: Copied,
 }
 
-/// Copies every signing key, sandbox, snapshot, secret, E2B record, preview row, volume and
-/// volume mount of `from` into `to`.
+/// Copies every signing key, sandbox, snapshot, secret, E2B record, preview row, volume,
+/// volume mount and image name of `from` into `to`.
 pub fn copy_store(from: &dyn Store, to: &dyn Store) -> Result<CopyReport, StoreError> {
     let mut report = CopyReport::default();
     for key in from.list_api_keys()? {
@@ -190,6 +192,24 @@ pub fn copy_store(from: &dyn Store, to: &dyn Store) -> Result<CopyReport, StoreE
             }
             report.volume_mounts.count(!present);
         }
+    }
+    for image in from.list_images(None)? {
+        let have = to.get_image(&image.workspace, &image.name, &image.tag)?;
+        let present = have.as_ref() == Some(&image);
+        if !present {
+            if let Some(other) = have {
+                return Err(StoreError::Conflict(
+                    format!(
+                        "the target already has image {}:{} in workspace {:?} (digest {}); \
+                         migrate into an empty database",
+                        other.name, other.tag, other.workspace, other.digest
+                    )
+                    .into(),
+                ));
+            }
+            to.put_image(&image)?;
+        }
+        report.images.count(!present);
     }
     Ok(report)
 }

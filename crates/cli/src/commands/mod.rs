@@ -1,6 +1,7 @@
 //! Command implementations. Each returns the process exit status on success.
 
 mod files;
+mod images;
 mod nodes;
 mod processes;
 mod sandboxes;
@@ -185,6 +186,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
         }
         Command::Secret(cmd) => secrets::run(c, cmd).await,
         Command::Volume(cmd) => volumes::run(c, cmd).await,
+        Command::Image(cmd) => images::run(c, cmd).await,
         Command::Nodes { command } => nodes::run(c, command).await,
         Command::Connect(cmd) => crate::connect::run(c, cmd).await,
     }

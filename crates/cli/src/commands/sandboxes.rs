@@ -25,7 +25,7 @@ pub(super) async fn create(c: &Client, args: CreateArgs) -> anyhow::Result<u8> {
     let preview = args.preview.map(|p| sbx_client::api::PreviewRequest {
         public: p == "public",
     });
-    if network.is_none() && preview.is_none() && args.volumes.is_empty() {
+    if network.is_none() && preview.is_none() && args.volumes.is_empty() && args.image.is_none() {
         return create_and_report(c, &req, args.no_wait, args.timeout).await;
     }
     let req = CreateSandboxV1Request {
@@ -39,6 +39,7 @@ pub(super) async fn create(c: &Client, args: CreateArgs) -> anyhow::Result<u8> {
         node_selector: None,
         preview,
         volumes: args.volumes,
+        image: args.image,
     };
     let sb = c.create_sandbox_v1(&req).await?;
     report_created(c, sb, args.no_wait, args.timeout).await

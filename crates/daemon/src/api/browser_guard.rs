@@ -226,8 +226,8 @@ fn has_body(headers: &HeaderMap) -> bool {
     header(headers, "content-length").is_some_and(|n| n != "0")
 }
 
-/// Routes whose bodies are not JSON: file upload (raw bytes), package upload
-/// (a tarball), the console sign-in (JSON or a form, origin-checked itself) and
+/// Routes whose bodies are not JSON: file upload (raw bytes), package and
+/// image uploads (tarballs), the console sign-in (JSON or a form, origin-checked itself) and
 /// webhook deliveries (whatever the sender sends; the URL is the credential, so a
 /// page can do nothing with it that its sender could not).
 fn body_is_not_json(method: &Method, path: &str) -> bool {
@@ -236,6 +236,7 @@ fn body_is_not_json(method: &Method, path: &str) -> bool {
         (method, segments.as_slice()),
         (&Method::PUT, ["v2", "sandboxes", _, "files"])
             | (&Method::POST, ["v1", "connect", "packages"])
+            | (&Method::POST, ["v1", "images"])
             | (&Method::POST, ["console", "session"])
             | (&Method::POST, ["v1", "connect", "webhooks", _])
     )
@@ -444,6 +445,11 @@ mod tests {
         let gzip = ("content-type", "application/gzip");
         assert_eq!(
             check(Method::POST, "/v1/connect/packages", &[HOST, BODY, gzip]),
+            Ok(())
+        );
+        let tar = ("content-type", "application/x-tar");
+        assert_eq!(
+            check(Method::POST, "/v1/images?name=a&tag=1", &[HOST, BODY, tar]),
             Ok(())
         );
         let form = ("content-type", "application/x-www-form-urlencoded");

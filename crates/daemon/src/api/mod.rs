@@ -15,6 +15,7 @@ mod error;
 mod files;
 pub mod forward;
 mod idempotency;
+mod images;
 mod metrics;
 mod nodes;
 mod pool;
@@ -162,6 +163,11 @@ pub fn router(
         .route("/v1/sandboxes/{id}/fs/mkdir", post(files::mkdir))
         .route("/v1/sandboxes/{id}/fs/remove", post(files::remove))
         .route("/v1/sandboxes/{id}/fs/rename", post(files::rename))
+        .route(
+            "/v1/images/{reference}",
+            get(images::get).delete(images::delete),
+        )
+        .route("/v1/sandboxes/{id}/image", post(images::from_sandbox))
         .route("/v1/volumes", get(volumes::list).post(volumes::create))
         .route(
             "/v1/volumes/{name}",
@@ -266,6 +272,8 @@ pub fn router(
             "/v2/sandboxes/{id}/files",
             get(files::download).put(files::upload),
         )
+        // Image imports stream to a spool file and enforce their own limit.
+        .route("/v1/images", get(images::list).post(images::import))
         .layer(DefaultBodyLimit::disable());
     let inngest = Router::new()
         .merge(v2)

@@ -46,8 +46,11 @@ pub async fn create_v1(
     if let Some(selector) = &req.node_selector {
         svc.check_node_selector(selector)?;
     }
-    let (req, network, preview, volumes) = req.split();
-    let (record, fresh) = match svc.create_v1(&ws.0, req, network, preview, volumes).await? {
+    let (req, network, preview, volumes, image) = req.split();
+    let (record, fresh) = match svc
+        .create_v1(&ws.0, req, network, preview, volumes, image)
+        .await?
+    {
         CreateOutcome::Created(r) => (r, true),
         CreateOutcome::Existing(r) => (r, false),
     };

@@ -62,7 +62,10 @@ impl Service {
         id: Uuid,
         req: sbx_api_types::ExecRequest,
     ) -> Result<ExecOutcome> {
-        let command = command_spec(req.command, req.environment, req.cwd)?;
+        let mut command = command_spec(req.command, req.environment, req.cwd)?;
+        if command.cwd.is_none() {
+            command.cwd = self.image_workdir(id).await;
+        }
         let timeout_ms = match req.timeout.as_deref() {
             Some(t) => validate::timeout_ms("timeout", t)?,
             None => DEFAULT_TIMEOUT_MS,
@@ -119,7 +122,10 @@ impl Service {
         id: Uuid,
         req: sbx_api_types::ProcessStartRequest,
     ) -> Result<ProcessInfo> {
-        let command = command_spec(req.command, req.environment, req.cwd)?;
+        let mut command = command_spec(req.command, req.environment, req.cwd)?;
+        if command.cwd.is_none() {
+            command.cwd = self.image_workdir(id).await;
+        }
         let conn = self.agent(workspace, id).await?;
         match conn
             .call(Request::ProcessStart {

@@ -20,8 +20,8 @@ impl Service {
     }
 
     /// `POST /v1/sandboxes`: [`Service::create_with_network`] with volume
-    /// mounts, then preview URLs turned on when asked (also for an existing
-    /// sandbox of the name).
+    /// mounts and an image, then preview URLs turned on when asked (also for
+    /// an existing sandbox of the name).
     pub async fn create_v1(
         self: &Arc<Self>,
         workspace: &str,
@@ -29,7 +29,20 @@ impl Service {
         network: Option<NetworkPolicy>,
         preview: Option<sbx_api_types::PreviewRequest>,
         volumes: Vec<sbx_api_types::VolumeMount>,
+        image: Option<String>,
     ) -> Result<CreateOutcome> {
+        if image.is_some() && req.snapshot_id.is_some() {
+            return Err(validate::ValidationError::Format {
+                field: "image",
+                reason: "a clone runs its snapshot's image; do not send image with snapshotId"
+                    .into(),
+            }
+            .into());
+        }
+        let image = match image {
+            Some(raw) => Some(self.resolve_image(workspace, &raw).await?),
+            None => None,
+        };
         if !volumes.is_empty() && req.snapshot_id.is_some() {
             return Err(validate::ValidationError::Format {
                 field: "volumes",
@@ -40,7 +53,7 @@ impl Service {
         }
         let mounts = self.resolve_mounts(workspace, &volumes).await?;
         let outcome = self
-            .create_with_mounts(workspace, req, network, mounts)
+            .create_with_mounts(workspace, req, network, mounts, image)
             .await?;
         if let Some(preview) = preview {
             let id = match &outcome {
@@ -59,18 +72,20 @@ impl Service {
         req: CreateSandboxRequest,
         network: Option<NetworkPolicy>,
     ) -> Result<CreateOutcome> {
-        self.create_with_mounts(workspace, req, network, Vec::new())
+        self.create_with_mounts(workspace, req, network, Vec::new(), None)
             .await
     }
 
     /// [`Service::create_with_network`] with resolved volume mounts (their
-    /// `sandbox_id` is filled in here). A clone takes its source's mounts.
+    /// `sandbox_id` is filled in here) and image (`None`: the default). A
+    /// clone takes its source's mounts and image.
     async fn create_with_mounts(
         self: &Arc<Self>,
         workspace: &str,
         req: CreateSandboxRequest,
         network: Option<NetworkPolicy>,
         mut mounts: Vec<sbx_store::VolumeMountRecord>,
+        image: Option<super::images::ResolvedImage>,
     ) -> Result<CreateOutcome> {
         if network.is_some() && req.snapshot_id.is_some() {
             return Err(validate::ValidationError::Format {
@@ -118,6 +133,8 @@ impl Service {
                 Some(snapshot_id),
             );
             record.network = snap.network;
+            // The checkpoint's root filesystem: the clone boots on the same image.
+            record.image_ref = snap.image_ref;
             // runsc restores a checkpoint with the mounts it was taken with:
             // the clone binds the source's volumes again (their current data).
             let mounts = self.store.sandbox_mounts(snap.source_sandbox).await?;
@@ -133,7 +150,7 @@ impl Service {
             .memory_mb
             .ok_or(validate::ValidationError::Missing("memoryMb"))?;
         let (vcpu, memory_mb) = validate::shape_in(&self.config.shapes, vcpu, memory_mb)?;
-        let environment = req.environment.clone().unwrap_or_default();
+        let mut environment = req.environment.clone().unwrap_or_default();
         let mut secrets = req.secrets.clone().unwrap_or_default();
         for s in &secrets {
             validate::secret_name(s)?;
@@ -154,17 +171,33 @@ impl Service {
             }
             .into());
         }
+        // The image's environment is the base the request's overrides (the
+        // request's keys were validated above; the image's are its own).
+        if let Some(image) = &image {
+            let mut merged = super::images::image_env(&image.config);
+            for s in &secrets {
+                merged.remove(s);
+            }
+            merged.extend(environment);
+            // The merged map is what the sandbox gets: held to the same limits.
+            validate::environment("image", &merged, &secrets)?;
+            environment = merged;
+        }
         let mut record =
             self.new_record(workspace, name, vcpu, memory_mb, environment, secrets, None);
         record.network = network;
+        if let Some(image) = &image {
+            record.image_ref = image.image_ref.clone();
+        }
         // A retry of a create that succeeded keeps its sandbox even if one of its secrets was
         // deleted since (names were resolved when it was created): look for it first.
         if let Err(missing) = self.check_secrets_exist(workspace, &record.secrets).await {
             return self.existing_or(&record, missing).await;
         }
-        // A warm pool member replaces the runtime start (fresh sandboxes
-        // without volumes only: a member booted without the mounts).
-        let warm = if mounts.is_empty() {
+        // A warm pool member replaces the runtime start (fresh sandboxes of
+        // the default image without volumes only: a member booted on that
+        // image without the mounts).
+        let warm = if mounts.is_empty() && image.is_none() {
             self.take_member((vcpu, memory_mb)).await
         } else {
             None
@@ -328,4 +361,5 @@ fn same_config(a: &SandboxRecord, b: &SandboxRecord) -> bool {
         && a.secrets == b.secrets
         && a.snapshot_id == b.snapshot_id
         && a.network == b.network
+        && a.image_ref == b.image_ref
 }

@@ -87,6 +87,15 @@ pub enum ServiceError {
     /// The tenant has a volume of that name.
     #[error("volume name {0:?} is already in use")]
     VolumeNameTaken(String),
+    /// No such image in the tenant.
+    #[error("image {0:?} not found")]
+    ImageNotFound(String),
+    /// An image archive that is malformed or would write outside the image.
+    #[error("{0}")]
+    ImageInvalid(String),
+    /// An image upload or its unpacked files over the limit.
+    #[error("the image is larger than {0} bytes")]
+    ImageTooLarge(u64),
     /// A feature that is specified but not built yet.
     #[error("{0}")]
     NotBuilt(String),

@@ -218,11 +218,19 @@ impl Service {
             let reason = format!("sandbox failed to start: {e}");
             return self.fail_answering(id, reason).await;
         }
+        let rootfs = match self.rootfs_for(&record.image_ref) {
+            Ok(r) => r,
+            Err(why) => {
+                let reason = format!("sandbox failed to start: {why}");
+                return self.fail_answering(id, reason).await;
+            }
+        };
         let spec = SandboxSpec {
             id,
             vcpu: record.vcpu,
             memory_mb: record.memory_mb,
             volumes,
+            rootfs,
         };
         // A clone needs its snapshot's files on this node first: fetched
         // and verified before runsc sees them, so a missing or corrupt
@@ -512,6 +520,10 @@ impl Service {
             .unwrap_or_else(|p| p.into_inner())
             .remove(&id);
         self.reconnects
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
+        self.workdirs
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&id);

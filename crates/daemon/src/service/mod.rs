@@ -21,6 +21,7 @@ pub mod envd;
 mod error;
 mod files;
 mod idempotency;
+mod images;
 mod job_placement;
 mod lifecycle;
 mod logs;
@@ -114,6 +115,13 @@ pub struct Service {
     cache_sweep: Mutex<Option<std::time::Instant>>,
     /// Recent usage samples of this node's sandboxes (`usage.rs`).
     usage: Mutex<sbx_node::usage::History>,
+    /// Root filesystems of the custom images on this node (`images.rs`).
+    images: sbx_node::images::ImageStore,
+    /// Imports and sweeps of images, one at a time: a sweep never removes
+    /// an image between its unpacking and its name's row.
+    image_turn: tokio::sync::Mutex<()>,
+    /// Working directory of each sandbox's image, once looked up.
+    workdirs: Mutex<HashMap<Uuid, Option<String>>>,
 }
 
 /// Longest wait for a sandbox's attach gate.
@@ -158,7 +166,12 @@ impl Service {
                 "shapes larger than this node's capacity: their creates get compute_unavailable (narrow --shapes)"
             );
         }
+        let images = sbx_node::images::ImageStore::open(&config.images_dir())
+            .unwrap_or_else(|e| panic!("cannot open the image store: {e}"));
         Arc::new(Service {
+            images,
+            image_turn: tokio::sync::Mutex::new(()),
+            workdirs: Mutex::new(HashMap::new()),
             snapshot_store,
             cache_sweep: Mutex::new(None),
             usage: Mutex::new(sbx_node::usage::History::new(usage::USAGE_HISTORY)),

@@ -97,19 +97,25 @@ impl Service {
     }
 
     /// [`Service::place`] for a create that mounts `volumes` (names in
-    /// `tenant`): on the node of its local volumes when it mounts any (S3
-    /// volumes mount on any node). Unknown names are left to the create
-    /// handler (404); local volumes on two nodes are refused (409).
+    /// `tenant`) or boots `image`: on the node of its local volumes and of
+    /// its image (images are node-local; S3 volumes mount on any node).
+    /// Unknown names are left to the create handler (404); local volumes or
+    /// an image on two nodes are refused (409).
+    #[allow(clippy::too_many_arguments)]
     pub async fn place_with_volumes(
         &self,
         tenant: &str,
         volumes: &[String],
+        image: Option<&str>,
         vcpu: u32,
         memory_mb: u32,
         tried: &[String],
         selector: &NodeSelector,
     ) -> Result<Placement> {
-        let mut pinned: Option<String> = None;
+        let mut pinned: Option<String> = match image {
+            Some(raw) => self.image_node(tenant, raw).await?,
+            None => None,
+        };
         for name in volumes {
             let Some(v) = self.store.volume_named(tenant, name).await? else {
                 continue;
@@ -120,8 +126,8 @@ impl Service {
             match &pinned {
                 Some(node) if *node != v.node_id => {
                     return Err(ServiceError::Conflict(format!(
-                        "the local volumes of this create live on two nodes ({node} and {}); \
-                         a sandbox can mount local volumes of one node only",
+                        "the local volumes and image of this create live on two nodes ({node} and {}); \
+                         a sandbox can use local volumes and an image of one node only",
                         v.node_id
                     )))
                 }

@@ -317,6 +317,7 @@ impl Service {
             vcpu,
             memory_mb,
             volumes: Vec::new(),
+            rootfs: None,
         };
         let started =
             tokio::time::timeout(self.config.limits.start_timeout, self.runtime.start(spec)).await;

@@ -101,6 +101,7 @@ impl Service {
             }
         }
         self.reconcile_snapshots().await?;
+        self.sweep_images().await;
         let orphans: Vec<_> = on_host.difference(&keep).copied().collect();
         for orphan in &orphans {
             let (this, orphan) = (self.clone(), *orphan);

@@ -69,7 +69,11 @@ impl Service {
             environment: source.environment.clone(),
             secrets: source.secrets.clone(),
             image_ref: source.image_ref.clone(),
-            source_image_id: self.image_id.clone(),
+            // A custom image's digest names it; the default image has its own id.
+            source_image_id: super::images::digest_of(&source.image_ref).map_or_else(
+                || self.image_id.clone(),
+                |d| d["sha256:".len()..].to_string(),
+            ),
             compatibility_id: self.runtime.compatibility_id(),
             stored_bytes: 0,
             created_at: now,
@@ -332,6 +336,9 @@ impl Service {
                 vcpu: current.vcpu,
                 memory_mb: current.memory_mb,
                 volumes: self.volume_binds(current.id).await?,
+                rootfs: self
+                    .rootfs_for(&current.image_ref)
+                    .map_err(ServiceError::Internal)?,
             };
             match self.verify_checkpoint(probe, dir.join("checkpoint")).await {
                 Ok(()) => return Ok(()),

@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod disks;
 pub mod hostile;
 pub mod netns;
+pub mod oci;
 pub mod store;
 pub mod ws;
 

@@ -137,6 +137,7 @@ impl GvisorJobs {
             vcpu: JOB_VCPUS,
             memory_mb,
             volumes: Vec::new(),
+            rootfs: None,
         };
         let started = tokio::time::timeout(START_TIMEOUT, self.runtime.start_job(spec, job)).await;
         let error = match started {

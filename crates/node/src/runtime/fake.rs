@@ -503,6 +503,7 @@ mod tests {
             vcpu: 1,
             memory_mb: 1024,
             volumes: Vec::new(),
+            rootfs: None,
         }
     }
 

@@ -175,7 +175,8 @@ impl GvisorRuntime {
         tokio::fs::create_dir_all(&bundle).await?;
         tokio::fs::create_dir_all(&overlay).await?;
         let cid = container_id(spec.id);
-        let mut builder = SpecBuilder::new(&self.config.image_rootfs)
+        let rootfs = spec.rootfs.as_deref().unwrap_or(&self.config.image_rootfs);
+        let mut builder = SpecBuilder::new(rootfs)
             .args(self.agent_init_args())
             .hostname("sandbox")
             .bind_mount(&self.config.agent_dir, AGENT_MOUNT_PATH, true)

@@ -31,6 +31,9 @@ pub struct SandboxSpec {
     pub memory_mb: u32,
     /// Volumes bound into it (a restore needs the same ones its checkpoint had).
     pub volumes: Vec<VolumeBind>,
+    /// Root filesystem (the read-only lower layer); `None`: the default image's.
+    /// A restore needs the one its checkpoint was taken on.
+    pub rootfs: Option<PathBuf>,
 }
 
 /// One volume bound into a sandbox.

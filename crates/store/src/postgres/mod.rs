@@ -7,6 +7,7 @@
 //! the trait async and drops the workers.
 
 mod e2b;
+mod images;
 mod nodes;
 mod pool;
 mod previews;
@@ -33,6 +34,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/postgres/0006_e2b_sandboxes.sql"),
     include_str!("../../migrations/postgres/0007_sandbox_previews.sql"),
     include_str!("../../migrations/postgres/0008_volumes.sql"),
+    include_str!("../../migrations/postgres/0009_images.sql"),
 ];
 
 /// Connections kept open to the database (one worker thread each).

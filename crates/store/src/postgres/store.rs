@@ -724,4 +724,32 @@ impl Store for PostgresStore {
     fn volume_mounts(&self, volume_id: Uuid) -> Result<Vec<crate::VolumeMountRecord>, StoreError> {
         self.mounts_where("volume_id", volume_id)
     }
+
+    fn put_image(
+        &self,
+        record: &crate::ImageRecord,
+    ) -> Result<Option<crate::ImageRecord>, StoreError> {
+        self.put_image_row(record)
+    }
+
+    fn get_image(
+        &self,
+        workspace: &str,
+        name: &str,
+        tag: &str,
+    ) -> Result<Option<crate::ImageRecord>, StoreError> {
+        self.get_image_row(workspace, name, tag)
+    }
+
+    fn list_images(&self, workspace: Option<&str>) -> Result<Vec<crate::ImageRecord>, StoreError> {
+        self.list_image_rows(workspace)
+    }
+
+    fn images_with_digest(&self, digest: &str) -> Result<Vec<crate::ImageRecord>, StoreError> {
+        self.image_rows_with_digest(digest)
+    }
+
+    fn delete_image(&self, workspace: &str, name: &str, tag: &str) -> Result<bool, StoreError> {
+        self.delete_image_row(workspace, name, tag)
+    }
 }

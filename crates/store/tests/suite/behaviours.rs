@@ -12,11 +12,13 @@ use uuid::Uuid;
 
 pub use crate::copying::copy_store_moves_every_row_and_finishes_an_interrupted_copy;
 mod e2b;
+mod images;
 mod nodes;
 mod previews;
 mod secrets;
 mod volumes;
 pub use e2b::*;
+pub use images::*;
 pub use nodes::*;
 pub use previews::*;
 pub use secrets::*;

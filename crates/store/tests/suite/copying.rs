@@ -89,6 +89,18 @@ fn populated() -> SqliteStore {
         read_only: true,
     }])
     .expect("mount row");
+    src.put_image(&sbx_store::ImageRecord {
+        workspace: "default".into(),
+        name: "py".into(),
+        tag: "1".into(),
+        digest: format!("sha256:{}", "a".repeat(64)),
+        size_bytes: 1024,
+        origin: "import".into(),
+        config: "{}".into(),
+        node_id: "node-a".into(),
+        created_at: at(4_000),
+    })
+    .expect("image row");
     src
 }
 
@@ -115,6 +127,7 @@ pub fn copy_store_moves_every_row_and_finishes_an_interrupted_copy(target: &dyn 
     assert_eq!(report.previews, all(1));
     assert_eq!(report.volumes, all(1));
     assert_eq!(report.volume_mounts, all(1));
+    assert_eq!(report.images, all(1));
 
     let statuses = [
         SandboxStatus::Running,
@@ -159,6 +172,10 @@ pub fn copy_store_moves_every_row_and_finishes_an_interrupted_copy(target: &dyn 
         target.list_previews().unwrap(),
         src.list_previews().unwrap()
     );
+    assert_eq!(
+        target.list_images(None).unwrap(),
+        src.list_images(None).unwrap()
+    );
     let volumes = src.list_volumes(None).unwrap();
     assert_eq!(target.list_volumes(None).unwrap(), volumes);
     assert_eq!(
@@ -180,6 +197,7 @@ pub fn copy_store_moves_every_row_and_finishes_an_interrupted_copy(target: &dyn 
     assert_eq!(again.previews, none(1));
     assert_eq!(again.volumes, none(1));
     assert_eq!(again.volume_mounts, none(1));
+    assert_eq!(again.images, none(1));
 
     // A target that has an active sandbox of the same name is refused, not merged.
     let other = populated();

@@ -103,6 +103,7 @@ on_every_backend!(
     e2b_records_of_ended_sandboxes_are_deleted,
     preview_rows_are_put_replaced_listed_and_deleted,
     volumes_are_unique_per_tenant_listed_and_deleted_with_their_mounts,
+    images_are_named_per_tenant_repointed_found_by_digest_and_deleted,
 );
 
 mod schema {

@@ -309,9 +309,9 @@ pub fn request_span(request_id: &str, req: &Request) -> tracing::Span {
 pub(super) enum CreateKind {
     /// A fresh sandbox of (vCPUs, MiB).
     Fresh(u32, u32, NodeSelector),
-    /// A fresh sandbox of (vCPUs, MiB) mounting these volumes (by name): on
-    /// the node of its local volumes, if it mounts any.
-    WithVolumes(u32, u32, NodeSelector, Vec<String>),
+    /// A fresh sandbox of (vCPUs, MiB) mounting these volumes (by name) or
+    /// booting this image: on the node of its local volumes and image.
+    WithVolumes(u32, u32, NodeSelector, Vec<String>, Option<String>),
     /// A clone of this snapshot.
     Clone(Uuid, NodeSelector),
     /// A Connect job sandbox (a manual run, a connection test or a package
@@ -367,10 +367,13 @@ fn create_kind(body: &[u8]) -> Option<CreateKind> {
             .map(|m| m.get("name")?.as_str().map(str::to_string))
             .collect::<Option<_>>()?,
     };
-    if volumes.is_empty() {
+    let image = v.get("image").and_then(|i| i.as_str()).map(str::to_string);
+    if volumes.is_empty() && image.is_none() {
         return Some(CreateKind::Fresh(vcpu, memory_mb, selector));
     }
-    Some(CreateKind::WithVolumes(vcpu, memory_mb, selector, volumes))
+    Some(CreateKind::WithVolumes(
+        vcpu, memory_mb, selector, volumes, image,
+    ))
 }
 
 /// Runs a create on the node placement chooses (a clone: where its snapshot's
@@ -434,7 +437,7 @@ pub(super) async fn place(
         // offered ones) rather than placed: placement would answer 503 when no
         // node had room for it. The nodes of a cluster share one --shapes.
         Some(CreateKind::Fresh(vcpu, memory_mb, _))
-        | Some(CreateKind::WithVolumes(vcpu, memory_mb, _, _))
+        | Some(CreateKind::WithVolumes(vcpu, memory_mb, _, _, _))
             if !state.config().shapes.contains(&(vcpu, memory_mb)) =>
         {
             return next
@@ -449,9 +452,17 @@ pub(super) async fn place(
             CreateKind::Fresh(vcpu, memory_mb, selector) => {
                 state.place(*vcpu, *memory_mb, &tried, selector).await
             }
-            CreateKind::WithVolumes(vcpu, memory_mb, selector, volumes) => {
+            CreateKind::WithVolumes(vcpu, memory_mb, selector, volumes, image) => {
                 state
-                    .place_with_volumes(&tenant, volumes, *vcpu, *memory_mb, &tried, selector)
+                    .place_with_volumes(
+                        &tenant,
+                        volumes,
+                        image.as_deref(),
+                        *vcpu,
+                        *memory_mb,
+                        &tried,
+                        selector,
+                    )
                     .await
             }
             // A clone restores where its snapshot's files are (or can be fetched).

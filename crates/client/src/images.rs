@@ -1,0 +1,67 @@
+//! Image calls (`/v1/images`): import, list, get, delete, and an image of a sandbox.
+
+use crate::{Client, ClientError};
+use reqwest::Method;
+use sbx_api_types::{Image, ImageFromSandboxRequest, ImageList};
+use std::path::Path;
+use uuid::Uuid;
+
+impl Client {
+    /// `POST /v1/images?name&tag`: streams an OCI image layout or `docker
+    /// save` tarball from `local` (never held whole in memory) and returns the image.
+    pub async fn image_import(
+        &self,
+        name: &str,
+        tag: &str,
+        local: impl AsRef<Path>,
+    ) -> Result<Image, ClientError> {
+        let file = tokio::fs::File::open(local.as_ref()).await?;
+        let rb = self
+            .request_typed(Method::POST, &["v1", "images"], "application/x-tar")
+            .query(&[("name", name), ("tag", tag)])
+            .body(reqwest::Body::wrap_stream(crate::files::reader_stream(
+                file,
+            )));
+        Self::data(self.send(rb).await?).await
+    }
+
+    /// `GET /v1/images`: the default image, then the tenant's by name and tag.
+    pub async fn image_list(&self) -> Result<Vec<Image>, ClientError> {
+        let resp = self
+            .send(self.request(Method::GET, &["v1", "images"]))
+            .await?;
+        let list: ImageList = Self::data(resp).await?;
+        Ok(list.images)
+    }
+
+    /// `GET /v1/images/{ref}` (`name:tag`, `name` or a digest).
+    pub async fn image_get(&self, reference: &str) -> Result<Image, ClientError> {
+        let resp = self
+            .send(self.request(Method::GET, &["v1", "images", reference]))
+            .await?;
+        Self::data(resp).await
+    }
+
+    /// `DELETE /v1/images/{ref}`: refused while a sandbox or snapshot uses it.
+    pub async fn image_delete(&self, reference: &str) -> Result<(), ClientError> {
+        let rb = self.request(Method::DELETE, &["v1", "images", reference]);
+        self.send(rb).await.map(drop)
+    }
+
+    /// `POST /v1/sandboxes/{id}/image`: the running sandbox's files as image `name:tag`.
+    pub async fn image_from_sandbox(
+        &self,
+        id: Uuid,
+        name: &str,
+        tag: &str,
+    ) -> Result<Image, ClientError> {
+        let req = ImageFromSandboxRequest {
+            name: Some(name.to_string()),
+            tag: Some(tag.to_string()),
+        };
+        let rb = self
+            .request(Method::POST, &["v1", "sandboxes", &id.to_string(), "image"])
+            .json(&req);
+        Self::data(self.send(rb).await?).await
+    }
+}

@@ -1,0 +1,121 @@
+//! Image archives made by hand for the image tests: layer tarballs (with raw
+//! header names, so that `..` and absolute paths can be sent) and OCI image
+//! layouts around them.
+
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+/// One layer entry.
+pub enum Entry<'a> {
+    /// A regular file: path, contents, mode.
+    File(&'a str, Vec<u8>, u32),
+    /// A directory.
+    Dir(&'a str),
+    /// A symlink: path, target.
+    Symlink(&'a str, &'a str),
+    /// A hard link: path, target.
+    Hardlink(&'a str, &'a str),
+    /// A character device node.
+    Char(&'a str),
+}
+
+/// A layer tarball of `entries`, in order.
+pub fn layer(entries: &[Entry<'_>]) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    for e in entries {
+        let mut h = tar::Header::new_gnu();
+        let (name, data, kind, mode, link): (&str, &[u8], tar::EntryType, u32, Option<&str>) =
+            match e {
+                Entry::File(n, d, m) => (n, d, tar::EntryType::Regular, *m, None),
+                Entry::Dir(n) => (n, b"", tar::EntryType::Directory, 0o755, None),
+                Entry::Symlink(n, t) => (n, b"", tar::EntryType::Symlink, 0o777, Some(t)),
+                Entry::Hardlink(n, t) => (n, b"", tar::EntryType::Link, 0o644, Some(t)),
+                Entry::Char(n) => (n, b"", tar::EntryType::Char, 0o666, None),
+            };
+        h.as_old_mut().name[..name.len()].copy_from_slice(name.as_bytes());
+        if let Some(t) = link {
+            h.as_old_mut().linkname[..t.len()].copy_from_slice(t.as_bytes());
+        }
+        h.set_entry_type(kind);
+        h.set_size(data.len() as u64);
+        h.set_mode(mode);
+        h.set_mtime(1_700_000_000);
+        h.set_cksum();
+        b.append(&h, data).expect("append");
+    }
+    b.into_inner().expect("layer tar")
+}
+
+/// `layer` gzip-compressed.
+pub fn gzip(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(bytes).unwrap();
+    gz.finish().unwrap()
+}
+
+fn sha(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// An OCI image layout tarball: `layers` (bottom first) and an image config
+/// whose `config` object is `run` (e.g. `{"Env": [...], "WorkingDir": "/w"}`).
+pub fn oci_layout(layers: &[Vec<u8>], run: Value) -> Vec<u8> {
+    let config = json!({"architecture": "amd64", "os": "linux", "config": run}).to_string();
+    let manifest = json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                   "digest": format!("sha256:{}", sha(config.as_bytes())), "size": config.len()},
+        "layers": layers.iter().map(|l| json!({
+            "mediaType": "application/vnd.oci.image.layer.v1.tar",
+            "digest": format!("sha256:{}", sha(l)), "size": l.len()})).collect::<Vec<_>>(),
+    })
+    .to_string();
+    let index = json!({
+        "schemaVersion": 2,
+        "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json",
+                       "digest": format!("sha256:{}", sha(manifest.as_bytes())),
+                       "size": manifest.len()}],
+    })
+    .to_string();
+    let mut files: Vec<(String, Vec<u8>)> = vec![
+        (
+            "oci-layout".into(),
+            br#"{"imageLayoutVersion":"1.0.0"}"#.to_vec(),
+        ),
+        ("index.json".into(), index.into_bytes()),
+        (
+            format!("blobs/sha256/{}", sha(manifest.as_bytes())),
+            manifest.into_bytes(),
+        ),
+        (
+            format!("blobs/sha256/{}", sha(config.as_bytes())),
+            config.into_bytes(),
+        ),
+    ];
+    for l in layers {
+        files.push((format!("blobs/sha256/{}", sha(l)), l.clone()));
+    }
+    let mut b = tar::Builder::new(Vec::new());
+    for (name, data) in files {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(data.len() as u64);
+        h.set_mode(0o644);
+        h.set_cksum();
+        b.append_data(&mut h, name, &data[..]).unwrap();
+    }
+    b.into_inner().unwrap()
+}
+
+/// A one-layer image holding a single file: the smallest valid archive.
+pub fn tiny_image(marker: &str) -> Vec<u8> {
+    oci_layout(
+        &[layer(&[Entry::File(
+            "marker",
+            marker.as_bytes().to_vec(),
+            0o644,
+        )])],
+        json!({}),
+    )
+}
