@@ -43,8 +43,9 @@ pub struct Config {
     pub node: NodeConfig,
     /// Where snapshot files live besides the data dir (`--snapshot-store`).
     pub snapshot_store: sbx_node::snapshot_store::StoreConfig,
-    /// E2B template ids that name the default image besides `base` (`--e2b-template`).
-    pub e2b_templates: Vec<String>,
+    /// E2B template ids besides `base` and the image each names, `default`
+    /// or a tenant's image reference (`--e2b-template NAME=IMAGE`).
+    pub e2b_templates: std::collections::BTreeMap<String, String>,
     /// The E2B sandbox domain (`--e2b-domain`): `{port}-{id}.{domain}` hosts
     /// route to sandboxes, and E2B create/connect answers name it.
     pub e2b_domain: Option<String>,
@@ -93,30 +94,35 @@ pub fn parse_e2b_domain(value: &str) -> Result<String, String> {
     Ok(v)
 }
 
-/// Parses `--e2b-template NAME=IMAGE` values into the template names. IMAGE
-/// must be `default` (the only image sbx has until custom images exist).
-pub fn parse_e2b_templates(values: &[String]) -> Result<Vec<String>, String> {
-    values
-        .iter()
-        .filter(|v| !v.is_empty())
-        .map(|v| {
-            let (name, image) = v
-                .split_once('=')
-                .ok_or_else(|| format!("--e2b-template {v:?}: expected NAME=IMAGE"))?;
-            let name_ok = !name.is_empty()
-                && name.len() <= 128
-                && name.bytes().all(|b| b.is_ascii_graphic() && b != b',');
-            if !name_ok {
-                return Err(format!("--e2b-template {v:?}: NAME must be 1-128 visible characters"));
-            }
-            if image != "default" {
-                return Err(format!(
-                    "--e2b-template {v:?}: the only image is \"default\" (custom images are not built yet)"
-                ));
-            }
-            Ok(name.to_string())
-        })
-        .collect()
+/// Parses `--e2b-template NAME=IMAGE` values into template names and the
+/// image each names: `default`, or an image reference (`name:tag`, `name`,
+/// `sha256:…`) resolved in the creating tenant's images.
+pub fn parse_e2b_templates(
+    values: &[String],
+) -> Result<std::collections::BTreeMap<String, String>, String> {
+    let mut out = std::collections::BTreeMap::new();
+    for v in values.iter().filter(|v| !v.is_empty()) {
+        let (name, image) = v
+            .split_once('=')
+            .ok_or_else(|| format!("--e2b-template {v:?}: expected NAME=IMAGE"))?;
+        let visible = |s: &str| {
+            !s.is_empty() && s.len() <= 128 && s.bytes().all(|b| b.is_ascii_graphic() && b != b',')
+        };
+        if !visible(name) {
+            return Err(format!(
+                "--e2b-template {v:?}: NAME must be 1-128 visible characters"
+            ));
+        }
+        if !visible(image) {
+            return Err(format!(
+                "--e2b-template {v:?}: IMAGE must be default or an image reference (name:tag)"
+            ));
+        }
+        if out.insert(name.to_string(), image.to_string()).is_some() {
+            return Err(format!("--e2b-template {v:?}: NAME given twice"));
+        }
+    }
+    Ok(out)
 }
 
 /// Longest node lease: past it a dead node would pass for alive for over an hour.
@@ -573,7 +579,7 @@ impl Config {
             agent_dir: "/nonexistent".into(),
             image_rootfs: "/nonexistent".into(),
             image_ref: "default".into(),
-            e2b_templates: Vec::new(),
+            e2b_templates: Default::default(),
             e2b_domain: None,
             limits: Limits {
                 start_timeout: Duration::from_secs(3),
@@ -751,7 +757,7 @@ mod tests {
             agent_dir: "/tmp".into(),
             image_rootfs: "/tmp".into(),
             image_ref: "default".into(),
-            e2b_templates: Vec::new(),
+            e2b_templates: Default::default(),
             e2b_domain: None,
             limits: Limits::default(),
             runsc_extra_flags: vec![],
@@ -906,15 +912,26 @@ mod tests {
     }
 
     #[test]
-    fn e2b_templates_alias_the_default_image() {
+    fn e2b_templates_name_the_default_image_or_an_image() {
         let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let got = parse_e2b_templates(&v(&[
+            "q52rcyz0ua30keeiy22u=default",
+            "python=default",
+            "tools=py-tools:1",
+        ]))
+        .unwrap();
         assert_eq!(
-            parse_e2b_templates(&v(&["q52rcyz0ua30keeiy22u=default", "python=default"])),
-            Ok(v(&["q52rcyz0ua30keeiy22u", "python"]))
+            got.into_iter().collect::<Vec<_>>(),
+            vec![
+                ("python".to_string(), "default".to_string()),
+                ("q52rcyz0ua30keeiy22u".into(), "default".into()),
+                ("tools".into(), "py-tools:1".into()),
+            ]
         );
-        for bad in ["python", "=default", "python=ubuntu", "a b=default"] {
+        for bad in ["python", "=default", "python=", "a b=default", "x=a b"] {
             assert!(parse_e2b_templates(&v(&[bad])).is_err(), "{bad}");
         }
+        assert!(parse_e2b_templates(&v(&["a=default", "a=x:1"])).is_err());
     }
 
     #[test]

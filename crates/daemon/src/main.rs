@@ -63,7 +63,8 @@ struct Args {
     #[arg(long, env = "SBX_IMAGE_ROOTFS")]
     image_rootfs: PathBuf,
     /// An E2B template id that names an image, `NAME=IMAGE` (repeatable; IMAGE
-    /// is `default` until custom images exist). `base` always names the default image.
+    /// is `default` or an image reference such as `py-tools:1`, resolved in the
+    /// creating tenant's images). `base` always names the default image.
     #[arg(
         long = "e2b-template",
         env = "SBX_E2B_TEMPLATES",

@@ -576,3 +576,37 @@ fn tiny_image_with_sh() -> Vec<u8> {
     let top = layer(&[Entry::File("marker", b"on-b".to_vec(), 0o644)]);
     oci_layout(&[base_layer(), top], json!({"Env": ["PATH=/usr/bin:/bin"]}))
 }
+
+/// E2B templates name images: a tenant's `name:tag` as the `templateID`, and
+/// a `--e2b-template NAME=IMAGE` alias; an unknown template is E2B's `404`.
+#[tokio::test]
+#[ignore = "needs root, runsc and the image; run ./scripts/test"]
+async fn e2b_templates_name_a_tenants_images() {
+    let _serial = SERIAL.lock().await;
+    let d = Daemon::start(&["--e2b-template", "tools=tiny:1"]).await;
+    let _leftovers = KillLeftovers::of(&d);
+    let (status, body) = import(&d, "tiny:1", tiny_image_with_sh()).await;
+    assert_eq!(status, 201, "{body}");
+    let e2b_create = |template: &'static str| {
+        d.http
+            .post(d.url("/v2/sandboxes"))
+            .header("x-api-key", "dev")
+            .json(&json!({"templateID": template}))
+            .send()
+    };
+    for template in ["tiny:1", "tools"] {
+        let resp = e2b_create(template).await.unwrap();
+        let status = resp.status().as_u16();
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!(status, 201, "{template}: {body}");
+        assert_eq!(body["templateID"], template, "{body}");
+        let id = body["sandboxID"].as_str().unwrap().to_string();
+        let (code, out, err) = sh(&d, &id, "cat /marker").await;
+        assert_eq!((code, out.as_str()), (0, "on-b"), "{template}: {err}");
+        destroy(&d, &id).await;
+    }
+    let resp = e2b_create("nope:1").await.unwrap();
+    assert_eq!(resp.status().as_u16(), 404);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["code"], 404, "{body}");
+}

@@ -120,6 +120,16 @@ impl Service {
         }
     }
 
+    /// Whether the tenant has an image named by `raw` (the default image does
+    /// not count; a malformed reference is no image).
+    pub(super) async fn has_image(&self, workspace: &str, raw: &str) -> Result<bool> {
+        match self.image_row(workspace, raw).await {
+            Ok(row) => Ok(row.is_some()),
+            Err(ServiceError::ImageNotFound(_) | ServiceError::Invalid(_)) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Resolves a create's `image` in the tenant: unknown (or another
     /// tenant's) is 404, an image on another node 409.
     pub(super) async fn resolve_image(&self, workspace: &str, raw: &str) -> Result<ResolvedImage> {

@@ -12,7 +12,7 @@ pub mod records;
 mod snapshots;
 
 use super::lifecycle::format_cursor;
-use super::{Sandbox, Service, ServiceError};
+use super::{Sandbox, Service, ServiceError, Snapshot};
 use chrono::{DateTime, Duration as ChronoDuration, Utc};
 use records::E2bRecord;
 use sbx_api_types::{CreateSandboxRequest, NetworkPolicy, SandboxStatus};
@@ -28,6 +28,16 @@ pub const ENVD_VERSION: &str = "0.6.4";
 pub const CLIENT_ID: &str = "sbx";
 /// Timeout of a sandbox created or resumed without one, seconds (E2B's default).
 pub const DEFAULT_TIMEOUT_SECS: u64 = 300;
+/// Where a create's template comes from.
+enum TemplateSource {
+    /// The default image.
+    Default,
+    /// An image of the tenant, by reference.
+    Image(String),
+    /// A ready snapshot of the tenant.
+    Snapshot(Snapshot),
+}
+
 /// Template ids that name the default image.
 pub const DEFAULT_TEMPLATES: &[&str] = &["base"];
 /// vCPUs and MiB of an E2B sandbox: E2B's default template has 2 vCPUs, and
@@ -255,7 +265,11 @@ impl E2b {
         let timeout = self.check_timeout(spec.timeout_secs.unwrap_or(DEFAULT_TIMEOUT_SECS))?;
         check_metadata(&spec.metadata)?;
         let name = format!("e2b-{}", Uuid::new_v4().simple());
-        let req = if self.is_default_template(&template) {
+        let allow_internet_access = spec
+            .network
+            .as_ref()
+            .is_none_or(|p| p.mode != sbx_api_types::NetworkMode::None);
+        let fresh = |name: String| {
             let (vcpu, memory_mb) = shape_for(&self.svc.config().shapes);
             CreateSandboxRequest {
                 name: Some(name),
@@ -264,29 +278,40 @@ impl E2b {
                 environment: (!spec.env_vars.is_empty()).then(|| spec.env_vars.clone()),
                 ..CreateSandboxRequest::default()
             }
-        } else {
-            // Not an alias: a snapshot of this tenant (what `createSnapshot` returned) or nothing.
-            let snapshot = self.template_snapshot(workspace, &template).await?;
-            if !spec.env_vars.is_empty() || spec.network.is_some() {
-                return Err(E2bError::BadRequest(
-                    "a sandbox created from a snapshot keeps the snapshot's envVars and network; do not send them".into(),
-                ));
+        };
+        let outcome = match self.template_source(workspace, &template).await? {
+            TemplateSource::Default => {
+                self.svc
+                    .create_with_network(workspace, fresh(name), spec.network.clone())
+                    .await?
             }
-            CreateSandboxRequest {
-                name: Some(name),
-                snapshot_id: Some(snapshot.id),
-                ..CreateSandboxRequest::default()
+            TemplateSource::Image(image) => {
+                self.svc
+                    .create_v1(
+                        workspace,
+                        fresh(name),
+                        spec.network.clone(),
+                        None,
+                        Vec::new(),
+                        Some(image),
+                    )
+                    .await?
+            }
+            TemplateSource::Snapshot(snapshot) => {
+                if !spec.env_vars.is_empty() || spec.network.is_some() {
+                    return Err(E2bError::BadRequest(
+                        "a sandbox created from a snapshot keeps the snapshot's envVars and network; do not send them".into(),
+                    ));
+                }
+                let req = CreateSandboxRequest {
+                    name: Some(name),
+                    snapshot_id: Some(snapshot.id),
+                    ..CreateSandboxRequest::default()
+                };
+                self.svc.create_with_network(workspace, req, None).await?
             }
         };
-        let allow_internet_access = spec
-            .network
-            .as_ref()
-            .is_none_or(|p| p.mode != sbx_api_types::NetworkMode::None);
-        let created = match self
-            .svc
-            .create_with_network(workspace, req, spec.network)
-            .await?
-        {
+        let created = match outcome {
             super::CreateOutcome::Created(s) | super::CreateOutcome::Existing(s) => s,
         };
         let record = E2bRecord {
@@ -712,15 +737,29 @@ impl E2b {
         }
     }
 
-    /// Whether a template id names the default image (`base` or a `--e2b-template` alias).
-    fn is_default_template(&self, template: &str) -> bool {
-        DEFAULT_TEMPLATES.contains(&template)
-            || self
-                .svc
-                .config()
-                .e2b_templates
-                .iter()
-                .any(|t| t == template)
+    /// What a template id names, in this order: `base` and `--e2b-template`
+    /// aliases (the default image or an image of the tenant), a snapshot of
+    /// the tenant (what `createSnapshot` answered), an image of the tenant by
+    /// its reference (`name:tag`, `name`, `sha256:…`); else `404`.
+    async fn template_source(&self, workspace: &str, template: &str) -> Result<TemplateSource> {
+        if DEFAULT_TEMPLATES.contains(&template) {
+            return Ok(TemplateSource::Default);
+        }
+        if let Some(image) = self.svc.config().e2b_templates.get(template) {
+            return Ok(match image.as_str() {
+                "default" => TemplateSource::Default,
+                other => TemplateSource::Image(other.to_string()),
+            });
+        }
+        if Uuid::parse_str(template).is_ok() {
+            return Ok(TemplateSource::Snapshot(
+                self.template_snapshot(workspace, template).await?,
+            ));
+        }
+        if self.svc.has_image(workspace, template).await? {
+            return Ok(TemplateSource::Image(template.to_string()));
+        }
+        Err(not_found_template(template))
     }
 
     /// A timeout must be 1 s up to the active runtime limit (which ends a sandbox anyway).
