@@ -127,11 +127,6 @@ print("none")
 sys.exit(1)
 "#;
 
-/// Runs `sh -c script` through exec; returns (exitCode, stdout, stderr).
-async fn sh(d: &Daemon, id: &str, script: &str) -> (i64, String, String) {
-    d.exec(id, &["sh", "-c", script]).await
-}
-
 /// Creates a sandbox in another tenant scope (`x-inngest-env`) and waits for RUNNING.
 async fn create_in_env(d: &Daemon, env: &str, name: &str) -> String {
     let body = json!({"name": name, "vcpu": 1, "memoryMb": 1024}).to_string();
@@ -187,26 +182,24 @@ async fn the_guest_cannot_replace_the_agent_sbxd_runs() {
     let id = d.create_running("renamer").await;
 
     // The attack of the issue, step by step. Each step must be refused.
-    let (code, out, err) = sh(&d, &id, "mv /.sbx /.sbx-old; echo mv=$?").await;
+    let (code, out, err) = d.sh(&id, "mv /.sbx /.sbx-old; echo mv=$?").await;
     println!("mv: {code} {out} {err}");
     assert!(out.contains("mv=") && !out.contains("mv=0"), "{out} {err}");
-    let (_, out, _) = sh(
-        &d,
-        &id,
-        "umount /.sbx 2>/dev/null; echo umount=$?; umount -l /.sbx 2>/dev/null; echo lazy=$?; \
+    let (_, out, _) = d
+        .sh(
+            &id,
+            "umount /.sbx 2>/dev/null; echo umount=$?; umount -l /.sbx 2>/dev/null; echo lazy=$?; \
          mount -t tmpfs none /.sbx 2>/dev/null; echo mount=$?; \
          rm -rf /.sbx 2>/dev/null; echo rm=$?; ls /.sbx",
-    )
-    .await;
+        )
+        .await;
     println!("{out}");
     for refused in ["umount=0", "lazy=0", "mount=0", "rm=0"] {
         assert!(!out.contains(refused), "{refused} in {out}");
     }
     assert!(out.contains("sbx-agent"), "the agent is gone: {out}");
     // The agent's socket cannot be squatted: it is abstract, and held.
-    let (_, out, _) = sh(
-        &d,
-        &id,
+    let (_, out, _) = d.sh(&id,
         "python3 -c 'import socket\ns=socket.socket(socket.AF_UNIX)\n\
          try:\n  s.bind(\"\\0sbx-agent\"); print(\"bound\")\nexcept OSError as e: print(\"refused\", e.errno)'",
     )
@@ -265,7 +258,7 @@ async fn the_guest_cannot_replace_the_agent_sbxd_runs() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let (code, _, _) = sh(&d, &id, "test -x /.sbx/sbx-agent").await;
+    let (code, _, _) = d.sh(&id, "test -x /.sbx/sbx-agent").await;
     assert_eq!(code, 0);
     let (status, _) = d.call("DELETE", &format!("/v2/sandboxes/{id}"), None).await;
     assert!(status == 204 || status == 202, "{status}");
@@ -668,7 +661,7 @@ async fn a_frozen_file_transfer_ends_within_the_idle_deadline() {
     // A download on the direct path (over 2 MiB), too big for every buffer
     // between read-file and the client: read-file is still writing when the
     // guest freezes it.
-    let (code, _, err) = sh(&d, &id, "head -c 67108864 /dev/zero > /tmp/big").await;
+    let (code, _, err) = d.sh(&id, "head -c 67108864 /dev/zero > /tmp/big").await;
     assert_eq!(code, 0, "{err}");
     let resp = d
         .http
@@ -732,7 +725,7 @@ async fn a_frozen_file_transfer_ends_within_the_idle_deadline() {
     assert!(message.contains("did not answer"), "{message}");
     assert!(took < bound, "{took:?}");
     assert_eq!(transfer_pids(&id, "write-file"), Vec::<u32>::new());
-    let (code, _, _) = sh(&d, &id, "test -e /tmp/up").await;
+    let (code, _, _) = d.sh(&id, "test -e /tmp/up").await;
     assert_ne!(code, 0, "the frozen upload replaced the file");
 
     // The sandbox itself is fine: a whole transfer still works.

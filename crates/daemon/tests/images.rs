@@ -119,17 +119,6 @@ async fn create_with(d: &Daemon, name: &str, extra: Value) -> (String, Value) {
     (id, row)
 }
 
-async fn sh(d: &Daemon, id: &str, script: &str) -> (i64, String, String) {
-    d.exec(id, &["sh", "-c", script]).await
-}
-
-async fn destroy(d: &Daemon, id: &str) {
-    let (status, body) = d.call("DELETE", &format!("/v2/sandboxes/{id}"), None).await;
-    assert!(status == 204 || status == 202, "{status} {body}");
-    d.wait_status(id, "TERMINATED", Duration::from_secs(60))
-        .await;
-}
-
 async fn snapshot_ready(d: &Daemon, id: &str) -> String {
     let (status, snap) = d
         .call("POST", &format!("/v2/sandboxes/{id}/snapshots"), None)
@@ -243,14 +232,14 @@ async fn an_imported_image_boots_with_its_tree_env_and_workdir_snapshots_and_clo
     .await;
     println!("create -> RUNNING from the image: {:?}", started.elapsed());
     assert_eq!(row["imageRef"], format!("tiny:1@{digest}"), "{row}");
-    let (code, out, err) = sh(
-        &d,
-        &id,
-        "pwd; echo \"$IMG_VAR $OVERRIDE\"; cd /app && echo app: *; cd /opq && echo opq: *; \
+    let (code, out, err) = d
+        .sh(
+            &id,
+            "pwd; echo \"$IMG_VAR $OVERRIDE\"; cd /app && echo app: *; cd /opq && echo opq: *; \
          cat /app/keep.txt /opq/new.txt; test -e /etc/os-release || echo no-default-files; \
          test -e /usr/bin/python3 || echo no-python",
-    )
-    .await;
+        )
+        .await;
     assert_eq!(code, 0, "{err}");
     assert_eq!(
         out,
@@ -270,7 +259,9 @@ async fn an_imported_image_boots_with_its_tree_env_and_workdir_snapshots_and_clo
     let (_, detail) = d.call("GET", &format!("/v1/sandboxes/{id}"), None).await;
     assert_eq!(detail["data"]["environment"]["IMG_VAR"], "from-image");
     // Writes go to the sandbox's own layer, never into the shared image.
-    let (code, _, err) = sh(&d, &id, "echo mine > /app/keep.txt && echo x > /new-file").await;
+    let (code, _, err) = d
+        .sh(&id, "echo mine > /app/keep.txt && echo x > /new-file")
+        .await;
     assert_eq!(code, 0, "{err}");
     let rootfs = d
         .data_dir()
@@ -298,7 +289,7 @@ async fn an_imported_image_boots_with_its_tree_env_and_workdir_snapshots_and_clo
         .wait_status(&clone, "RUNNING", Duration::from_secs(120))
         .await;
     assert_eq!(row["imageRef"], format!("tiny:1@{digest}"));
-    let (code, out, err) = sh(&d, &clone, "pwd; cat /app/keep.txt /new-file").await;
+    let (code, out, err) = d.sh(&clone, "pwd; cat /app/keep.txt /new-file").await;
     assert_eq!((code, out.as_str()), (0, "/work\nmine\nx\n"), "{err}");
     // A clone names no image of its own.
     assert_error(
@@ -316,8 +307,8 @@ async fn an_imported_image_boots_with_its_tree_env_and_workdir_snapshots_and_clo
     let refused = d.call("DELETE", "/v1/images/tiny:1", None).await;
     assert_error(&refused, 409, "invalid_request");
     assert!(refused.1.to_string().contains(&id), "{}", refused.1);
-    destroy(&d, &id).await;
-    destroy(&d, &clone).await;
+    d.destroy_and_wait(&id).await;
+    d.destroy_and_wait(&clone).await;
     let refused = d.call("DELETE", "/v1/images/tiny:1", None).await;
     assert_error(&refused, 409, "invalid_request");
     assert!(refused.1.to_string().contains(&sid), "{}", refused.1);
@@ -472,13 +463,13 @@ async fn a_running_sandbox_becomes_an_image_that_new_sandboxes_boot() {
         "create -> RUNNING from the default image: {:?}",
         started.elapsed()
     );
-    let (code, _, err) = sh(
-        &d,
-        &src,
-        "mkdir -p /opt/made && echo from-sandbox > /opt/made/file && rm /etc/os-release \
+    let (code, _, err) = d
+        .sh(
+            &src,
+            "mkdir -p /opt/made && echo from-sandbox > /opt/made/file && rm /etc/os-release \
          && echo scratch > /tmp/not-kept",
-    )
-    .await;
+        )
+        .await;
     assert_eq!(code, 0, "{err}");
     let started = Instant::now();
     let (status, img) = d
@@ -507,23 +498,23 @@ async fn a_running_sandbox_becomes_an_image_that_new_sandboxes_boot() {
             .starts_with("made:v1@sha256:"),
         "{row}"
     );
-    let (code, out, err) = sh(
-        &d,
-        &made,
-        "cat /opt/made/file; test -e /etc/os-release || echo removed-stays-removed; \
+    let (code, out, err) = d
+        .sh(
+            &made,
+            "cat /opt/made/file; test -e /etc/os-release || echo removed-stays-removed; \
          test -e /tmp/not-kept || echo tmp-not-kept; python3 -c 'print(1+1)'",
-    )
-    .await;
+        )
+        .await;
     assert_eq!(code, 0, "{err}");
     assert_eq!(
         out,
         "from-sandbox\nremoved-stays-removed\ntmp-not-kept\n2\n"
     );
     // The source is unchanged and still running.
-    let (code, out, _) = sh(&d, &src, "cat /opt/made/file").await;
+    let (code, out, _) = d.sh(&src, "cat /opt/made/file").await;
     assert_eq!((code, out.as_str()), (0, "from-sandbox\n"));
     // Not running: refused.
-    destroy(&d, &src).await;
+    d.destroy_and_wait(&src).await;
     assert_error(
         &d.call(
             "POST",
@@ -534,7 +525,7 @@ async fn a_running_sandbox_becomes_an_image_that_new_sandboxes_boot() {
         409,
         "invalid_request",
     );
-    destroy(&d, &made).await;
+    d.destroy_and_wait(&made).await;
     assert_eq!(d.call("DELETE", "/v1/images/made:v1", None).await.0, 204);
     assert!(image_dirs(&d).is_empty());
 }
@@ -565,7 +556,7 @@ async fn in_a_cluster_a_create_naming_an_image_runs_on_the_image_node() {
         );
         let node = a.sql(&format!("SELECT node_id FROM sandboxes WHERE id = '{id}'"));
         assert_eq!(node.trim(), "node-b", "sandbox {id}");
-        let (code, out, err) = sh(&a, &id, "cat /marker").await;
+        let (code, out, err) = a.sh(&id, "cat /marker").await;
         assert_eq!((code, out.as_str()), (0, "on-b"), "{err}");
     }
     a.destroy_all(Duration::from_secs(60)).await;
@@ -601,9 +592,9 @@ async fn e2b_templates_name_a_tenants_images() {
         assert_eq!(status, 201, "{template}: {body}");
         assert_eq!(body["templateID"], template, "{body}");
         let id = body["sandboxID"].as_str().unwrap().to_string();
-        let (code, out, err) = sh(&d, &id, "cat /marker").await;
+        let (code, out, err) = d.sh(&id, "cat /marker").await;
         assert_eq!((code, out.as_str()), (0, "on-b"), "{template}: {err}");
-        destroy(&d, &id).await;
+        d.destroy_and_wait(&id).await;
     }
     let resp = e2b_create("nope:1").await.unwrap();
     assert_eq!(resp.status().as_u16(), 404);

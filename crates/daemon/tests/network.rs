@@ -183,10 +183,6 @@ async fn upload(d: &Daemon, id: &str, path: &str, bytes: Vec<u8>) {
     assert!(resp.status().is_success(), "upload: {}", resp.status());
 }
 
-async fn sh(d: &Daemon, id: &str, script: &str) -> (i64, String, String) {
-    d.exec(id, &["sh", "-c", script]).await
-}
-
 async fn network_of(d: &Daemon, id: &str) -> Value {
     let (status, body) = d.call("GET", &format!("/v1/sandboxes/{id}"), None).await;
     assert_eq!(status, 200, "{body}");
@@ -225,7 +221,7 @@ async fn public_allows_test_host_and_refuses_everything_internal() {
     upload(&d, &id, "/tmp/ca.pem", public.ca_pem()).await;
 
     // Proxy environment is there (and the user's environment could override it).
-    let (code, env, err) = sh(&d, &id, "env").await;
+    let (code, env, err) = d.sh(&id, "env").await;
     assert!(
         env.contains("HTTPS_PROXY=http://127.0.0.1:3128"),
         "{code} {env} {err}"
@@ -234,44 +230,44 @@ async fn public_allows_test_host_and_refuses_everything_internal() {
     assert!(env.contains("NODE_USE_ENV_PROXY=1"), "{env}");
 
     // 443 with the test CA, through the env proxy.
-    let (code, out, err) = sh(
-        &d,
-        &id,
-        &format!(
-            "curl -sS --max-time 20 --cacert /tmp/ca.pem https://{}/",
-            public.veth.ip
-        ),
-    )
-    .await;
+    let (code, out, err) = d
+        .sh(
+            &id,
+            &format!(
+                "curl -sS --max-time 20 --cacert /tmp/ca.pem https://{}/",
+                public.veth.ip
+            ),
+        )
+        .await;
     assert_eq!((code, out.as_str()), (0, "hello-tls\n"), "{err}");
     // Plain HTTP through the proxy (absolute form) and through SOCKS5.
-    let (code, out, err) = sh(
-        &d,
-        &id,
-        &format!("curl -sS --max-time 20 http://{}/", public.veth.ip),
-    )
-    .await;
+    let (code, out, err) = d
+        .sh(
+            &id,
+            &format!("curl -sS --max-time 20 http://{}/", public.veth.ip),
+        )
+        .await;
     assert_eq!((code, out.as_str()), (0, "hello-plain\n"), "{err}");
-    let (code, out, err) = sh(
-        &d,
-        &id,
-        &format!(
+    let (code, out, err) = d
+        .sh(
+            &id,
+            &format!(
             "curl -sS --max-time 20 -x socks5h://127.0.0.1:1080 --cacert /tmp/ca.pem https://{}/",
             public.veth.ip
         ),
-    )
-    .await;
+        )
+        .await;
     assert_eq!((code, out.as_str()), (0, "hello-tls\n"), "{err}");
     // A larger transfer crosses many credit windows intact.
-    let (code, out, err) = sh(
-        &d,
-        &id,
-        &format!(
-            "curl -sS --max-time 60 http://{}/bulk/20000000 | wc -c",
-            public.veth.ip
-        ),
-    )
-    .await;
+    let (code, out, err) = d
+        .sh(
+            &id,
+            &format!(
+                "curl -sS --max-time 60 http://{}/bulk/20000000 | wc -c",
+                public.veth.ip
+            ),
+        )
+        .await;
     assert_eq!((code, out.trim()), (0, "20000000"), "{err}");
 
     // Refused by policy (403 from the proxy), never dialled.
@@ -288,7 +284,7 @@ async fn public_allows_test_host_and_refuses_everything_internal() {
         ),
         ("http://[::ffff:127.0.0.1]/".to_string(), "loopback"),
     ] {
-        let (_, status, _) = sh(&d, &id, &curl_proxied(&url, "")).await;
+        let (_, status, _) = d.sh(&id, &curl_proxied(&url, "")).await;
         assert_eq!(status, "403", "{url} must be refused");
         let net = network_of(&d, &id).await;
         let last = denial_reasons(&net).pop().unwrap();
@@ -309,26 +305,26 @@ async fn public_allows_test_host_and_refuses_everything_internal() {
         "http://[5f00::1]/",              // SRv6 SIDs
     ] {
         let before = network_of(&d, &id).await["denied"].as_u64().unwrap();
-        let (_, status, _) = sh(&d, &id, &curl_proxied(url, "")).await;
+        let (_, status, _) = d.sh(&id, &curl_proxied(url, "")).await;
         assert_eq!(status, "403", "{url} must be refused");
         let net = network_of(&d, &id).await;
         assert_eq!(net["denied"].as_u64().unwrap(), before + 1, "{url}: {net}");
         println!("{url} refused: {:?}", denial_reasons(&net).pop());
     }
     // SOCKS refuses too (curl exit 97: the proxy refused the connection).
-    let (code, _, _) = sh(
-        &d,
-        &id,
-        &format!("curl -s --max-time 20 -x socks5h://127.0.0.1:1080 {sbxd}"),
-    )
-    .await;
+    let (code, _, _) = d
+        .sh(
+            &id,
+            &format!("curl -s --max-time 20 -x socks5h://127.0.0.1:1080 {sbxd}"),
+        )
+        .await;
     assert_ne!(code, 0);
-    let (code, _, _) = sh(
-        &d,
-        &id,
-        "curl -s --max-time 20 -x socks5h://127.0.0.1:1080 http://169.254.169.254/",
-    )
-    .await;
+    let (code, _, _) = d
+        .sh(
+            &id,
+            "curl -s --max-time 20 -x socks5h://127.0.0.1:1080 http://169.254.169.254/",
+        )
+        .await;
     assert_ne!(code, 0);
 
     let net = network_of(&d, &id).await;
@@ -345,35 +341,32 @@ async fn https_only_refuses_port_80_and_plain_http_on_443() {
     let d = Daemon::start(&["--network-test-public-cidr", &host.veth.cidr]).await;
     let id = create_v1(&d, "net-https", json!({"mode": "https-only"})).await;
     upload(&d, &id, "/tmp/ca.pem", host.ca_pem()).await;
-    let (code, out, err) = sh(
-        &d,
-        &id,
-        &format!(
-            "curl -sS --max-time 20 --cacert /tmp/ca.pem https://{}/",
-            host.veth.ip
-        ),
-    )
-    .await;
+    let (code, out, err) = d
+        .sh(
+            &id,
+            &format!(
+                "curl -sS --max-time 20 --cacert /tmp/ca.pem https://{}/",
+                host.veth.ip
+            ),
+        )
+        .await;
     assert_eq!((code, out.as_str()), (0, "hello-tls\n"), "{err}");
-    let (_, status, _) = sh(
-        &d,
-        &id,
-        &curl_proxied(&format!("http://{}/", host.veth.ip), ""),
-    )
-    .await;
+    let (_, status, _) = d
+        .sh(&id, &curl_proxied(&format!("http://{}/", host.veth.ip), ""))
+        .await;
     assert_eq!(status, "403");
     let net = network_of(&d, &id).await;
     assert_eq!(denial_reasons(&net).pop().unwrap().1, "port", "{net}");
     // Plain HTTP tunnelled to 443 is cut: the first bytes are not a TLS handshake.
-    let (code, _, _) = sh(
-        &d,
-        &id,
-        &format!(
-            "curl -s --max-time 20 -p -x http://127.0.0.1:3128 http://{}:443/",
-            host.veth.ip
-        ),
-    )
-    .await;
+    let (code, _, _) = d
+        .sh(
+            &id,
+            &format!(
+                "curl -s --max-time 20 -p -x http://127.0.0.1:3128 http://{}:443/",
+                host.veth.ip
+            ),
+        )
+        .await;
     assert_ne!(code, 0);
     let net = network_of(&d, &id).await;
     assert_eq!(denial_reasons(&net).pop().unwrap().1, "not-tls", "{net}");
@@ -394,31 +387,30 @@ async fn allowlisted_name_rebound_to_loopback_is_refused() {
     )
     .await;
     upload(&d, &id, "/tmp/ca.pem", host.ca_pem()).await;
-    let (code, out, err) = sh(
-        &d,
-        &id,
-        &format!("curl -sS --max-time 20 --cacert /tmp/ca.pem https://{name}/"),
-    )
-    .await;
+    let (code, out, err) = d
+        .sh(
+            &id,
+            &format!("curl -sS --max-time 20 --cacert /tmp/ca.pem https://{name}/"),
+        )
+        .await;
     assert_eq!((code, out.as_str()), (0, "hello-tls\n"), "{err}");
     // Not listed: the address itself, another port.
-    let (_, status, _) = sh(
-        &d,
-        &id,
-        &curl_proxied(&format!("http://{}/", host.veth.ip), ""),
-    )
-    .await;
+    let (_, status, _) = d
+        .sh(&id, &curl_proxied(&format!("http://{}/", host.veth.ip), ""))
+        .await;
     assert_eq!(status, "403");
-    let (_, status, _) = sh(&d, &id, &curl_proxied(&format!("http://{name}/"), "")).await;
+    let (_, status, _) = d
+        .sh(&id, &curl_proxied(&format!("http://{name}/"), ""))
+        .await;
     assert_eq!(status, "403");
     // Rebinding: the allowed name now points at the host's loopback.
     hosts.point_to("127.0.0.1");
-    let (code, _, _) = sh(
-        &d,
-        &id,
-        &format!("curl -s --max-time 20 --cacert /tmp/ca.pem https://{name}/"),
-    )
-    .await;
+    let (code, _, _) = d
+        .sh(
+            &id,
+            &format!("curl -s --max-time 20 --cacert /tmp/ca.pem https://{name}/"),
+        )
+        .await;
     assert_ne!(code, 0);
     let net = network_of(&d, &id).await;
     assert_eq!(
@@ -434,28 +426,28 @@ async fn allowlisted_name_rebound_to_loopback_is_refused() {
 async fn none_has_only_loopback_and_no_proxy() {
     let d = Daemon::start(&[]).await;
     let id = create_v1(&d, "net-none", json!({"mode": "none"})).await;
-    let (code, out, _) = sh(
-        &d,
-        &id,
-        "python3 -c 'import socket; print(sorted(n for _, n in socket.if_nameindex()))'",
-    )
-    .await;
+    let (code, out, _) = d
+        .sh(
+            &id,
+            "python3 -c 'import socket; print(sorted(n for _, n in socket.if_nameindex()))'",
+        )
+        .await;
     assert_eq!((code, out.trim()), (0, "['lo']"));
-    let (code, _, _) = sh(
-        &d,
-        &id,
-        "curl -s --max-time 5 -x http://127.0.0.1:3128 http://example.com/",
-    )
-    .await;
+    let (code, _, _) = d
+        .sh(
+            &id,
+            "curl -s --max-time 5 -x http://127.0.0.1:3128 http://example.com/",
+        )
+        .await;
     assert_eq!(code, 7, "connection refused on 3128");
-    let (code, _, _) = sh(
-        &d,
-        &id,
-        "curl -s --max-time 5 -x socks5h://127.0.0.1:1080 http://example.com/",
-    )
-    .await;
+    let (code, _, _) = d
+        .sh(
+            &id,
+            "curl -s --max-time 5 -x socks5h://127.0.0.1:1080 http://example.com/",
+        )
+        .await;
     assert_eq!(code, 7, "connection refused on 1080");
-    let (_, env, _) = sh(&d, &id, "env").await;
+    let (_, env, _) = d.sh(&id, "env").await;
     assert!(!env.contains("127.0.0.1:3128"), "{env}");
     let net = network_of(&d, &id).await;
     assert_eq!(net["policy"]["mode"], "none");
@@ -475,7 +467,7 @@ async fn v2_default_is_public_and_node_fetch_uses_the_proxy() {
         "NODE_EXTRA_CA_CERTS=/tmp/ca.pem node -e \"fetch('https://{}/').then(r => r.text()).then(t => process.stdout.write(t))\"",
         host.veth.ip
     );
-    let (code, out, err) = sh(&d, &id, &script).await;
+    let (code, out, err) = d.sh(&id, &script).await;
     assert_eq!((code, out.as_str()), (0, "hello-tls\n"), "{err}");
     // Another sandbox's server is not reachable: it has no address, and loopback is refused.
     let other = d.create_running("net-sdk-2").await;
@@ -485,14 +477,14 @@ async fn v2_default_is_public_and_node_fetch_uses_the_proxy() {
         Some(json!({"command": ["python3", "-m", "http.server", "8000", "--bind", "0.0.0.0"]})),
     )
     .await;
-    let (_, status, _) = sh(&d, &id, &curl_proxied("http://127.0.0.1:8000/", "")).await;
+    let (_, status, _) = d.sh(&id, &curl_proxied("http://127.0.0.1:8000/", "")).await;
     assert_eq!(status, "403");
-    let (code, _, _) = sh(
-        &d,
-        &id,
-        "curl -s --max-time 5 --noproxy '*' http://127.0.0.1:8000/",
-    )
-    .await;
+    let (code, _, _) = d
+        .sh(
+            &id,
+            "curl -s --max-time 5 --noproxy '*' http://127.0.0.1:8000/",
+        )
+        .await;
     assert_eq!(code, 7, "nothing listens on this sandbox's own loopback");
 }
 
@@ -551,7 +543,7 @@ async fn policy_survives_snapshot_clone_and_daemon_restart() {
     assert_eq!(net["policy"]["mode"], "https-only");
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let (code, out, _) = sh(&d, &clone, &fetch).await;
+        let (code, out, _) = d.sh(&clone, &fetch).await;
         if code == 0 {
             assert_eq!(out, "hello-tls\n");
             break;
@@ -559,17 +551,17 @@ async fn policy_survives_snapshot_clone_and_daemon_restart() {
         assert!(Instant::now() < deadline, "clone never reached the host");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let (_, status, _) = sh(
-        &d,
-        &clone,
-        &curl_proxied(&format!("http://{}/", host.veth.ip), ""),
-    )
-    .await;
+    let (_, status, _) = d
+        .sh(
+            &clone,
+            &curl_proxied(&format!("http://{}/", host.veth.ip), ""),
+        )
+        .await;
     assert_eq!(status, "403");
     // After a daemon restart the broker is back (reattach sends a new net_serve).
     d.kill9();
     d.spawn().await;
-    let (code, out, err) = sh(&d, &id, &fetch).await;
+    let (code, out, err) = d.sh(&id, &fetch).await;
     assert_eq!((code, out.as_str()), (0, "hello-tls\n"), "{err}");
     let _ = PathBuf::new();
 }
@@ -584,7 +576,7 @@ async fn dns_in_the_sandbox_answers_through_the_policy() {
     let good_entry = HostsEntry::set(&good, &host.veth.ip);
     let bad_entry = HostsEntry::set(&bad, "127.0.0.1");
     let id = create_v1(&d, "net-dns", json!({"mode": "public"})).await;
-    let (code, conf, _) = sh(&d, &id, "cat /etc/resolv.conf").await;
+    let (code, conf, _) = d.sh(&id, "cat /etc/resolv.conf").await;
     assert_eq!(code, 0);
     assert!(conf.contains("nameserver 127.0.0.1"), "{conf}");
     let lookup = |name: &str| {
@@ -592,10 +584,10 @@ async fn dns_in_the_sandbox_answers_through_the_policy() {
             "python3 -c \"import socket\ntry:\n  print(socket.gethostbyname('{name}'))\nexcept socket.gaierror as e:\n  print('gaierror', e)\""
         )
     };
-    let (code, out, err) = sh(&d, &id, &lookup(&good)).await;
+    let (code, out, err) = d.sh(&id, &lookup(&good)).await;
     assert_eq!((code, out.trim()), (0, host.veth.ip.as_str()), "{err}");
     // Resolves on the host, but only to an address the policy refuses: nothing.
-    let (code, out, err) = sh(&d, &id, &lookup(&bad)).await;
+    let (code, out, err) = d.sh(&id, &lookup(&bad)).await;
     assert_eq!(code, 0, "{err}");
     assert!(out.starts_with("gaierror"), "{out}");
     let net = network_of(&d, &id).await;
@@ -635,7 +627,7 @@ async fn localhost_resolves_to_the_sandbox_loopback() {
     // `public`: the DNS responder runs; `none`: no responder, `/etc/hosts` alone.
     for mode in ["public", "none"] {
         let id = create_v1(&d, &format!("net-lo-{mode}"), json!({"mode": mode})).await;
-        let (code, hosts, err) = sh(&d, &id, "cat /etc/hosts").await;
+        let (code, hosts, err) = d.sh(&id, "cat /etc/hosts").await;
         assert_eq!(code, 0, "{mode}: {err}");
         for line in [
             "127.0.0.1 localhost",
@@ -643,7 +635,7 @@ async fn localhost_resolves_to_the_sandbox_loopback() {
         ] {
             assert!(hosts.lines().any(|l| l == line), "{mode}: {hosts}");
         }
-        let (code, out, err) = sh(&d, &id, &lookup("localhost", "AF_UNSPEC")).await;
+        let (code, out, err) = d.sh(&id, &lookup("localhost", "AF_UNSPEC")).await;
         assert_eq!(code, 0, "{mode}: {err}");
         assert!(["127.0.0.1", "::1"].contains(&out.trim()), "{mode}: {out}");
         // A server on the sandbox's 127.0.0.1 is reachable as `localhost`.
@@ -660,9 +652,9 @@ async fn localhost_resolves_to_the_sandbox_loopback() {
         if mode == "public" {
             // Names `/etc/hosts` does not list come from the responder, any case.
             for name in ["foo.localhost", "Dev.App.LOCALHOST."] {
-                let (code, out, err) = sh(&d, &id, &lookup(name, "AF_INET")).await;
+                let (code, out, err) = d.sh(&id, &lookup(name, "AF_INET")).await;
                 assert_eq!((code, out.trim()), (0, "127.0.0.1"), "{name}: {err}");
-                let (code, out, err) = sh(&d, &id, &lookup(name, "AF_INET6")).await;
+                let (code, out, err) = d.sh(&id, &lookup(name, "AF_INET6")).await;
                 assert_eq!((code, out.trim()), (0, "::1"), "{name}: {err}");
             }
             // Answered in the sandbox: not a lookup the policy refused.
@@ -691,7 +683,9 @@ async fn a_running_sandboxs_policy_changes_for_its_next_connections() {
     };
 
     // Created without a network: no proxy to talk to.
-    let (code, _, _) = sh(&d, &id, &curl_proxied(&url, "-x http://127.0.0.1:3128")).await;
+    let (code, _, _) = d
+        .sh(&id, &curl_proxied(&url, "-x http://127.0.0.1:3128"))
+        .await;
     assert_eq!(code, 7, "connection refused on 3128");
 
     // Bad policies are refused and change nothing.
@@ -722,16 +716,16 @@ async fn a_running_sandboxs_policy_changes_for_its_next_connections() {
         body["data"]["network"]["policy"]["mode"], "public",
         "{body}"
     );
-    let (_, env, _) = sh(&d, &id, "env").await;
+    let (_, env, _) = d.sh(&id, "env").await;
     assert!(env.contains("HTTP_PROXY=http://127.0.0.1:3128"), "{env}");
-    let (code, out, err) = sh(&d, &id, &format!("curl -sS --max-time 20 {url}")).await;
+    let (code, out, err) = d.sh(&id, &format!("curl -sS --max-time 20 {url}")).await;
     assert_eq!((code, out.as_str()), (0, "hello-plain\n"), "{err}");
 
     // public → an allowlist without the host: refused by policy from the next connection.
     let (status, body) =
         put(json!({"mode": "allowlist", "allow": [{"host": "only.example"}]})).await;
     assert_eq!(status, 200, "{body}");
-    let (_, status, _) = sh(&d, &id, &curl_proxied(&url, "")).await;
+    let (_, status, _) = d.sh(&id, &curl_proxied(&url, "")).await;
     assert_eq!(status, "403");
     let last = denial_reasons(&network_of(&d, &id).await).pop().unwrap();
     assert_eq!(last.1, "not-allowlisted");
@@ -740,15 +734,17 @@ async fn a_running_sandboxs_policy_changes_for_its_next_connections() {
     let cidr = format!("{}/32", host.veth.ip);
     let (status, body) = put(json!({"mode": "allowlist", "allow": [{"cidr": cidr}]})).await;
     assert_eq!(status, 200, "{body}");
-    let (code, out, err) = sh(&d, &id, &format!("curl -sS --max-time 20 {url}")).await;
+    let (code, out, err) = d.sh(&id, &format!("curl -sS --max-time 20 {url}")).await;
     assert_eq!((code, out.as_str()), (0, "hello-plain\n"), "{err}");
 
     // → none: refused, and new processes lose the proxy variables.
     let (status, body) = put(json!({"mode": "none"})).await;
     assert_eq!(status, 200, "{body}");
-    let (_, status, _) = sh(&d, &id, &curl_proxied(&url, "-x http://127.0.0.1:3128")).await;
+    let (_, status, _) = d
+        .sh(&id, &curl_proxied(&url, "-x http://127.0.0.1:3128"))
+        .await;
     assert_eq!(status, "403");
-    let (_, env, _) = sh(&d, &id, "env").await;
+    let (_, env, _) = d.sh(&id, "env").await;
     assert!(!env.contains("127.0.0.1:3128"), "{env}");
 
     // Only a running sandbox; never another tenant's or an unknown one.

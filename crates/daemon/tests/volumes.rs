@@ -58,17 +58,6 @@ async fn create_with(d: &Daemon, name: &str, volumes: Value) -> String {
     id
 }
 
-async fn sh(d: &Daemon, id: &str, script: &str) -> (i64, String, String) {
-    d.exec(id, &["sh", "-c", script]).await
-}
-
-async fn destroy(d: &Daemon, id: &str) {
-    let (status, body) = d.call("DELETE", &format!("/v2/sandboxes/{id}"), None).await;
-    assert!(status == 204 || status == 202, "{status} {body}");
-    d.wait_status(id, "TERMINATED", Duration::from_secs(60))
-        .await;
-}
-
 fn mount_point(d: &Daemon, id: &str) -> PathBuf {
     d.data_dir().join("volumes").join(id)
 }
@@ -103,39 +92,43 @@ async fn volumes_are_shared_read_only_enforced_size_limited_and_outlive_sandboxe
     );
 
     // One writes, the other reads at once.
-    let (code, _, err) = sh(&d, &writer, "echo hello-volume > /data/hello && sync").await;
+    let (code, _, err) = d
+        .sh(&writer, "echo hello-volume > /data/hello && sync")
+        .await;
     assert_eq!(code, 0, "{err}");
-    let (code, out, err) = sh(&d, &reader, "cat /data/hello").await;
+    let (code, out, err) = d.sh(&reader, "cat /data/hello").await;
     assert_eq!((code, out.trim()), (0, "hello-volume"), "{err}");
     // A second write is seen too (no stale cache).
-    sh(&d, &writer, "echo again >> /data/hello").await;
-    let (_, out, _) = sh(&d, &reader, "cat /data/hello").await;
+    d.sh(&writer, "echo again >> /data/hello").await;
+    let (_, out, _) = d.sh(&reader, "cat /data/hello").await;
     assert_eq!(out, "hello-volume\nagain\n");
 
     // Read-only is enforced by gVisor; the writer still writes.
-    let (code, _, err) = sh(&d, &reader, "echo x > /data/nope").await;
+    let (code, _, err) = d.sh(&reader, "echo x > /data/nope").await;
     assert_ne!(code, 0);
     assert!(err.contains("Read-only file system"), "{err}");
-    let (code, _, err) = sh(&d, &reader, "rm /data/hello").await;
+    let (code, _, err) = d.sh(&reader, "rm /data/hello").await;
     assert!(code != 0 && err.contains("Read-only"), "{err}");
-    let (code, _, _) = sh(&d, &writer, "echo y > /data/yes").await;
+    let (code, _, _) = d.sh(&writer, "echo y > /data/yes").await;
     assert_eq!(code, 0);
 
     // The size limit: ENOSPC in this volume, the other volume unaffected.
-    let (code, _, err) = sh(&d, &writer, "dd if=/dev/zero of=/data/fill bs=1M count=64").await;
+    let (code, _, err) = d
+        .sh(&writer, "dd if=/dev/zero of=/data/fill bs=1M count=64")
+        .await;
     assert_ne!(code, 0, "64 MiB fit in a 32 MiB volume");
     assert!(err.contains("No space left on device"), "{err}");
-    let (code, _, err) = sh(
-        &d,
-        &writer,
-        "dd if=/dev/zero of=/other/ok bs=1M count=8 && rm /other/ok",
-    )
-    .await;
+    let (code, _, err) = d
+        .sh(
+            &writer,
+            "dd if=/dev/zero of=/other/ok bs=1M count=8 && rm /other/ok",
+        )
+        .await;
     assert_eq!(code, 0, "the other volume was affected: {err}");
     let (_, got) = d.call("GET", "/v1/volumes/shared", None).await;
     let used = got["data"]["usedBytes"].as_u64().unwrap();
     assert!(used > 24 * 1024 * 1024, "usage {used} after filling: {got}");
-    sh(&d, &writer, "rm /data/fill").await;
+    d.sh(&writer, "rm /data/fill").await;
 
     // Delete is refused while mounted, and changes nothing.
     assert_error(
@@ -147,16 +140,16 @@ async fn volumes_are_shared_read_only_enforced_size_limited_and_outlive_sandboxe
     assert_eq!(status, 200);
 
     // Destroy keeps the data: a new sandbox sees it.
-    destroy(&d, &writer).await;
-    destroy(&d, &reader).await;
+    d.destroy_and_wait(&writer).await;
+    d.destroy_and_wait(&reader).await;
     let again = create_with(&d, "again", json!([{"name": "shared", "path": "/mnt/v"}])).await;
-    let (code, out, err) = sh(&d, &again, "cat /mnt/v/hello /mnt/v/yes").await;
+    let (code, out, err) = d.sh(&again, "cat /mnt/v/hello /mnt/v/yes").await;
     assert_eq!(
         (code, out.as_str()),
         (0, "hello-volume\nagain\ny\n"),
         "{err}"
     );
-    destroy(&d, &again).await;
+    d.destroy_and_wait(&again).await;
 
     // Allowed after destroy: the data and the host mount go.
     let (status, body) = d.call("DELETE", "/v1/volumes/shared", None).await;
@@ -197,11 +190,11 @@ async fn escapes_from_a_volume_fail() {
 
     // Symlinks made in the volume resolve inside the reading sandbox.
     let script = format!("ln -s /etc/shadow /data/shadow && ln -s {marker} /data/marker");
-    assert_eq!(sh(&d, &a, &script).await.0, 0);
-    let (code, out, _) = sh(&d, &b, "cat /data/marker").await;
+    assert_eq!(d.sh(&a, &script).await.0, 0);
+    let (code, out, _) = d.sh(&b, "cat /data/marker").await;
     assert!(code != 0 && !out.contains("host-secret"), "{out}");
     if let Ok(host_shadow) = std::fs::read_to_string("/etc/shadow") {
-        let (_, out, _) = sh(&d, &b, "cat /data/shadow").await;
+        let (_, out, _) = d.sh(&b, "cat /data/shadow").await;
         assert_ne!(out, host_shadow, "the host's /etc/shadow was read");
     }
     // On the host they are plain symlinks in the volume, never followed.
@@ -211,10 +204,12 @@ async fn escapes_from_a_volume_fail() {
     );
 
     // `..` out of the mount point is the guest's root.
-    let (_, out, _) = sh(&d, &b, &format!("cat /data/../..{marker}; ls /data/..")).await;
+    let (_, out, _) = d
+        .sh(&b, &format!("cat /data/../..{marker}; ls /data/.."))
+        .await;
     assert!(!out.contains("host-secret") && !out.contains(&vol), "{out}");
     // A hard link to a file outside the volume.
-    let (code, _, err) = sh(&d, &a, "ln /etc/passwd /data/pw").await;
+    let (code, _, err) = d.sh(&a, "ln /etc/passwd /data/pw").await;
     assert!(code != 0, "hard link across mounts: {err}");
     assert!(!host_root.join("pw").exists());
     // Through /proc/self/root.
@@ -222,12 +217,13 @@ async fn escapes_from_a_volume_fail() {
         "cat /proc/self/root{marker}; echo pwned > /proc/self/root/data/../../..{marker}.pwned; \
          cat /proc/self/root/data/../../{marker}"
     );
-    let (_, out, _) = sh(&d, &a, &script).await;
+    let (_, out, _) = d.sh(&a, &script).await;
     assert!(!out.contains("host-secret"), "{out}");
     assert!(!PathBuf::from(format!("{marker}.pwned")).exists());
     assert_eq!(std::fs::read_to_string(&marker).unwrap(), "host-secret");
     // A bind mount inside the sandbox stays inside it.
-    sh(&d, &a, "mkdir -p /data/root && mount --bind / /data/root").await;
+    d.sh(&a, "mkdir -p /data/root && mount --bind / /data/root")
+        .await;
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     let under: Vec<&str> = mountinfo
         .lines()
@@ -251,7 +247,7 @@ async fn pause_resume_and_clones_keep_the_volume() {
     let _leftovers = KillLeftovers::of(&d);
     volume(&d, "keep", 32).await;
     let a = create_with(&d, "a", json!([{"name": "keep", "path": "/data"}])).await;
-    assert_eq!(sh(&d, &a, "echo before > /data/f").await.0, 0);
+    assert_eq!(d.sh(&a, "echo before > /data/f").await.0, 0);
     let (status, body) = d
         .call("POST", &format!("/v2/sandboxes/{a}/pause"), None)
         .await;
@@ -260,7 +256,7 @@ async fn pause_resume_and_clones_keep_the_volume() {
         .call("POST", &format!("/v2/sandboxes/{a}/resume"), None)
         .await;
     assert_eq!(status, 200, "{body}");
-    let (code, out, err) = sh(&d, &a, "cat /data/f && echo resumed >> /data/f").await;
+    let (code, out, err) = d.sh(&a, "cat /data/f && echo resumed >> /data/f").await;
     assert_eq!((code, out.as_str()), (0, "before\n"), "{err}");
 
     let (status, snap) = d
@@ -278,7 +274,7 @@ async fn pause_resume_and_clones_keep_the_volume() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // Written after the snapshot: the clone sees it (volume data is not in the snapshot).
-    assert_eq!(sh(&d, &a, "echo after >> /data/f").await.0, 0);
+    assert_eq!(d.sh(&a, "echo after >> /data/f").await.0, 0);
     let (status, body) = d
         .call(
             "POST",
@@ -290,13 +286,15 @@ async fn pause_resume_and_clones_keep_the_volume() {
     let clone = body["data"]["id"].as_str().unwrap().to_string();
     d.wait_status(&clone, "RUNNING", Duration::from_secs(120))
         .await;
-    let (code, out, err) = sh(&d, &clone, "cat /data/f && echo from-clone >> /data/f").await;
+    let (code, out, err) = d
+        .sh(&clone, "cat /data/f && echo from-clone >> /data/f")
+        .await;
     assert_eq!(
         (code, out.as_str()),
         (0, "before\nresumed\nafter\n"),
         "{err}"
     );
-    let (_, out, _) = sh(&d, &a, "cat /data/f").await;
+    let (_, out, _) = d.sh(&a, "cat /data/f").await;
     assert_eq!(out, "before\nresumed\nafter\nfrom-clone\n");
     let (_, detail) = d.call("GET", &format!("/v1/sandboxes/{clone}"), None).await;
     assert_eq!(detail["data"]["mounts"][0]["path"], "/data", "{detail}");

@@ -373,6 +373,21 @@ impl Daemon {
         id
     }
 
+    /// Runs `sh -c script` in the sandbox; returns (exitCode, stdout, stderr).
+    pub async fn sh(&self, id: &str, script: &str) -> (i64, String, String) {
+        self.exec(id, &["sh", "-c", script]).await
+    }
+
+    /// Destroys the sandbox through `/v2` and waits until it is TERMINATED.
+    pub async fn destroy_and_wait(&self, id: &str) {
+        let (status, body) = self
+            .call("DELETE", &format!("/v2/sandboxes/{id}"), None)
+            .await;
+        assert!(status == 204 || status == 202, "{status} {body}");
+        self.wait_status(id, "TERMINATED", std::time::Duration::from_secs(60))
+            .await;
+    }
+
     /// Runs argv in the sandbox; returns (exitCode, stdout, stderr).
     pub async fn exec(&self, id: &str, argv: &[&str]) -> (i64, String, String) {
         let (status, body) = self
