@@ -19,7 +19,8 @@
 //!   its size, a write past it fails with ENOSPC inside the sandbox, what
 //!   was written before is intact and read on the other node, a delete
 //!   frees space for a new write, and a sandbox writing more than that to
-//!   the 1 GiB volume at the same time is unaffected.
+//!   the 1 GiB volume at the same time is unaffected; the quota layer
+//!   killed with -9 is detached and mounted again by the next sandbox.
 //!
 //! Needs PostgreSQL and S3 (`SBX_TEST_DATABASE_URL`, `SBX_TEST_S3_*`), as
 //! `./scripts/test` exports, and rclone + fuse3 (`scripts/install-deps`).
@@ -223,6 +224,32 @@ except OSError as e:
         .and_then(|v| v.parse().ok())
         .unwrap_or(u64::MAX);
     assert!(avail < 1024, "df shows the volume full: {out}");
+    // The quota layer killed: the next sandbox's mount detaches the dead
+    // mount, mounts it again (counting the bytes anew), and sees the data.
+    let pid_file = a
+        .data_dir()
+        .join("volumes/s3")
+        .join(&small)
+        .join("quotafs.pid");
+    let pid = std::fs::read_to_string(&pid_file).unwrap();
+    let killed = std::process::Command::new("kill")
+        .args(["-9", pid.trim()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let (code, _, _) = sh(&a, &q, "ls /q").await;
+    assert_ne!(code, 0, "the killed layer's mount is dead");
+    let q2 = create_in(&a, "quota2", "a", json!([{"name": "small", "path": "/q"}])).await;
+    let new_pid = std::fs::read_to_string(&pid_file).unwrap();
+    assert_ne!(new_pid, pid, "a new quota layer");
+    let (_, sum, _) = sh(&a, &q2, "sha256sum /q/first | cut -c1-64").await;
+    assert_eq!(sum, first_sum);
+    let (code, _, err) = sh(&a, &q2, "dd if=/dev/zero of=/q/third bs=1M count=10").await;
+    assert!(
+        code != 0 && err.contains("No space left on device"),
+        "the new layer enforces the size too: {code} {err}"
+    );
+    destroy(&a, &q).await;
     // Meanwhile the 1 GiB volume on the same node takes more than 16 MiB.
     let (code, _, err) = sh(
         &a,
@@ -234,7 +261,7 @@ except OSError as e:
     // Deleting files frees their space for a new write.
     let (code, _, err) = sh(
         &a,
-        &q,
+        &q2,
         "rm /q/second /q/third && head -c 5000000 /dev/urandom > /q/fourth && sync /q/fourth",
     )
     .await;
@@ -249,7 +276,7 @@ except OSError as e:
     .await;
     eventually(&c, &qr, "sha256sum /q/first | cut -c1-64", &first_sum).await;
     eventually(&c, &qr, "ls /q", "first\nfourth\n").await;
-    destroy(&a, &q).await;
+    destroy(&a, &q2).await;
     destroy(&c, &qr).await;
     let deadline = Instant::now() + Duration::from_secs(60);
     while s3_mounted(&a, &small) || s3_mounted(&c, &small) {
