@@ -84,6 +84,10 @@ impl fuser::Filesystem for QuotaFs {
         entry(reply, self.0.lookup(parent.0, name));
     }
 
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.0.forget(ino.0, nlookup);
+    }
+
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.0.getattr(ino.0, fh.map(|f| f.0)) {
             Ok(m) => reply.attr(&TTL, &attr(ino.0, &m)),

@@ -3,7 +3,10 @@
 //!
 //! The source is rclone's mount, whose own inode numbers are only stable
 //! while rclone keeps a node in memory: paths are what identify a file, so
-//! the table maps numbers to paths and follows renames.
+//! the table maps numbers to paths and follows renames. A number lives
+//! while the kernel holds it: each reply that hands one out counts as a
+//! lookup, and the kernel's `forget` gives them back, so a long-lived mount
+//! keeps only what its sandboxes use.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -17,6 +20,8 @@ pub const ROOT: u64 = 1;
 pub struct Inodes {
     by_ino: HashMap<u64, PathBuf>,
     by_path: HashMap<PathBuf, u64>,
+    /// Lookups the kernel holds, per number (the root is never forgotten).
+    lookups: HashMap<u64, u64>,
     next: u64,
 }
 
@@ -32,6 +37,7 @@ impl Inodes {
         let mut t = Inodes {
             by_ino: HashMap::new(),
             by_path: HashMap::new(),
+            lookups: HashMap::new(),
             next: ROOT + 1,
         };
         t.by_ino.insert(ROOT, PathBuf::new());
@@ -54,16 +60,44 @@ impl Inodes {
         self.path(parent).map(|p| p.join(name))
     }
 
-    /// The number of `path`, given one when it has none yet.
+    /// The number of `path`, given one when it has none yet, handed to the
+    /// kernel (one more lookup it holds).
     pub fn ino_of(&mut self, path: &Path) -> u64 {
-        if let Some(ino) = self.by_path.get(path) {
-            return *ino;
+        let ino = match self.by_path.get(path) {
+            Some(ino) => *ino,
+            None => {
+                let ino = self.next;
+                self.next += 1;
+                self.by_ino.insert(ino, path.to_path_buf());
+                self.by_path.insert(path.to_path_buf(), ino);
+                ino
+            }
+        };
+        if ino != ROOT {
+            *self.lookups.entry(ino).or_insert(0) += 1;
         }
-        let ino = self.next;
-        self.next += 1;
-        self.by_ino.insert(ino, path.to_path_buf());
-        self.by_path.insert(path.to_path_buf(), ino);
         ino
+    }
+
+    /// The kernel dropped `n` lookups of `ino`: at none left, the number
+    /// is forgotten (a number already removed is ignored).
+    pub fn forget(&mut self, ino: u64, n: u64) {
+        let Some(count) = self.lookups.get_mut(&ino) else {
+            return;
+        };
+        *count = count.saturating_sub(n);
+        if *count == 0 {
+            self.lookups.remove(&ino);
+            if let Some(path) = self.by_ino.remove(&ino) {
+                self.by_path.remove(&path);
+            }
+        }
+    }
+
+    /// How many numbers are known (tests).
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.by_ino.len()
     }
 
     /// Forgets `path` and everything under it (removed).
@@ -77,6 +111,7 @@ impl Inodes {
         for p in gone {
             if let Some(ino) = self.by_path.remove(&p) {
                 self.by_ino.remove(&ino);
+                self.lookups.remove(&ino);
             }
         }
     }
@@ -192,6 +227,22 @@ mod tests {
         assert_eq!(t.path(d), None);
         assert_eq!(t.path(f), None);
         assert_eq!(t.path(ROOT), Some(Path::new("")));
+    }
+
+    #[test]
+    fn forget_drops_a_number_when_the_kernel_holds_none() {
+        let mut t = Inodes::new();
+        let a = t.ino_of(Path::new("a"));
+        assert_eq!(t.ino_of(Path::new("a")), a);
+        t.forget(a, 1);
+        assert_eq!(t.path(a), Some(Path::new("a")), "one lookup still held");
+        t.forget(a, 1);
+        assert_eq!(t.path(a), None);
+        assert_eq!(t.len(), 1, "only the root");
+        t.forget(ROOT, 5);
+        t.forget(12345, 1);
+        assert_eq!(t.path(ROOT), Some(Path::new("")));
+        assert_ne!(t.ino_of(Path::new("a")), a, "a new number");
     }
 
     #[test]

@@ -45,7 +45,7 @@ pub struct Entry {
 /// One directory entry as listed at `opendir`.
 #[derive(Debug, Clone)]
 pub struct DirEntry {
-    /// Our inode number.
+    /// The inode number shown as `d_ino` (the source's; ours for `.` and `..`).
     pub ino: u64,
     /// The name.
     pub name: OsString,
@@ -483,17 +483,17 @@ impl Passthrough {
         lock(&self.files).remove(&fh);
     }
 
+    /// The kernel dropped `n` lookups of `ino`.
+    pub fn forget(&self, ino: u64, n: u64) {
+        lock(&self.inodes).forget(ino, n);
+    }
+
     /// Lists directory `ino` once, for the `readdir` calls that follow.
+    /// Entries carry the source's inode numbers: a plain `readdir` hands
+    /// no number to the kernel to hold (only `d_ino` to the reader), and
+    /// numbering every listed entry would keep them all in the table.
     pub fn opendir(&self, ino: u64) -> io::Result<u64> {
         let rel = self.path_of(ino)?;
-        let mut list = Vec::new();
-        for e in std::fs::read_dir(self.host(&rel))? {
-            let e = e?;
-            let is_dir = e.file_type().map(|t| t.is_dir()).unwrap_or(false);
-            list.push((e.file_name(), is_dir));
-        }
-        let parent = rel.parent().map(Path::to_path_buf).unwrap_or_default();
-        let mut inodes = lock(&self.inodes);
         let mut entries = vec![
             DirEntry {
                 ino,
@@ -501,19 +501,20 @@ impl Passthrough {
                 is_dir: true,
             },
             DirEntry {
-                ino: inodes.ino_of(&parent),
+                ino,
                 name: "..".into(),
                 is_dir: true,
             },
         ];
-        for (name, is_dir) in list {
+        for e in std::fs::read_dir(self.host(&rel))? {
+            let e = e?;
+            let is_dir = e.file_type().map(|t| t.is_dir()).unwrap_or(false);
             entries.push(DirEntry {
-                ino: inodes.ino_of(&rel.join(&name)),
-                name,
+                ino: std::os::unix::fs::DirEntryExt::ino(&e),
+                name: e.file_name(),
                 is_dir,
             });
         }
-        drop(inodes);
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         lock(&self.dirs).insert(fh, Arc::new(entries));
         Ok(fh)
