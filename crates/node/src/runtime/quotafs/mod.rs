@@ -21,6 +21,7 @@ mod fuse;
 mod inodes;
 mod ledger;
 mod ops;
+mod sys;
 #[cfg(test)]
 mod tests;
 
