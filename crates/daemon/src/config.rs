@@ -643,6 +643,9 @@ pub fn s3_volume_config(
             Some(sbx_node::runtime::s3_volumes::S3VolumeConfig {
                 s3: c.clone(),
                 rclone: PathBuf::from("rclone"),
+                // `sbxd quotafs`: this very binary, so the quota layer is
+                // always the version sbxd expects, wherever it is installed.
+                quotafs: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("sbxd")),
             })
         }
     }

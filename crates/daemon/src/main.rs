@@ -469,6 +469,12 @@ async fn main() -> anyhow::Result<()> {
         println!("{}", sbx_daemon::backup::restore(&args)?);
         return Ok(());
     }
+    if std::env::args().nth(1).as_deref() == Some("quotafs") {
+        let args = QuotafsArgs::parse_from(std::env::args().skip(1));
+        // Blocks until the mount is unmounted; nothing else runs in this process.
+        sbx_daemon::runtime::quotafs::serve(&args.source, &args.mount, args.limit_bytes)?;
+        return Ok(());
+    }
     if std::env::args().nth(1).as_deref() == Some("keys") {
         let args = KeysArgs::parse_from(std::env::args().skip(1));
         return keys_main(args);
@@ -500,7 +506,24 @@ const ADMIN_COMMANDS: &[&str] = &[
     "rotate-secret-key",
     "backup",
     "restore",
+    "quotafs",
 ];
+
+/// `sbxd quotafs`: the size limit of one mounted S3 volume, a FUSE
+/// passthrough of rclone's mount (started by sbxd itself, see docs/volumes.md).
+#[derive(Parser, Debug)]
+#[command(name = "sbxd quotafs")]
+struct QuotafsArgs {
+    /// The directory passed through (rclone's mount of the volume).
+    #[arg(long)]
+    source: PathBuf,
+    /// Where the passthrough is mounted (what sandboxes bind).
+    #[arg(long)]
+    mount: PathBuf,
+    /// The most bytes the volume's regular files may take.
+    #[arg(long)]
+    limit_bytes: u64,
+}
 
 /// The daemon: serves until SIGINT or SIGTERM.
 async fn daemon_main(args: Args) -> anyhow::Result<()> {

@@ -14,7 +14,13 @@
 //!   without an fsync (uploaded when its sandbox ended) is read back on A
 //!   restarted (so it came from the object store, not
 //!   from C's cache): nothing was lost;
-//! - `usedBytes` counts the objects; delete removes them.
+//! - `usedBytes` counts the objects; delete removes them;
+//! - a 16 MiB volume (the quota layer, quotafs, over rclone): `df` shows
+//!   its size, a write past it fails with ENOSPC inside the sandbox, what
+//!   was written before is intact and read on the other node, a delete
+//!   frees space for a new write, and a sandbox writing more than that to
+//!   the 1 GiB volume at the same time is unaffected; the quota layer
+//!   killed with -9 is detached and mounted again by the next sandbox.
 //!
 //! Needs PostgreSQL and S3 (`SBX_TEST_DATABASE_URL`, `SBX_TEST_S3_*`), as
 //! `./scripts/test` exports, and rclone + fuse3 (`scripts/install-deps`).
@@ -86,14 +92,19 @@ fn node_of(d: &Daemon, id: &str) -> String {
         .to_string()
 }
 
-/// Whether node `d` has an rclone mount of volume `id` on this host.
-fn rclone_mounted(d: &Daemon, id: &str) -> bool {
-    let point = d.data_dir().join("volumes/s3").join(id).join("mnt");
-    let point = format!(" {} ", point.display());
+/// Whether node `d` has a mount of volume `id` on this host: rclone's
+/// (hidden, `remote`) or the quota layer's over it (`mnt`, what sandboxes bind).
+fn s3_mounted(d: &Daemon, id: &str) -> bool {
+    let dir = d.data_dir().join("volumes/s3").join(id);
+    let quota = format!(" {} ", dir.join("mnt").display());
+    let remote = format!(" {} ", dir.join("remote").display());
     std::fs::read_to_string("/proc/self/mountinfo")
         .unwrap()
         .lines()
-        .any(|l| l.contains(" - fuse.rclone ") && l.contains(&point))
+        .any(|l| {
+            (l.contains(" sbx-quotafs ") && l.contains(&quota))
+                || (l.contains(" - fuse.rclone ") && l.contains(&remote))
+        })
 }
 
 #[tokio::test]
@@ -158,6 +169,121 @@ async fn an_s3_volume_is_shared_by_nodes_and_survives_a_node_kill9() {
     let (code, _, err) = sh(&c, &r, "echo x > /data/nope").await;
     assert!(code != 0 && err.contains("Read-only"), "{err}");
 
+    // A 16 MiB volume: its size is enforced by the quota layer.
+    let (status, body) = a
+        .call(
+            "POST",
+            "/v1/volumes",
+            Some(json!({"name": "small", "kind": "s3", "sizeMb": 16})),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let small = body["data"]["id"].as_str().unwrap().to_string();
+    let q = create_in(&a, "quota", "a", json!([{"name": "small", "path": "/q"}])).await;
+    let (code, out, err) = sh(&a, &q, "df -k /q | tail -1").await;
+    assert_eq!(code, 0, "{err}");
+    let fields: Vec<&str> = out.split_whitespace().collect();
+    assert_eq!(fields.get(1), Some(&"16384"), "df shows the size: {out}");
+    let (code, _, err) = sh(
+        &a,
+        &q,
+        "head -c 10000000 /dev/urandom > /q/first && sync /q/first",
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let (_, first_sum, _) = sh(&a, &q, "sha256sum /q/first | cut -c1-64").await;
+    // Past the size: ENOSPC inside the sandbox, from write(2) (python's
+    // errno) and for dd.
+    let (code, out, err) = sh(
+        &a,
+        &q,
+        "python3 -c \"
+import errno, os
+fd = os.open('/q/second', os.O_WRONLY | os.O_CREAT)
+try:
+    for _ in range(10):
+        os.write(fd, b'x' * 1048576)
+    print('no error')
+except OSError as e:
+    print(errno.errorcode[e.errno])
+\"",
+    )
+    .await;
+    assert_eq!((code, out.as_str()), (0, "ENOSPC\n"), "{err}");
+    let (code, _, err) = sh(&a, &q, "dd if=/dev/zero of=/q/third bs=1M count=10").await;
+    assert!(
+        code != 0 && err.contains("No space left on device"),
+        "dd past the size: {code} {err}"
+    );
+    let (_, sum, _) = sh(&a, &q, "sha256sum /q/first | cut -c1-64").await;
+    assert_eq!(sum, first_sum, "what was written before is intact");
+    let (_, out, _) = sh(&a, &q, "df -k /q | tail -1").await;
+    let avail: u64 = out
+        .split_whitespace()
+        .nth(3)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(u64::MAX);
+    assert!(avail < 1024, "df shows the volume full: {out}");
+    // The quota layer killed: the next sandbox's mount detaches the dead
+    // mount, mounts it again (counting the bytes anew), and sees the data.
+    let pid_file = a
+        .data_dir()
+        .join("volumes/s3")
+        .join(&small)
+        .join("quotafs.pid");
+    let pid = std::fs::read_to_string(&pid_file).unwrap();
+    let killed = std::process::Command::new("kill")
+        .args(["-9", pid.trim()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let (code, _, _) = sh(&a, &q, "ls /q").await;
+    assert_ne!(code, 0, "the killed layer's mount is dead");
+    let q2 = create_in(&a, "quota2", "a", json!([{"name": "small", "path": "/q"}])).await;
+    let new_pid = std::fs::read_to_string(&pid_file).unwrap();
+    assert_ne!(new_pid, pid, "a new quota layer");
+    let (_, sum, _) = sh(&a, &q2, "sha256sum /q/first | cut -c1-64").await;
+    assert_eq!(sum, first_sum);
+    let (code, _, err) = sh(&a, &q2, "dd if=/dev/zero of=/q/third bs=1M count=10").await;
+    assert!(
+        code != 0 && err.contains("No space left on device"),
+        "the new layer enforces the size too: {code} {err}"
+    );
+    destroy(&a, &q).await;
+    // Meanwhile the 1 GiB volume on the same node takes more than 16 MiB.
+    let (code, _, err) = sh(
+        &a,
+        &w,
+        "head -c 20000000 /dev/zero > /data/big && sync /data/big && rm /data/big",
+    )
+    .await;
+    assert_eq!(code, 0, "another volume is unaffected: {err}");
+    // Deleting files frees their space for a new write.
+    let (code, _, err) = sh(
+        &a,
+        &q2,
+        "rm /q/second /q/third && head -c 5000000 /dev/urandom > /q/fourth && sync /q/fourth",
+    )
+    .await;
+    assert_eq!(code, 0, "a write after a delete: {err}");
+    // What was written before the refusal was published: C reads it.
+    let qr = create_in(
+        &c,
+        "quota-reader",
+        "c",
+        json!([{"name": "small", "path": "/q", "readOnly": true}]),
+    )
+    .await;
+    eventually(&c, &qr, "sha256sum /q/first | cut -c1-64", &first_sum).await;
+    eventually(&c, &qr, "ls /q", "first\nfourth\n").await;
+    destroy(&a, &q2).await;
+    destroy(&c, &qr).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while s3_mounted(&a, &small) || s3_mounted(&c, &small) {
+        assert!(Instant::now() < deadline, "volume {small} never unmounted");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
     // A local volume pins its sandboxes to its node, whichever node is asked.
     let (status, body) = a
         .call(
@@ -215,11 +341,11 @@ async fn an_s3_volume_is_shared_by_nodes_and_survives_a_node_kill9() {
     let (_, last_sum, _) = sh(&c, &w2, "sha256sum /data/last | cut -c1-64").await;
 
     // Every sandbox of C destroyed: C unmounts cleanly (after its uploads).
-    assert!(rclone_mounted(&c, &vol));
+    assert!(s3_mounted(&c, &vol));
     destroy(&c, &w2).await;
     destroy(&c, &r).await;
     let deadline = Instant::now() + Duration::from_secs(60);
-    while rclone_mounted(&c, &vol) {
+    while s3_mounted(&c, &vol) {
         assert!(Instant::now() < deadline, "C never unmounted volume {vol}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

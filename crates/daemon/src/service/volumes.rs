@@ -217,6 +217,7 @@ impl Service {
                 path: m.path,
                 read_only: m.read_only,
                 kind: kind_of(&v),
+                size_mb: v.size_mb,
             });
         }
         Ok(binds)
@@ -229,7 +230,7 @@ impl Service {
         let _turn = self.volume_turn.lock().await;
         for b in binds.iter().filter(|b| b.kind == VolumeKind::S3) {
             self.runtime
-                .mount_volume(b.volume_id, b.kind)
+                .mount_volume(b.volume_id, b.kind, b.size_mb)
                 .await
                 .map_err(|e| {
                     ServiceError::Internal(format!("mounting volume {}: {e}", b.volume_id))

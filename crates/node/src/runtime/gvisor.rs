@@ -189,7 +189,11 @@ impl GvisorRuntime {
         for v in &spec.volumes {
             let host = match v.kind {
                 VolumeKind::Local => self.volumes.mounted(v.volume_id).await?,
-                VolumeKind::S3 => self.s3_volumes.mounted(v.volume_id).await?,
+                VolumeKind::S3 => {
+                    self.s3_volumes
+                        .mounted(v.volume_id, v.size_mb.saturating_mul(1 << 20))
+                        .await?
+                }
             };
             builder = builder.bind_mount(host, v.path.as_str(), v.read_only);
         }
@@ -636,14 +640,21 @@ impl Runtime for GvisorRuntime {
         }
     }
 
-    fn mount_volume(&self, id: Uuid, kind: VolumeKind) -> BoxFuture<'_, Result<(), RuntimeError>> {
+    fn mount_volume(
+        &self,
+        id: Uuid,
+        kind: VolumeKind,
+        size_mb: u64,
+    ) -> BoxFuture<'_, Result<(), RuntimeError>> {
         async move {
             match kind {
                 VolumeKind::Local => {
                     self.volumes.mounted(id).await?;
                 }
                 VolumeKind::S3 => {
-                    self.s3_volumes.mounted(id).await?;
+                    self.s3_volumes
+                        .mounted(id, size_mb.saturating_mul(1 << 20))
+                        .await?;
                 }
             }
             Ok(())

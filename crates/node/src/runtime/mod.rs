@@ -11,6 +11,7 @@ pub mod fake;
 pub mod gvisor;
 mod leftovers;
 mod oom;
+pub mod quotafs;
 pub mod s3_volumes;
 pub mod volumes;
 
@@ -47,6 +48,8 @@ pub struct VolumeBind {
     pub read_only: bool,
     /// Where its data lives (which host mount binds it).
     pub kind: sbx_api_types::VolumeKind,
+    /// Its size limit, MiB (the S3 kind's quota layer enforces it).
+    pub size_mb: u64,
 }
 
 /// What a Connect job or build sandbox has on top of a plain sandbox.
@@ -188,14 +191,15 @@ pub trait Runtime: Send + Sync {
         let _ = kind;
         true
     }
-    /// Mounts the volume on this host if it is not mounted (boots call it
+    /// Mounts the volume (of `size_mb` MiB) on this host if it is not mounted (boots call it
     /// again; this is for callers that must order a mount against an unmount).
     fn mount_volume(
         &self,
         id: Uuid,
         kind: sbx_api_types::VolumeKind,
+        size_mb: u64,
     ) -> BoxFuture<'_, Result<(), RuntimeError>> {
-        let _ = (id, kind);
+        let _ = (id, kind, size_mb);
         Box::pin(async { Ok(()) })
     }
     /// Unmounts an S3 volume no sandbox of this host uses any more, after

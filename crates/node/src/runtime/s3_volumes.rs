@@ -11,10 +11,17 @@
 //! one cache directory per node: a write whose upload a crash interrupted is
 //! uploaded again by the next mount of that volume on that node.
 //!
-//! The rclone process is started in its own process group and outlives a
-//! restart of sbxd (its sandboxes do too); a clean unmount (`fusermount3 -u`)
-//! makes rclone finish its uploads before it exits, and [`S3Volumes::unmount`]
-//! waits for that exit.
+//! rclone has no quota: it mounts the volume on a hidden directory
+//! (`<id>/remote`, reached by root only), and quotafs
+//! ([`super::quotafs`], `sbxd quotafs`) mounts a passthrough of it that
+//! enforces the volume's size on the mount point sandboxes bind (`<id>/mnt`).
+//!
+//! Both processes are started in their own process groups and outlive a
+//! restart of sbxd (its sandboxes do too). A clean unmount takes quotafs
+//! down first (its exit closes its files on rclone's mount, which uploads
+//! them), then rclone (`fusermount3 -u` makes it finish its uploads before
+//! it exits); [`S3Volumes::unmount`] waits for both exits. A layer found
+//! dead is detached and both are mounted again.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -30,6 +37,9 @@ pub const DIR_CACHE: &str = "2s";
 const WALK: [&str; 2] = ["--disable", "ListR"];
 /// How long a mount may take to appear.
 const MOUNT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long quotafs may take to appear: it first walks the volume (one
+/// listing per directory through rclone) to count the bytes in use.
+const QUOTAFS_TIMEOUT: Duration = Duration::from_secs(300);
 /// How long a clean unmount may take to finish its uploads.
 const UNMOUNT_TIMEOUT: Duration = Duration::from_secs(600);
 
@@ -52,6 +62,14 @@ pub enum S3VolumeError {
         /// Its exit status and the end of its log or stderr.
         message: String,
     },
+    /// The quota layer could not be run or failed.
+    #[error("quotafs {what}: {message}")]
+    Quotafs {
+        /// What was being done.
+        what: &'static str,
+        /// Its exit status and the end of its log.
+        message: String,
+    },
     /// This node has no object store for volumes.
     #[error("no object store is configured for S3 volumes (start sbxd with --snapshot-store s3://BUCKET/PREFIX)")]
     NotConfigured,
@@ -69,6 +87,8 @@ pub struct S3VolumeConfig {
     pub s3: crate::snapshot_store::S3Config,
     /// The rclone binary.
     pub rclone: PathBuf,
+    /// The binary whose `quotafs` subcommand is the quota layer (sbxd itself).
+    pub quotafs: PathBuf,
 }
 
 /// The S3 volumes this node mounts.
@@ -100,21 +120,38 @@ impl S3Volumes {
         self.config.as_ref().ok_or(S3VolumeError::NotConfigured)
     }
 
-    /// Host directory the volume is mounted on.
+    /// Host directory the volume is mounted on (quotafs's mount).
     pub fn mount_point(&self, id: Uuid) -> PathBuf {
         self.dir.join(id.to_string()).join("mnt")
+    }
+
+    /// Where rclone mounts the volume, under the quota layer.
+    fn remote_dir(&self, id: Uuid) -> PathBuf {
+        self.dir.join(id.to_string()).join("remote")
     }
 
     fn cache_dir(&self, id: Uuid) -> PathBuf {
         self.dir.join(id.to_string()).join("cache")
     }
 
-    fn pid_file(&self, id: Uuid) -> PathBuf {
-        self.dir.join(id.to_string()).join("rclone.pid")
+    fn pid_file(&self, id: Uuid, layer: Layer) -> PathBuf {
+        self.dir
+            .join(id.to_string())
+            .join(format!("{}.pid", layer.name()))
     }
 
-    fn log_file(&self, id: Uuid) -> PathBuf {
-        self.dir.join(id.to_string()).join("rclone.log")
+    fn log_file(&self, id: Uuid, layer: Layer) -> PathBuf {
+        self.dir
+            .join(id.to_string())
+            .join(format!("{}.log", layer.name()))
+    }
+
+    /// The pid recorded for `layer` of volume `id`, if it still runs.
+    fn live_pid(&self, id: Uuid, layer: Layer) -> Option<i32> {
+        std::fs::read_to_string(self.pid_file(id, layer))
+            .ok()
+            .and_then(|p| p.trim().parse::<i32>().ok())
+            .filter(|pid| layer.is(*pid))
     }
 
     /// The volume's objects as an rclone remote (the `:s3:` backend
@@ -165,65 +202,101 @@ impl S3Volumes {
         Ok(cmd)
     }
 
-    /// The volume's mount point, mounting it first when it is not mounted.
-    pub async fn mounted(&self, id: Uuid) -> Result<PathBuf, S3VolumeError> {
+    /// The volume's mount point, mounting it first when it is not mounted:
+    /// rclone on the hidden directory, quotafs over it with a limit of
+    /// `limit_bytes`.
+    pub async fn mounted(&self, id: Uuid, limit_bytes: u64) -> Result<PathBuf, S3VolumeError> {
         let _one = self.lock.lock().await;
         let point = self.mount_point(id);
-        if is_fuse_mount(&point)? {
+        let remote = self.remote_dir(id);
+        if is_live_mount(&point, Layer::Quotafs)? && is_live_mount(&remote, Layer::Rclone)? {
             return Ok(point);
         }
-        // A mount point left by an rclone that died (kill -9, host crash)
+        // A quota layer that died, or that serves an rclone that died
+        // (kill -9, host crash): it is redone. A dead FUSE mount point
         // reads ENOTCONN until it is unmounted.
+        if let Some(pid) = self.live_pid(id, Layer::Quotafs) {
+            // SAFETY: a signal to a pid just checked to be a quotafs.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
         detach_dead(&point);
-        for dir in [&point, &self.cache_dir(id)] {
+        for dir in [&point, &remote, &self.cache_dir(id)] {
             std::fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
         }
-        let log = self.log_file(id);
+        if !is_live_mount(&remote, Layer::Rclone)? {
+            detach_dead(&remote);
+            let mut cmd = self.command()?;
+            cmd.arg("mount")
+                .arg(self.remote(id)?)
+                .arg(&remote)
+                .args(["--vfs-cache-mode", "writes", "--vfs-write-back", "0s"])
+                .args(["--dir-cache-time", DIR_CACHE, "--attr-timeout", "1s"])
+                .arg("--cache-dir")
+                .arg(self.cache_dir(id))
+                // No --allow-other: only quotafs (root, like rclone) reads
+                // this mount; the sandboxes' gofer goes through quotafs.
+                .args(["--umask", "000", "--log-level", "NOTICE"]);
+            self.spawn_mount(id, Layer::Rclone, cmd, &remote, MOUNT_TIMEOUT)
+                .await?;
+        }
+        let config = self.config()?;
+        let mut cmd = std::process::Command::new(&config.quotafs);
+        cmd.env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
+            .arg("quotafs")
+            .arg("--source")
+            .arg(&remote)
+            .arg("--mount")
+            .arg(&point)
+            .arg("--limit-bytes")
+            .arg(limit_bytes.to_string());
+        self.spawn_mount(id, Layer::Quotafs, cmd, &point, QUOTAFS_TIMEOUT)
+            .await?;
+        Ok(point)
+    }
+
+    /// Starts `cmd` (a FUSE server of `layer`) in its own process group
+    /// and waits for its mount on `point`.
+    async fn spawn_mount(
+        &self,
+        id: Uuid,
+        layer: Layer,
+        mut cmd: std::process::Command,
+        point: &Path,
+        timeout: Duration,
+    ) -> Result<(), S3VolumeError> {
+        let log = self.log_file(id, layer);
         let log_file =
             std::fs::File::create(&log).map_err(io(format!("creating {}", log.display())))?;
-        let mut cmd = self.command()?;
-        cmd.arg("mount")
-            .arg(self.remote(id)?)
-            .arg(&point)
-            .args(["--vfs-cache-mode", "writes", "--vfs-write-back", "0s"])
-            .args(["--dir-cache-time", DIR_CACHE, "--attr-timeout", "1s"])
-            .arg("--cache-dir")
-            .arg(self.cache_dir(id))
-            // The gofer of runsc opens the files, in its own namespaces.
-            .arg("--allow-other")
-            .args(["--umask", "000", "--log-level", "NOTICE"])
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log_file);
         // Its own process group: it outlives sbxd (the sandboxes using it
         // do too) and a signal to sbxd's group does not reach it.
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-        let mut child = cmd.spawn().map_err(|e| S3VolumeError::Rclone {
-            what: "mount",
-            message: format!("cannot run it: {e}"),
-        })?;
-        let pid_file = self.pid_file(id);
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| layer.error("mount", format!("cannot run it: {e}")))?;
+        let pid_file = self.pid_file(id, layer);
         std::fs::write(&pid_file, child.id().to_string())
             .map_err(io(format!("writing {}", pid_file.display())))?;
-        let deadline = Instant::now() + MOUNT_TIMEOUT;
+        let deadline = Instant::now() + timeout;
         loop {
-            if is_fuse_mount(&point)? {
+            if is_live_mount(point, layer)? {
                 // Reaped by a thread of its own: sbxd never waits on it again.
                 std::thread::spawn(move || child.wait());
-                return Ok(point);
+                return Ok(());
             }
             if let Ok(Some(status)) = child.try_wait() {
-                return Err(S3VolumeError::Rclone {
-                    what: "mount",
-                    message: format!("{status}: {}", tail_of(&log)),
-                });
+                return Err(layer.error("mount", format!("{status}: {}", tail_of(&log))));
             }
             if Instant::now() >= deadline {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(S3VolumeError::Rclone {
-                    what: "mount",
-                    message: format!("no mount after {MOUNT_TIMEOUT:?}: {}", tail_of(&log)),
-                });
+                return Err(layer.error(
+                    "mount",
+                    format!("no mount after {timeout:?}: {}", tail_of(&log)),
+                ));
             }
             // Waiting on another process's mount: nothing to be woken by.
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -239,50 +312,47 @@ impl S3Volumes {
     }
 
     async fn unmount_locked(&self, id: Uuid) -> Result<bool, S3VolumeError> {
+        // The quota layer first: its exit closes its files on rclone's
+        // mount (rclone uploads them), and rclone's mount is busy until then.
         let point = self.mount_point(id);
-        if !is_fuse_mount(&point)? {
-            detach_dead(&point);
-            return Ok(true);
-        }
-        let out = std::process::Command::new("fusermount3")
-            .arg("-u")
-            .arg(&point)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| S3VolumeError::Rclone {
-                what: "unmount",
-                message: format!("cannot run fusermount3: {e}"),
-            })?;
-        if !out.status.success() {
-            let err = String::from_utf8_lossy(&out.stderr);
-            if err.contains("busy") {
+        if is_live_mount(&point, Layer::Quotafs)? {
+            if !fusermount_u(&point, Layer::Quotafs)? {
                 return Ok(false);
             }
-            return Err(S3VolumeError::Rclone {
-                what: "unmount",
-                message: format!("fusermount3 -u: {}", err.trim()),
-            });
+            self.wait_exit(id, Layer::Quotafs).await?;
+        } else {
+            detach_dead(&point);
         }
-        let pid = std::fs::read_to_string(self.pid_file(id))
-            .ok()
-            .and_then(|p| p.trim().parse::<i32>().ok());
-        if let Some(pid) = pid {
-            let deadline = Instant::now() + UNMOUNT_TIMEOUT;
-            while is_rclone(pid) {
-                if Instant::now() >= deadline {
-                    return Err(S3VolumeError::Rclone {
-                        what: "unmount",
-                        message: format!(
-                            "still uploading after {UNMOUNT_TIMEOUT:?}: {}",
-                            tail_of(&self.log_file(id))
-                        ),
-                    });
-                }
-                // rclone is not our child after a restart of sbxd: poll its pid.
-                tokio::time::sleep(Duration::from_millis(20)).await;
+        let remote = self.remote_dir(id);
+        if is_live_mount(&remote, Layer::Rclone)? {
+            if !fusermount_u(&remote, Layer::Rclone)? {
+                return Ok(false);
             }
+            self.wait_exit(id, Layer::Rclone).await?;
+        } else {
+            detach_dead(&remote);
         }
         Ok(true)
+    }
+
+    /// Waits until the process of `layer` has exited after its unmount
+    /// (for rclone: finished its uploads).
+    async fn wait_exit(&self, id: Uuid, layer: Layer) -> Result<(), S3VolumeError> {
+        let deadline = Instant::now() + UNMOUNT_TIMEOUT;
+        while self.live_pid(id, layer).is_some() {
+            if Instant::now() >= deadline {
+                return Err(layer.error(
+                    "unmount",
+                    format!(
+                        "still running after {UNMOUNT_TIMEOUT:?}: {}",
+                        tail_of(&self.log_file(id, layer))
+                    ),
+                ));
+            }
+            // Not our child after a restart of sbxd: poll its pid.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(())
     }
 
     /// Unmounts the volume and deletes its objects and this node's cache.
@@ -292,6 +362,7 @@ impl S3Volumes {
         let _one = self.lock.lock().await;
         if !self.unmount_locked(id).await? {
             detach_dead(&self.mount_point(id));
+            detach_dead(&self.remote_dir(id));
         }
         let out = self
             .command()?
@@ -351,19 +422,87 @@ impl S3Volumes {
     }
 }
 
-/// Whether `point` is a live rclone FUSE mount in `/proc/self/mountinfo`.
-fn is_fuse_mount(point: &Path) -> Result<bool, S3VolumeError> {
+/// One of the two FUSE layers of a mounted S3 volume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Layer {
+    /// rclone's mount of the objects.
+    Rclone,
+    /// quotafs over it, the size limit.
+    Quotafs,
+}
+
+impl Layer {
+    fn name(self) -> &'static str {
+        match self {
+            Layer::Rclone => "rclone",
+            Layer::Quotafs => "quotafs",
+        }
+    }
+
+    /// Whether a `mountinfo` line's type and source are this layer's.
+    fn matches(self, fs_type: &str, source: &str) -> bool {
+        match self {
+            Layer::Rclone => fs_type == "fuse.rclone",
+            Layer::Quotafs => fs_type.starts_with("fuse") && source == super::quotafs::FS_NAME,
+        }
+    }
+
+    fn error(self, what: &'static str, message: String) -> S3VolumeError {
+        match self {
+            Layer::Rclone => S3VolumeError::Rclone { what, message },
+            Layer::Quotafs => S3VolumeError::Quotafs { what, message },
+        }
+    }
+
+    /// Whether `pid` is (still) a process of this layer: a pid file may
+    /// outlive its process, and the pid be reused.
+    fn is(self, pid: i32) -> bool {
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            return false;
+        };
+        let mut args = cmdline.split(|b| *b == 0);
+        let argv0 = args.next().unwrap_or_default();
+        match self {
+            Layer::Rclone => argv0.ends_with(b"rclone"),
+            Layer::Quotafs => args.next() == Some(b"quotafs".as_slice()),
+        }
+    }
+}
+
+/// `fusermount3 -u point`: `Ok(false)` when the mount is busy (a process
+/// still uses it).
+fn fusermount_u(point: &Path, layer: Layer) -> Result<bool, S3VolumeError> {
+    let out = std::process::Command::new("fusermount3")
+        .arg("-u")
+        .arg(point)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| layer.error("unmount", format!("cannot run fusermount3: {e}")))?;
+    if out.status.success() {
+        return Ok(true);
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    if err.contains("busy") {
+        return Ok(false);
+    }
+    Err(layer.error("unmount", format!("fusermount3 -u: {}", err.trim())))
+}
+
+/// Whether `point` is a live FUSE mount of `layer` in `/proc/self/mountinfo`.
+fn is_live_mount(point: &Path, layer: Layer) -> Result<bool, S3VolumeError> {
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")
         .map_err(io("reading /proc/self/mountinfo".into()))?;
     let Some(point) = point.to_str() else {
         return Ok(false);
     };
     let mounted = mountinfo.lines().any(|line| {
-        let mut fields = line.split(' ');
-        let target = fields.nth(4);
-        target == Some(point) && line.contains(" - fuse.rclone ")
+        let target = line.split(' ').nth(4);
+        // After the " - " separator: the type, then the source.
+        let mut tail = line.split(" - ").nth(1).unwrap_or("").split(' ');
+        let (fs_type, source) = (tail.next().unwrap_or(""), tail.next().unwrap_or(""));
+        target == Some(point) && layer.matches(fs_type, source)
     });
-    // Listed but dead (rclone killed): not mounted for our purposes.
+    // Listed but dead (its server killed): not mounted for our purposes.
     Ok(mounted && std::fs::metadata(point).is_ok())
 }
 
@@ -376,15 +515,6 @@ fn detach_dead(point: &Path) {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status();
-}
-
-/// Whether `pid` is (still) an rclone process.
-fn is_rclone(pid: i32) -> bool {
-    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
-        c.split(|b| *b == 0)
-            .next()
-            .is_some_and(|a| a.ends_with(b"rclone"))
-    })
 }
 
 /// The last lines of a log file, for an error message.
