@@ -57,23 +57,12 @@ async fn create_in(d: &Daemon, name: &str, zone: &str, volumes: Value) -> String
     id
 }
 
-async fn sh(d: &Daemon, id: &str, script: &str) -> (i64, String, String) {
-    d.exec(id, &["sh", "-c", script]).await
-}
-
-async fn destroy(d: &Daemon, id: &str) {
-    let (status, body) = d.call("DELETE", &format!("/v2/sandboxes/{id}"), None).await;
-    assert!(status == 204 || status == 202, "{status} {body}");
-    d.wait_status(id, "TERMINATED", Duration::from_secs(60))
-        .await;
-}
-
 /// Runs `script` in sandbox `id` until it prints `want` (another node's
 /// write shows up after its upload and this node's directory cache time).
 async fn eventually(d: &Daemon, id: &str, script: &str, want: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let (_, out, err) = sh(d, id, script).await;
+        let (_, out, err) = d.sh(id, script).await;
         if out == want {
             return;
         }
@@ -147,15 +136,15 @@ async fn an_s3_volume_is_shared_by_nodes_and_survives_a_node_kill9() {
         json!([{"name": "shared", "path": "/data"}]),
     )
     .await;
-    let (code, _, err) = sh(
-        &a,
-        &w,
-        "mkdir -p /data/dir && echo from-a > /data/dir/hello && \
+    let (code, _, err) = a
+        .sh(
+            &w,
+            "mkdir -p /data/dir && echo from-a > /data/dir/hello && \
          head -c 3000000 /dev/urandom > /data/blob && sync /data/dir/hello /data/blob",
-    )
-    .await;
+        )
+        .await;
     assert_eq!(code, 0, "{err}");
-    let (_, blob_sum, _) = sh(&a, &w, "sha256sum /data/blob | cut -c1-64").await;
+    let (_, blob_sum, _) = a.sh(&w, "sha256sum /data/blob | cut -c1-64").await;
     let r = create_in(
         &c,
         "reader",
@@ -166,7 +155,7 @@ async fn an_s3_volume_is_shared_by_nodes_and_survives_a_node_kill9() {
     assert_eq!(node_of(&c, &r), "node-c");
     eventually(&c, &r, "cat /data/dir/hello", "from-a\n").await;
     eventually(&c, &r, "sha256sum /data/blob | cut -c1-64", &blob_sum).await;
-    let (code, _, err) = sh(&c, &r, "echo x > /data/nope").await;
+    let (code, _, err) = c.sh(&r, "echo x > /data/nope").await;
     assert!(code != 0 && err.contains("Read-only"), "{err}");
 
     // A 16 MiB volume: its size is enforced by the quota layer.
@@ -180,24 +169,24 @@ async fn an_s3_volume_is_shared_by_nodes_and_survives_a_node_kill9() {
     assert_eq!(status, 201, "{body}");
     let small = body["data"]["id"].as_str().unwrap().to_string();
     let q = create_in(&a, "quota", "a", json!([{"name": "small", "path": "/q"}])).await;
-    let (code, out, err) = sh(&a, &q, "df -k /q | tail -1").await;
+    let (code, out, err) = a.sh(&q, "df -k /q | tail -1").await;
     assert_eq!(code, 0, "{err}");
     let fields: Vec<&str> = out.split_whitespace().collect();
     assert_eq!(fields.get(1), Some(&"16384"), "df shows the size: {out}");
-    let (code, _, err) = sh(
-        &a,
-        &q,
-        "head -c 10000000 /dev/urandom > /q/first && sync /q/first",
-    )
-    .await;
+    let (code, _, err) = a
+        .sh(
+            &q,
+            "head -c 10000000 /dev/urandom > /q/first && sync /q/first",
+        )
+        .await;
     assert_eq!(code, 0, "{err}");
-    let (_, first_sum, _) = sh(&a, &q, "sha256sum /q/first | cut -c1-64").await;
+    let (_, first_sum, _) = a.sh(&q, "sha256sum /q/first | cut -c1-64").await;
     // Past the size: ENOSPC inside the sandbox, from write(2) (python's
     // errno) and for dd.
-    let (code, out, err) = sh(
-        &a,
-        &q,
-        "python3 -c \"
+    let (code, out, err) = a
+        .sh(
+            &q,
+            "python3 -c \"
 import errno, os
 fd = os.open('/q/second', os.O_WRONLY | os.O_CREAT)
 try:
@@ -207,17 +196,17 @@ try:
 except OSError as e:
     print(errno.errorcode[e.errno])
 \"",
-    )
-    .await;
+        )
+        .await;
     assert_eq!((code, out.as_str()), (0, "ENOSPC\n"), "{err}");
-    let (code, _, err) = sh(&a, &q, "dd if=/dev/zero of=/q/third bs=1M count=10").await;
+    let (code, _, err) = a.sh(&q, "dd if=/dev/zero of=/q/third bs=1M count=10").await;
     assert!(
         code != 0 && err.contains("No space left on device"),
         "dd past the size: {code} {err}"
     );
-    let (_, sum, _) = sh(&a, &q, "sha256sum /q/first | cut -c1-64").await;
+    let (_, sum, _) = a.sh(&q, "sha256sum /q/first | cut -c1-64").await;
     assert_eq!(sum, first_sum, "what was written before is intact");
-    let (_, out, _) = sh(&a, &q, "df -k /q | tail -1").await;
+    let (_, out, _) = a.sh(&q, "df -k /q | tail -1").await;
     let avail: u64 = out
         .split_whitespace()
         .nth(3)
@@ -237,34 +226,36 @@ except OSError as e:
         .status()
         .unwrap();
     assert!(killed.success());
-    let (code, _, _) = sh(&a, &q, "ls /q").await;
+    let (code, _, _) = a.sh(&q, "ls /q").await;
     assert_ne!(code, 0, "the killed layer's mount is dead");
     let q2 = create_in(&a, "quota2", "a", json!([{"name": "small", "path": "/q"}])).await;
     let new_pid = std::fs::read_to_string(&pid_file).unwrap();
     assert_ne!(new_pid, pid, "a new quota layer");
-    let (_, sum, _) = sh(&a, &q2, "sha256sum /q/first | cut -c1-64").await;
+    let (_, sum, _) = a.sh(&q2, "sha256sum /q/first | cut -c1-64").await;
     assert_eq!(sum, first_sum);
-    let (code, _, err) = sh(&a, &q2, "dd if=/dev/zero of=/q/third bs=1M count=10").await;
+    let (code, _, err) = a
+        .sh(&q2, "dd if=/dev/zero of=/q/third bs=1M count=10")
+        .await;
     assert!(
         code != 0 && err.contains("No space left on device"),
         "the new layer enforces the size too: {code} {err}"
     );
-    destroy(&a, &q).await;
+    a.destroy_and_wait(&q).await;
     // Meanwhile the 1 GiB volume on the same node takes more than 16 MiB.
-    let (code, _, err) = sh(
-        &a,
-        &w,
-        "head -c 20000000 /dev/zero > /data/big && sync /data/big && rm /data/big",
-    )
-    .await;
+    let (code, _, err) = a
+        .sh(
+            &w,
+            "head -c 20000000 /dev/zero > /data/big && sync /data/big && rm /data/big",
+        )
+        .await;
     assert_eq!(code, 0, "another volume is unaffected: {err}");
     // Deleting files frees their space for a new write.
-    let (code, _, err) = sh(
-        &a,
-        &q2,
-        "rm /q/second /q/third && head -c 5000000 /dev/urandom > /q/fourth && sync /q/fourth",
-    )
-    .await;
+    let (code, _, err) = a
+        .sh(
+            &q2,
+            "rm /q/second /q/third && head -c 5000000 /dev/urandom > /q/fourth && sync /q/fourth",
+        )
+        .await;
     assert_eq!(code, 0, "a write after a delete: {err}");
     // What was written before the refusal was published: C reads it.
     let qr = create_in(
@@ -276,8 +267,8 @@ except OSError as e:
     .await;
     eventually(&c, &qr, "sha256sum /q/first | cut -c1-64", &first_sum).await;
     eventually(&c, &qr, "ls /q", "first\nfourth\n").await;
-    destroy(&a, &q2).await;
-    destroy(&c, &qr).await;
+    a.destroy_and_wait(&q2).await;
+    c.destroy_and_wait(&qr).await;
     let deadline = Instant::now() + Duration::from_secs(60);
     while s3_mounted(&a, &small) || s3_mounted(&c, &small) {
         assert!(Instant::now() < deadline, "volume {small} never unmounted");
@@ -318,7 +309,7 @@ except OSError as e:
         )
         .await;
     assert!(refused.0 == 409 || refused.0 == 503, "{refused:?}");
-    destroy(&c, &pinned).await;
+    c.destroy_and_wait(&pinned).await;
 
     // kill -9 of A: the volume lives on; C reads and writes it.
     a.kill9();
@@ -329,21 +320,20 @@ except OSError as e:
         json!([{"name": "shared", "path": "/data"}]),
     )
     .await;
-    let (code, out, err) = sh(
-        &c,
-        &w2,
-        "cat /data/dir/hello && echo from-c > /data/dir/after",
-    )
-    .await;
+    let (code, out, err) = c
+        .sh(&w2, "cat /data/dir/hello && echo from-c > /data/dir/after")
+        .await;
     assert_eq!((code, out.as_str()), (0, "from-a\n"), "{err}");
-    let (code, _, err) = sh(&c, &w2, "head -c 5000000 /dev/urandom > /data/last && sync").await;
+    let (code, _, err) = c
+        .sh(&w2, "head -c 5000000 /dev/urandom > /data/last && sync")
+        .await;
     assert_eq!(code, 0, "{err}");
-    let (_, last_sum, _) = sh(&c, &w2, "sha256sum /data/last | cut -c1-64").await;
+    let (_, last_sum, _) = c.sh(&w2, "sha256sum /data/last | cut -c1-64").await;
 
     // Every sandbox of C destroyed: C unmounts cleanly (after its uploads).
     assert!(s3_mounted(&c, &vol));
-    destroy(&c, &w2).await;
-    destroy(&c, &r).await;
+    c.destroy_and_wait(&w2).await;
+    c.destroy_and_wait(&r).await;
     let deadline = Instant::now() + Duration::from_secs(60);
     while s3_mounted(&c, &vol) {
         assert!(Instant::now() < deadline, "C never unmounted volume {vol}");
@@ -364,15 +354,13 @@ except OSError as e:
         json!([{"name": "shared", "path": "/mnt/s"}]),
     )
     .await;
-    let (code, out, err) = sh(
-        &a,
-        &again,
+    let (code, out, err) = a.sh(&again,
         "cat /mnt/s/dir/hello /mnt/s/dir/after && sha256sum /mnt/s/last /mnt/s/blob | cut -c1-64",
     )
     .await;
     assert_eq!(code, 0, "{err}");
     assert_eq!(out, format!("from-a\nfrom-c\n{last_sum}{blob_sum}"));
-    destroy(&a, &again).await;
+    a.destroy_and_wait(&again).await;
     // A's first writer outlived A's kill -9 (or was failed over): ended either way.
     let (status, body) = a.call("DELETE", &format!("/v2/sandboxes/{w}"), None).await;
     assert!([202, 204, 409].contains(&status), "{status} {body}");
