@@ -96,14 +96,14 @@ impl Bench {
         self.put("connect-job", job);
     }
 
-    async fn connect_sbx(&self, job: &mut Row) -> Result<String> {
-        let version = format!("1.0.0-bench.{}", self.tag);
+    /// Uploads the example package `package` as `version` and builds it.
+    pub(crate) async fn upload_and_build(&self, package: &str, version: &str) -> Result<()> {
         let up = self
             .api
             .post_bytes(
                 "/v1/connect/packages",
                 "application/gzip",
-                tarball(PACKAGE, &version).await?,
+                tarball(package, version).await?,
             )
             .await?;
         if !up.status.is_success() {
@@ -113,7 +113,7 @@ impl Bench {
             .api
             .call(
                 Method::POST,
-                &format!("/v1/connect/packages/{PACKAGE}/versions/{version}/builds"),
+                &format!("/v1/connect/packages/{package}/versions/{version}/builds"),
                 None,
             )
             .await?
@@ -127,6 +127,12 @@ impl Bench {
         if built["status"] != "succeeded" {
             bail!("build failed: {}", built["log"]);
         }
+        Ok(())
+    }
+
+    async fn connect_sbx(&self, job: &mut Row) -> Result<String> {
+        let version = format!("1.0.0-bench.{}", self.tag);
+        self.upload_and_build(PACKAGE, &version).await?;
         let conn = self
             .api
             .call(

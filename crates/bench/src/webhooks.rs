@@ -6,7 +6,6 @@
 //! The deliveries go to several connections at once, each within its rate limit's burst
 //! (10/s, bursts of 50 by default): the bench measures the server, not the limiter.
 
-use crate::connect::tarball;
 use crate::stats::{Kind, Row, Side, Target};
 use crate::Bench;
 use anyhow::{bail, Result};
@@ -83,35 +82,7 @@ impl Bench {
     async fn webhooks_measure(&self, conns: &mut Vec<String>) -> Result<Measured> {
         eprintln!("[webhooks] package, build, {CONNECTIONS} connections");
         let version = format!("1.0.0-bench.{}", self.tag);
-        let up = self
-            .api
-            .post_bytes(
-                "/v1/connect/packages",
-                "application/gzip",
-                tarball(PACKAGE, &version).await?,
-            )
-            .await?;
-        if !up.status.is_success() {
-            bail!("upload: {}", up.body);
-        }
-        let build = self
-            .api
-            .call(
-                Method::POST,
-                &format!("/v1/connect/packages/{PACKAGE}/versions/{version}/builds"),
-                None,
-            )
-            .await?
-            .data_str("id")?;
-        let built = self
-            .wait_for(
-                &format!("/v1/connect/builds/{build}"),
-                &["succeeded", "failed"],
-            )
-            .await?;
-        if built["status"] != "succeeded" {
-            bail!("build failed: {}", built["log"]);
-        }
+        self.upload_and_build(PACKAGE, &version).await?;
         let mut urls = Vec::new();
         for i in 0..CONNECTIONS {
             let body = json!({
