@@ -44,6 +44,8 @@ pub enum ErrorCode {
     AccessDenied,
     /// 403: snapshot quota.
     SnapshotLimitExceeded,
+    /// 403: the tenant's images would take more than its image storage quota.
+    ImageQuotaExceeded,
     /// 404: unknown sandbox.
     SandboxNotFound,
     /// 404: unknown process.
@@ -152,6 +154,7 @@ impl ErrorCode {
             CsrfTokenInvalid => "csrf_token_invalid",
             AccessDenied => "access_denied",
             SnapshotLimitExceeded => "sandbox_snapshot_limit_exceeded",
+            ImageQuotaExceeded => "image_quota_exceeded",
             SandboxNotFound => "sandbox_not_found",
             ProcessNotFound => "sandbox_process_not_found",
             ProcessOutputNotRetained => "sandbox_process_output_not_retained",
@@ -211,7 +214,7 @@ impl ErrorCode {
             | ConsoleSessionInvalid
             | ClusterTokenInvalid
             | ConnectWebhookSignatureInvalid => 401,
-            AccessDenied | SnapshotLimitExceeded | CsrfTokenInvalid => 403,
+            AccessDenied | SnapshotLimitExceeded | ImageQuotaExceeded | CsrfTokenInvalid => 403,
             SandboxNotFound
             | ProcessNotFound
             | ProcessOutputNotRetained

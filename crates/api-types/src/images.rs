@@ -146,6 +146,12 @@ pub struct Image {
 pub struct ImageList {
     /// The tenant's images by name and tag (the default image first).
     pub images: Vec<Image>,
+    /// Bytes the tenant's images take: each distinct digest it names once.
+    #[serde(default)]
+    pub usage_bytes: u64,
+    /// The tenant's image storage quota in bytes (0: no quota).
+    #[serde(default)]
+    pub quota_bytes: u64,
 }
 
 /// `POST /v1/sandboxes/{id}/image`.

@@ -409,6 +409,8 @@ pub struct Limits {
     pub snapshots_per_workspace: u32,
     /// Test-restore every checkpoint before its snapshot is READY.
     pub snapshot_verify: bool,
+    /// Bytes of images each tenant may keep, MiB; 0: no limit.
+    pub image_quota_mb: u64,
     /// How long an `Idempotency-Key` and its stored response are kept.
     pub idempotency_ttl: Duration,
     /// How often each running sandbox's usage is sampled; zero: never.
@@ -432,6 +434,7 @@ impl Default for Limits {
             snapshot_ttl: Duration::from_secs(7 * 24 * 3600),
             snapshots_per_workspace: 50,
             snapshot_verify: true,
+            image_quota_mb: 20 * 1024,
             idempotency_ttl: Duration::from_secs(24 * 3600),
             usage_sample: Duration::from_secs(5),
         }

@@ -93,6 +93,10 @@ struct Args {
     /// 403 sandbox_snapshot_limit_exceeded. 0: no limit.
     #[arg(long, env = "SBX_SNAPSHOT_LIMIT", default_value_t = 50)]
     snapshot_limit: u32,
+    /// Image storage a workspace may keep, MiB (each distinct content once);
+    /// more is 403 image_quota_exceeded. 0: no limit.
+    #[arg(long, env = "SBX_IMAGE_QUOTA_MB", default_value_t = 20 * 1024)]
+    image_quota_mb: u64,
     /// Test-restore every checkpoint before its snapshot is READY (a
     /// checkpoint that does not restore is taken again); `false` saves about
     /// one restore per snapshot.
@@ -575,6 +579,7 @@ async fn daemon_main(args: Args) -> anyhow::Result<()> {
             snapshot_ttl: Duration::from_secs(args.snapshot_ttl_secs),
             snapshots_per_workspace: args.snapshot_limit,
             snapshot_verify: args.snapshot_verify,
+            image_quota_mb: args.image_quota_mb,
             idempotency_ttl: Duration::from_secs(args.idempotency_ttl_secs),
             sandbox_disk_mb: args.sandbox_disk_mb,
             console_log_max_mb: args.console_log_max_mb,

@@ -101,6 +101,7 @@ impl From<ServiceError> for ApiError {
             S::ImageNotFound(_) => ErrorCode::ImageNotFound,
             S::ImageInvalid(_) => ErrorCode::ImageInvalid,
             S::ImageTooLarge(_) => ErrorCode::PayloadTooLarge,
+            S::ImageQuota { .. } => ErrorCode::ImageQuotaExceeded,
             S::NotBuilt(_) => ErrorCode::NotImplemented,
             S::AccessDenied(_) => ErrorCode::AccessDenied,
             S::Unavailable(_) => ErrorCode::ComputeUnavailable,

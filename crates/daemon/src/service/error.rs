@@ -96,6 +96,16 @@ pub enum ServiceError {
     /// An image upload or its unpacked files over the limit.
     #[error("the image is larger than {0} bytes")]
     ImageTooLarge(u64),
+    /// The tenant's images would take more than its image storage quota.
+    #[error("images of this workspace would take {needed} bytes, over its quota of {quota} bytes (in use: {used}); delete images first")]
+    ImageQuota {
+        /// Bytes the tenant's images take now.
+        used: u64,
+        /// Bytes they would take with the new image.
+        needed: u64,
+        /// The quota.
+        quota: u64,
+    },
     /// A feature that is specified but not built yet.
     #[error("{0}")]
     NotBuilt(String),

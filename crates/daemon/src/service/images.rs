@@ -194,7 +194,10 @@ impl Service {
         workdir
     }
 
-    /// Records a new image row for `name:tag` and sweeps what it replaced.
+    /// Records a new image row for `name:tag`, within the tenant's quota.
+    /// Called under `image_turn`; answers whether the name moved off other
+    /// content, which the caller sweeps once the turn is released (the sweep
+    /// takes the turn itself).
     async fn name_image(
         &self,
         workspace: &str,
@@ -202,7 +205,10 @@ impl Service {
         tag: String,
         imported: sbx_node::images::Imported,
         origin: &str,
-    ) -> Result<Image> {
+    ) -> Result<(Image, bool)> {
+        // Under `image_turn`: two imports cannot both fit the quota's last bytes.
+        self.check_image_quota(workspace, &name, &tag, &imported)
+            .await?;
         let record = ImageRecord {
             workspace: workspace.to_string(),
             name,
@@ -215,10 +221,8 @@ impl Service {
             created_at: Utc::now(),
         };
         let replaced = self.store.put_image(&record).await?;
-        if replaced.is_some_and(|r| r.digest != record.digest) {
-            self.sweep_images().await;
-        }
-        Ok(view(&record))
+        let moved = replaced.is_some_and(|r| r.digest != record.digest);
+        Ok((view(&record), moved))
     }
 
     /// `POST /v1/images?name=&tag=`: spools the uploaded archive (at most
@@ -266,7 +270,7 @@ impl Service {
                 .map_err(|e| ServiceError::Internal(format!("spooling the upload: {e}")))
         }
         .await;
-        let imported = match written {
+        let named = match written {
             Ok(()) => {
                 let (images, path) = (self.images.clone(), spool.clone());
                 let _turn = self.image_turn.lock().await;
@@ -276,16 +280,40 @@ impl Service {
                 .await
                 .map_err(|e| ServiceError::Internal(e.to_string()));
                 let _ = tokio::fs::remove_file(&spool).await;
-                let imported = result??;
-                self.name_image(workspace, name, tag, imported, "import")
-                    .await
+                match result {
+                    Ok(Ok(imported)) => {
+                        self.name_image(workspace, name, tag, imported, "import")
+                            .await
+                    }
+                    Ok(Err(e)) => Err(e.into()),
+                    Err(e) => Err(e),
+                }
             }
             Err(e) => {
                 let _ = tokio::fs::remove_file(&spool).await;
                 Err(e)
             }
         };
-        imported
+        self.after_naming(named).await
+    }
+
+    /// Sweeps what a naming left unused (content a name moved off, or an
+    /// unpacked image the quota refused) and answers the naming's result.
+    async fn after_naming(&self, named: Result<(Image, bool)>) -> Result<Image> {
+        match named {
+            Ok((image, moved)) => {
+                if moved {
+                    self.sweep_images().await;
+                }
+                Ok(image)
+            }
+            Err(e) => {
+                if matches!(e, ServiceError::ImageQuota { .. }) {
+                    self.sweep_images().await;
+                }
+                Err(e)
+            }
+        }
     }
 
     /// `POST /v1/sandboxes/{id}/image`: the running sandbox's files (a `tar`
@@ -389,20 +417,19 @@ impl Service {
         }
         .await;
         let _ = tokio::fs::remove_file(&spool).await;
-        imported
+        self.after_naming(imported).await
     }
 
     /// `GET /v1/images`: the default image, then the tenant's by name and tag.
     pub async fn list_images(&self, workspace: &str) -> Result<ImageList> {
+        let rows = self.store.list_images(Some(workspace)).await?;
         let mut images = vec![self.default_image_view()];
-        images.extend(
-            self.store
-                .list_images(Some(workspace))
-                .await?
-                .iter()
-                .map(view),
-        );
-        Ok(ImageList { images })
+        images.extend(rows.iter().map(view));
+        Ok(ImageList {
+            images,
+            usage_bytes: super::image_quota::usage(&rows),
+            quota_bytes: self.image_quota_bytes(),
+        })
     }
 
     /// `GET /v1/images/{name:tag}` (or a digest).

@@ -21,6 +21,7 @@ pub mod envd;
 mod error;
 mod files;
 mod idempotency;
+mod image_quota;
 mod images;
 mod job_placement;
 mod lifecycle;
