@@ -134,7 +134,7 @@ pub struct Image {
     pub origin: String,
     /// Process defaults.
     pub config: ImageConfig,
-    /// Node holding the root filesystem (images are node-local for now).
+    /// The node that imported or made the image.
     pub node_id: String,
     /// When the name was pointed at the digest.
     pub created_at: String,

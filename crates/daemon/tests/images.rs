@@ -601,3 +601,92 @@ async fn e2b_templates_name_a_tenants_images() {
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["code"], 404, "{body}");
 }
+
+/// With an object store, images travel: the importing node stores the image
+/// in object storage before naming it, a create through another node runs
+/// there (no pinning) on the fetched image, a clone there after the local
+/// copy is gone fetches it again, and the objects go once nothing uses them.
+#[tokio::test]
+#[ignore = "needs root, runsc, the image, PostgreSQL and S3; run ./scripts/test"]
+async fn with_an_object_store_images_are_fetched_by_any_node() {
+    let _serial = SERIAL.lock().await;
+    let db = common::cluster::database();
+    let token = common::cluster::TOKEN;
+    let prefix = format!("img-{}", uuid::Uuid::new_v4());
+    let s3 = common::s3_flags(&prefix);
+    let mut flags: Vec<&str> = s3.iter().map(String::as_str).collect();
+    let a = common::cluster::node_with(db.url(), "node-a", token, &flags).await;
+    let _la = KillLeftovers::of(&a);
+    // One secret key for the cluster: it seals the objects' data keys.
+    let key = a.data_dir().join("secret.key");
+    let key = key.to_str().unwrap().to_string();
+    flags.extend(["--secret-key-file", key.as_str()]);
+    let b = common::cluster::node_with(db.url(), "node-b", token, &flags).await;
+    let _lb = KillLeftovers::of(&b);
+    let bucket = common::s3::s3_client();
+
+    let (status, img) = import(&a, "shared:1", tiny_image_with_sh()).await;
+    assert_eq!(status, 201, "{img}");
+    let hex = img["data"]["digest"].as_str().unwrap()["sha256:".len()..].to_string();
+    let objects = common::s3::keys_under(&bucket, &format!("{prefix}/images/")).await;
+    assert!(
+        objects.iter().any(|k| k.ends_with("/manifest.json")) && objects.len() >= 3,
+        "{objects:?}"
+    );
+    assert!(image_dirs(&b).is_empty());
+
+    // A create through B with A drained runs on B, on the fetched image.
+    let (status, body) = b.call("POST", "/v1/nodes/node-a/drain", None).await;
+    assert_eq!(status, 200, "{body}");
+    let (id, row) = create_with(&b, "on-b", json!({"image": "shared:1"})).await;
+    let node = b.sql(&format!("SELECT node_id FROM sandboxes WHERE id = '{id}'"));
+    assert_eq!(node.trim(), "node-b", "{row}");
+    assert_eq!(image_dirs(&b), [hex.as_str()]);
+    let (code, out, err) = b.sh(&id, "cat /marker").await;
+    assert_eq!((code, out.as_str()), (0, "on-b"), "{err}");
+
+    // B loses its copy; a clone of a snapshot of that sandbox fetches it again.
+    let snap = snapshot_ready(&b, &id).await;
+    b.destroy_and_wait(&id).await;
+    std::fs::remove_dir_all(b.data_dir().join("images/sha256").join(&hex)).unwrap();
+    let (status, c) = b
+        .call(
+            "POST",
+            "/v1/sandboxes",
+            Some(json!({"name": "clone-b", "snapshotId": snap})),
+        )
+        .await;
+    assert!(status == 201 || status == 202, "{status} {c}");
+    let cid = c["data"]["id"].as_str().unwrap().to_string();
+    b.wait_status(&cid, "RUNNING", Duration::from_secs(120))
+        .await;
+    assert_eq!(
+        image_dirs(&b),
+        [hex.as_str()],
+        "fetched again for the clone"
+    );
+    let (code, out, err) = b.sh(&cid, "cat /marker").await;
+    assert_eq!((code, out.as_str()), (0, "on-b"), "{err}");
+
+    // Nothing uses it any more: the sweep removes the files and the objects.
+    b.destroy_and_wait(&cid).await;
+    let (status, _) = b
+        .call("DELETE", &format!("/v2/snapshots/{snap}"), None)
+        .await;
+    assert!(status == 204 || status == 202, "{status}");
+    // The snapshot's deletion finishes in the background: until then it uses the image.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (status, body) = b.call("DELETE", "/v1/images/shared:1", None).await;
+        if status == 204 {
+            break;
+        }
+        assert_eq!(status, 409, "{body}");
+        assert!(Instant::now() < deadline, "{body}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(image_dirs(&b).is_empty());
+    let objects = common::s3::keys_under(&bucket, &format!("{prefix}/images/")).await;
+    assert!(objects.is_empty(), "{objects:?}");
+    a.destroy_all(Duration::from_secs(60)).await;
+}

@@ -3,39 +3,12 @@
 
 mod common;
 
+use common::s3::{keys_under, s3_client};
 use common::{assert_error, Daemon};
-use futures::StreamExt;
-use object_store::aws::AmazonS3Builder;
 use object_store::path::Path as ObjectPath;
 use object_store::ObjectStore;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
-
-/// A client of the test S3 server, as the tests' own hands on the bucket.
-fn s3_client() -> impl ObjectStore {
-    let (endpoint, bucket) = common::test_s3();
-    AmazonS3Builder::new()
-        .with_bucket_name(bucket)
-        .with_region("us-east-1")
-        .with_endpoint(endpoint)
-        .with_allow_http(true)
-        .with_virtual_hosted_style_request(false)
-        .with_access_key_id(std::env::var("SBX_TEST_S3_ACCESS_KEY").unwrap())
-        .with_secret_access_key(std::env::var("SBX_TEST_S3_SECRET_KEY").unwrap())
-        .build()
-        .unwrap()
-}
-
-async fn keys_under(s3: &impl ObjectStore, prefix: &str) -> Vec<String> {
-    let prefix = ObjectPath::from(prefix);
-    let mut keys: Vec<String> = s3
-        .list(Some(&prefix))
-        .map(|m| m.unwrap().location.to_string())
-        .collect()
-        .await;
-    keys.sort();
-    keys
-}
 
 /// Takes a snapshot and waits until it is no longer CREATING.
 async fn snapshot_settled(d: &Daemon, id: &str) -> Value {

@@ -6,8 +6,9 @@
 //! filesystem of a digest goes when no name, active sandbox or live snapshot
 //! uses it any more ([`Service::sweep_images`]).
 //!
-//! Images are node-local for now: a create naming an image of another node
-//! is refused (409) rather than placed there.
+//! With an object store (cluster mode) images travel to any node
+//! (`image_remote.rs`); without one they stay on their node, where placement
+//! pins the creates that name them.
 
 use super::{Result, Service, ServiceError};
 use chrono::Utc;
@@ -113,6 +114,9 @@ impl Service {
     /// The node holding the tenant's image `raw` (`None`: the default image,
     /// on every node, or a name the create handler will refuse).
     pub(super) async fn image_node(&self, workspace: &str, raw: &str) -> Result<Option<String>> {
+        if self.images_shared() {
+            return Ok(None);
+        }
         match self.image_row(workspace, raw).await {
             Ok(row) => Ok(row.map(|r| r.node_id)),
             Err(ServiceError::ImageNotFound(_) | ServiceError::Invalid(_)) => Ok(None),
@@ -139,18 +143,13 @@ impl Service {
                 config: ImageConfig::default(),
             });
         };
-        if row.node_id != self.config.node.id {
+        if !self.images_shared() && row.node_id != self.config.node.id {
             return Err(ServiceError::Conflict(format!(
-                "image {raw:?} lives on node {:?} (images are node-local for now); create the sandbox there",
+                "image {raw:?} lives on node {:?} (images are node-local without an object store); create the sandbox there",
                 row.node_id
             )));
         }
-        if self.images.rootfs(&row.digest).is_none() {
-            return Err(ServiceError::Internal(format!(
-                "image {raw:?} ({}) has no root filesystem on this node",
-                row.digest
-            )));
-        }
+        self.image_here(&row.digest).await?;
         let image_ref = match ImageRef::parse(raw)? {
             ImageRef::Digest(d) => d,
             _ => format!("{}:{}@{}", row.name, row.tag, row.digest),
@@ -159,6 +158,22 @@ impl Service {
             image_ref,
             config: serde_json::from_str(&row.config).unwrap_or_default(),
         })
+    }
+
+    /// Like [`Service::rootfs_for`], fetching the image from object storage
+    /// when this node lacks it (a clone of a snapshot taken elsewhere).
+    pub(super) async fn rootfs_fetched(
+        &self,
+        image_ref: &str,
+    ) -> std::result::Result<Option<PathBuf>, String> {
+        match digest_of(image_ref) {
+            None => Ok(None),
+            Some(d) => self
+                .image_here(d)
+                .await
+                .map(Some)
+                .map_err(|e| e.to_string()),
+        }
     }
 
     /// The root filesystem a sandbox or snapshot of `image_ref` boots on
@@ -209,6 +224,9 @@ impl Service {
         // Under `image_turn`: two imports cannot both fit the quota's last bytes.
         self.check_image_quota(workspace, &name, &tag, &imported)
             .await?;
+        // Stored for the other nodes before the name exists, so a name never
+        // points at content only a lost node had.
+        self.publish_image(&imported.digest).await?;
         let record = ImageRecord {
             workspace: workspace.to_string(),
             name,
@@ -308,9 +326,8 @@ impl Service {
                 Ok(image)
             }
             Err(e) => {
-                if matches!(e, ServiceError::ImageQuota { .. }) {
-                    self.sweep_images().await;
-                }
+                // An unpacked image the quota or the object store refused.
+                self.sweep_images().await;
                 Err(e)
             }
         }
@@ -517,6 +534,7 @@ impl Service {
                 Ok(users) if users.is_empty() => {
                     let images = self.images.clone();
                     let d = digest.clone();
+                    self.unpublish_image(&digest).await;
                     match tokio::task::spawn_blocking(move || images.remove(&d)).await {
                         Ok(Ok(())) => tracing::info!(%digest, "removed unused image"),
                         Ok(Err(e)) => tracing::warn!(%digest, error = %e, "removing unused image"),

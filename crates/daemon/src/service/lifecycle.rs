@@ -218,7 +218,7 @@ impl Service {
             let reason = format!("sandbox failed to start: {e}");
             return self.fail_answering(id, reason).await;
         }
-        let rootfs = match self.rootfs_for(&record.image_ref) {
+        let rootfs = match self.rootfs_fetched(&record.image_ref).await {
             Ok(r) => r,
             Err(why) => {
                 let reason = format!("sandbox failed to start: {why}");

@@ -22,6 +22,7 @@ mod error;
 mod files;
 mod idempotency;
 mod image_quota;
+mod image_remote;
 mod images;
 mod job_placement;
 mod lifecycle;
@@ -121,6 +122,8 @@ pub struct Service {
     /// Imports and sweeps of images, one at a time: a sweep never removes
     /// an image between its unpacking and its name's row.
     image_turn: tokio::sync::Mutex<()>,
+    /// Where images go for other nodes (`image_remote.rs`); `None`: node-local.
+    image_objects: Option<Arc<dyn sbx_node::snapshot_store::SnapshotStore>>,
     /// Working directory of each sandbox's image, once looked up.
     workdirs: Mutex<HashMap<Uuid, Option<String>>>,
 }
@@ -156,6 +159,10 @@ impl Service {
             .snapshot_store
             .open(secrets.keys())
             .unwrap_or_else(|e| panic!("invalid snapshot store configuration: {e}"));
+        let image_objects = config
+            .snapshot_store
+            .open_images(secrets.keys())
+            .unwrap_or_else(|e| panic!("invalid snapshot store configuration: {e}"));
         let capacity = admission::Capacity::detect(&config.capacity);
         let unfit = capacity.unfit(&config.shapes);
         if !unfit.is_empty() {
@@ -172,6 +179,7 @@ impl Service {
         Arc::new(Service {
             images,
             image_turn: tokio::sync::Mutex::new(()),
+            image_objects,
             workdirs: Mutex::new(HashMap::new()),
             snapshot_store,
             cache_sweep: Mutex::new(None),

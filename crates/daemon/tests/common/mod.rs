@@ -10,6 +10,7 @@ pub mod disks;
 pub mod hostile;
 pub mod netns;
 pub mod oci;
+pub mod s3;
 pub mod store;
 pub mod ws;
 

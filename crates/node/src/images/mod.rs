@@ -5,6 +5,7 @@
 
 pub mod archive;
 pub mod extract;
+pub mod remote;
 
 pub use extract::{ExtractError, LayerOptions, Root};
 

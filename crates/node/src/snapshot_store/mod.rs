@@ -190,6 +190,20 @@ impl StoreConfig {
         })
     }
 
+    /// The store that keeps custom images' packed root filesystems beside
+    /// the snapshots (`None` for the local store: images stay on their node).
+    pub fn open_images(
+        &self,
+        keys: &sbx_secrets::KeyRing,
+    ) -> Result<Option<Arc<dyn SnapshotStore>>, SnapshotStoreError> {
+        Ok(match self {
+            StoreConfig::Local => None,
+            StoreConfig::S3(config) => {
+                Some(Arc::new(S3Store::for_images(config.clone(), keys.clone())?))
+            }
+        })
+    }
+
     /// Checks that the store can be built (no network traffic).
     pub fn check(&self) -> Result<(), SnapshotStoreError> {
         match self {

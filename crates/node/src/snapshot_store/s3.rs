@@ -5,7 +5,8 @@
 //! `<prefix>/snapshots/<id>/manifest.json` (written last) listing each file's
 //! path, size and SHA-256, and the snapshot's data key sealed by the node's
 //! key ring. Every object holds its file encrypted in chunks (`seal.rs`):
-//! the store never sees plaintext.
+//! the store never sees plaintext. The same layout under `<prefix>/images/`
+//! keeps custom images' packed root filesystems ([`S3Store::for_images`]).
 
 use super::seal::{DataKey, SealError, TAG};
 use super::{staging_dir, SnapshotStore, SnapshotStoreError, Uploaded, MANIFEST};
@@ -102,6 +103,8 @@ pub struct S3Store {
     config: S3Config,
     /// Seals and opens each snapshot's data key.
     keys: sbx_secrets::KeyRing,
+    /// The key segment after the prefix: `snapshots` or `images`.
+    kind: &'static str,
     /// One fetch per snapshot at a time (this process).
     fetches: Mutex<HashMap<Uuid, Arc<tokio::sync::Mutex<()>>>>,
 }
@@ -126,7 +129,20 @@ impl S3Store {
             client: Arc::new(client),
             config,
             keys,
+            kind: "snapshots",
             fetches: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The same bucket and prefix for images: objects go under
+    /// `<prefix>/images/<id>/` instead of `<prefix>/snapshots/<id>/`.
+    pub fn for_images(
+        config: S3Config,
+        keys: sbx_secrets::KeyRing,
+    ) -> Result<S3Store, SnapshotStoreError> {
+        Ok(S3Store {
+            kind: "images",
+            ..S3Store::new(config, keys)?
         })
     }
 
@@ -171,12 +187,12 @@ impl S3Store {
         self.client.clone()
     }
 
-    /// `<prefix>/snapshots/<id>` as a string key.
+    /// `<prefix>/snapshots/<id>` (or `<prefix>/images/<id>`) as a string key.
     pub fn snapshot_prefix(&self, id: Uuid) -> String {
         if self.config.prefix.is_empty() {
-            format!("snapshots/{id}")
+            format!("{}/{id}", self.kind)
         } else {
-            format!("{}/snapshots/{id}", self.config.prefix)
+            format!("{}/{}/{id}", self.config.prefix, self.kind)
         }
     }
 
