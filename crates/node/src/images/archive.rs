@@ -262,7 +262,7 @@ impl Archive {
         Ok(Contents { layers, config })
     }
 
-    /// A layer's tar stream, gunzipped when it is gzip (zstd is refused).
+    /// A layer's tar stream, decompressed when it is gzip or zstd.
     pub fn layer(&self, name: &str) -> Result<Box<dyn Read>, ExtractError> {
         let mut reader = BufReader::new(self.reader(name)?);
         let head = reader.fill_buf().map_err(malformed)?;
@@ -270,9 +270,7 @@ impl Archive {
             return Ok(Box::new(flate2::read::GzDecoder::new(reader)));
         }
         if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
-            return Err(malformed(format!(
-                "layer {name} is zstd-compressed: not supported yet (use gzip or uncompressed layers)"
-            )));
+            return Ok(Box::new(super::zstd::Frames::new(reader)));
         }
         Ok(Box::new(reader))
     }

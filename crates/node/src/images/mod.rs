@@ -6,6 +6,7 @@
 pub mod archive;
 pub mod extract;
 pub mod remote;
+pub mod zstd;
 
 pub use extract::{ExtractError, LayerOptions, Root};
 

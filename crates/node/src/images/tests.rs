@@ -273,23 +273,26 @@ fn oci_layout_and_docker_save_import_to_one_digest() {
         oci.append_data(&mut h, name, &data[..]).unwrap();
     }
     let oci = oci.into_inner().unwrap();
-    let mut docker = tar::Builder::new(Vec::new());
-    for (name, data) in [
-        (
-            "manifest.json",
-            br#"[{"Config":"cfg.json","RepoTags":["x:1"],"Layers":["l1/layer.tar","l2/layer.tar"]}]"#.to_vec(),
-        ),
-        ("cfg.json", config.clone()),
-        ("l1/layer.tar", layer1.clone()),
-        ("l2/layer.tar", layer2.clone()),
-    ] {
-        let mut h = tar::Header::new_gnu();
-        h.set_size(data.len() as u64);
-        h.set_mode(0o644);
-        h.set_cksum();
-        docker.append_data(&mut h, name, &data[..]).unwrap();
-    }
-    let docker = docker.into_inner().unwrap();
+    let docker_of = |top: &[u8]| {
+        let mut docker = tar::Builder::new(Vec::new());
+        for (name, data) in [
+            (
+                "manifest.json",
+                br#"[{"Config":"cfg.json","RepoTags":["x:1"],"Layers":["l1/layer.tar","l2/layer.tar"]}]"#.to_vec(),
+            ),
+            ("cfg.json", config.clone()),
+            ("l1/layer.tar", layer1.clone()),
+            ("l2/layer.tar", top.to_vec()),
+        ] {
+            let mut h = tar::Header::new_gnu();
+            h.set_size(data.len() as u64);
+            h.set_mode(0o644);
+            h.set_cksum();
+            docker.append_data(&mut h, name, &data[..]).unwrap();
+        }
+        docker.into_inner().unwrap()
+    };
+    let docker = docker_of(&layer2);
 
     let dir = tempfile::tempdir().unwrap();
     let store = ImageStore::open(&dir.path().join("images")).unwrap();
@@ -309,6 +312,17 @@ fn oci_layout_and_docker_save_import_to_one_digest() {
     std::fs::write(&up, &docker).unwrap();
     let b = store.import_archive(&up, 1 << 30).expect("docker import");
     assert_eq!(a, b);
+    // The same with the top layer zstd-compressed: the same image again.
+    let zst =
+        ruzstd::encoding::compress_to_vec(&layer2[..], ruzstd::encoding::CompressionLevel::Fastest);
+    std::fs::write(&up, docker_of(&zst)).unwrap();
+    let c = store
+        .import_archive(&up, 1 << 30)
+        .expect("zstd layer import");
+    assert_eq!(a, c);
+    // A damaged zstd layer fails the import, as a damaged gzip one does.
+    std::fs::write(&up, docker_of(&zst[..zst.len() - 4])).unwrap();
+    assert!(store.import_archive(&up, 1 << 30).is_err());
     assert_eq!(store.digests().unwrap(), vec![a.digest.clone()]);
     store.remove(&a.digest).unwrap();
     assert!(store.rootfs(&a.digest).is_none());
