@@ -11,6 +11,8 @@ const FRAME_MAGIC: u32 = 0xFD2F_B528;
 
 /// A frame's source: its magic number, already read, then the stream.
 type Source<R> = Chain<Cursor<[u8; 4]>, R>;
+/// One frame being decoded.
+type Frame<R> = Box<StreamingDecoder<Source<R>, FrameDecoder>>;
 
 /// A reader of every frame of a zstd stream, in order.
 pub struct Frames<R: Read> {
@@ -21,7 +23,7 @@ enum State<R: Read> {
     /// Between frames (or at the start).
     Between(R),
     /// Inside a frame.
-    InFrame(Box<StreamingDecoder<Source<R>, FrameDecoder>>),
+    InFrame(Frame<R>),
     /// A failed read leaves nothing to read.
     Broken,
 }
@@ -57,9 +59,7 @@ fn read_word<R: Read>(source: &mut R) -> io::Result<Option<[u8; 4]>> {
 
 /// Starts the next frame of `source`, skipping skippable frames; `None` at
 /// the end of the stream.
-fn next_frame<R: Read>(
-    mut source: R,
-) -> io::Result<Option<Box<StreamingDecoder<Source<R>, FrameDecoder>>>> {
+fn next_frame<R: Read>(mut source: R) -> io::Result<Option<Frame<R>>> {
     loop {
         let Some(magic) = read_word(&mut source)? else {
             return Ok(None);
