@@ -84,6 +84,18 @@ impl ImageRef {
         })
     }
 
+    /// Parses the target of a tag: a new `name:tag`, or `default` (the
+    /// tenant's default image; only with the tag `latest`).
+    pub fn parse_tag_target(raw: &str) -> Result<(String, String), ValidationError> {
+        match ImageRef::parse(raw)? {
+            ImageRef::Default => Ok((DEFAULT_IMAGE.to_string(), "latest".to_string())),
+            ImageRef::Named { name, tag } if name != DEFAULT_IMAGE => Ok((name, tag)),
+            _ => Err(bad(format!(
+                "{raw:?} cannot name an image: use name:tag, or default (tag latest)"
+            ))),
+        }
+    }
+
     /// Parses a `name:tag` that names a new image (not `default`, not a digest).
     pub fn parse_new_name(raw: &str) -> Result<(String, String), ValidationError> {
         match ImageRef::parse(raw)? {
@@ -152,6 +164,17 @@ pub struct ImageList {
     /// The tenant's image storage quota in bytes (0: no quota).
     #[serde(default)]
     pub quota_bytes: u64,
+}
+
+/// `POST /v1/images/{ref}/tag`: another name for the same content.
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ImageTagRequest {
+    /// The new name (`default` makes the image the tenant's default).
+    pub name: Option<String>,
+    /// Tag (default `latest`; `default` takes no other).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
 }
 
 /// `POST /v1/sandboxes/{id}/image`.

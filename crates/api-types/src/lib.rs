@@ -16,7 +16,9 @@ pub mod validate;
 pub mod volumes;
 
 pub use errors::{ErrorBody, ErrorCode, ErrorItem};
-pub use images::{Image, ImageConfig, ImageFromSandboxRequest, ImageList, ImageRef};
+pub use images::{
+    Image, ImageConfig, ImageFromSandboxRequest, ImageList, ImageRef, ImageTagRequest,
+};
 pub use network::{AllowRule, NetworkDenial, NetworkMode, NetworkPolicy, NetworkStatus};
 pub use nodes::{Node, NodeCapacity, NodeState};
 pub use preview::{PreviewRequest, SandboxPreview, PREVIEW_TOKEN_HEADER};

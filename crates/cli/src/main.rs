@@ -434,6 +434,14 @@ pub enum ImageCommand {
         #[arg(short = 't', long = "tag", value_name = "NAME:TAG")]
         tag: String,
     },
+    /// Give an image another NAME:TAG (`default` makes it the workspace's
+    /// default image, booted by every create that names none).
+    Tag {
+        /// The image: NAME:TAG, NAME or a sha256: digest.
+        image: String,
+        /// The new name and tag (tag `latest` when left out).
+        target: String,
+    },
     /// List images.
     Ls,
     /// Show one image as JSON.

@@ -1,8 +1,8 @@
-//! Image calls (`/v1/images`): import, list, get, delete, and an image of a sandbox.
+//! Image calls (`/v1/images`): import, list, get, tag, delete, and an image of a sandbox.
 
 use crate::{Client, ClientError};
 use reqwest::Method;
-use sbx_api_types::{Image, ImageFromSandboxRequest, ImageList};
+use sbx_api_types::{Image, ImageFromSandboxRequest, ImageList, ImageTagRequest};
 use std::path::Path;
 use uuid::Uuid;
 
@@ -46,6 +46,24 @@ impl Client {
     pub async fn image_delete(&self, reference: &str) -> Result<(), ClientError> {
         let rb = self.request(Method::DELETE, &["v1", "images", reference]);
         self.send(rb).await.map(drop)
+    }
+
+    /// `POST /v1/images/{ref}/tag`: another `name:tag` for an image's content
+    /// (`default` makes it the workspace's default image).
+    pub async fn image_tag(
+        &self,
+        image: &str,
+        name: &str,
+        tag: &str,
+    ) -> Result<Image, ClientError> {
+        let req = ImageTagRequest {
+            name: Some(name.to_string()),
+            tag: Some(tag.to_string()),
+        };
+        let rb = self
+            .request(Method::POST, &["v1", "images", image, "tag"])
+            .json(&req);
+        Self::data(self.send(rb).await?).await
     }
 
     /// `POST /v1/sandboxes/{id}/image`: the running sandbox's files as image `name:tag`.

@@ -690,3 +690,92 @@ async fn with_an_object_store_images_are_fetched_by_any_node() {
     assert!(objects.is_empty(), "{objects:?}");
     a.destroy_all(Duration::from_secs(60)).await;
 }
+
+/// `POST /v1/images/{ref}/tag`: another name for the same content; naming
+/// an image `default` makes it the tenant's default, which a `/v2` create
+/// (the inngest SDK's) boots, until the name is deleted.
+#[tokio::test]
+#[ignore = "needs root, runsc and the image; run ./scripts/test"]
+async fn a_tenant_tags_its_own_default_image() {
+    let _serial = SERIAL.lock().await;
+    let d = Daemon::start(&[]).await;
+    let _leftovers = KillLeftovers::of(&d);
+    let (status, img) = import(&d, "tools:1", tiny_image_with_sh()).await;
+    assert_eq!(status, 201, "{img}");
+    let digest = img["data"]["digest"].clone();
+    let tag = |target: Value| d.call("POST", "/v1/images/tools:1/tag", Some(target));
+    let (status, alias) = tag(json!({"name": "tools", "tag": "stable"})).await;
+    assert_eq!(
+        (status, &alias["data"]["digest"]),
+        (201, &digest),
+        "{alias}"
+    );
+    assert_error(
+        &tag(json!({"name": "default", "tag": "2"})).await,
+        400,
+        "invalid_field_format",
+    );
+    assert_error(
+        &d.call("POST", "/v1/images/nope:1/tag", Some(json!({"name": "x"})))
+            .await,
+        404,
+        "image_not_found",
+    );
+    let (status, def) = tag(json!({"name": "default"})).await;
+    assert_eq!(
+        (status, &def["data"]["name"]),
+        (201, &json!("default")),
+        "{def}"
+    );
+    let (_, list) = d.call("GET", "/v1/images", None).await;
+    let names: Vec<(String, Value)> = list["data"]["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            (
+                format!(
+                    "{}:{}",
+                    i["name"].as_str().unwrap(),
+                    i["tag"].as_str().unwrap()
+                ),
+                i["digest"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("default:latest".to_string(), digest.clone()),
+            ("tools:1".to_string(), digest.clone()),
+            ("tools:stable".to_string(), digest.clone()),
+        ],
+        "{list}"
+    );
+
+    // A create naming no image (the inngest SDK's /v2) boots the tenant's default.
+    let id = d.create_running("uses-default").await;
+    let (code, out, err) = d.sh(&id, "cat /marker").await;
+    assert_eq!((code, out.as_str()), (0, "on-b"), "{err}");
+    let (_, got) = d.call("GET", &format!("/v1/sandboxes/{id}"), None).await;
+    assert!(
+        got["data"]["imageRef"]
+            .as_str()
+            .unwrap()
+            .starts_with("default:latest@sha256:"),
+        "{got}"
+    );
+    d.destroy_and_wait(&id).await;
+
+    // Deleting the name brings the node's default back; that one stays.
+    assert_eq!(d.call("DELETE", "/v1/images/default", None).await.0, 204);
+    let id = d.create_running("node-default").await;
+    let (code, _, _) = d.sh(&id, "test -e /marker").await;
+    assert_ne!(code, 0, "the node's default image has no /marker");
+    assert_error(
+        &d.call("DELETE", "/v1/images/default", None).await,
+        409,
+        "invalid_request",
+    );
+    d.destroy_and_wait(&id).await;
+}

@@ -109,6 +109,8 @@ struct Fixture {
     build: String,
     connection: String,
     run: String,
+    /// A's image's digest (B imports its own `a-only:1` along the way).
+    image: String,
 }
 
 /// A gzip tarball of `examples/NAME` (files at the archive root).
@@ -227,6 +229,12 @@ fn case(method: &str, template: &str, a: &Fixture) -> (String, Option<Vec<u8>>, 
             Status(201),
         ),
         ("DELETE", "/v1/images/{reference}") => (path, None, Status(204)),
+        // By A's digest: B cannot name A's content, whatever B imported meanwhile.
+        ("POST", "/v1/images/{reference}/tag") => (
+            format!("/v1/images/{}/tag", a.image),
+            json(json!({"name": "default"})),
+            NotFound("image_not_found"),
+        ),
         ("POST", "/v1/sandboxes/{id}/image") => {
             (path, json(json!({"name": "stolen"})), sandbox_nf)
         }
@@ -490,6 +498,16 @@ async fn no_route_lets_one_tenant_reach_another() {
         .await;
     assert_eq!(status, 202, "{r}");
     let run = r["data"]["id"].as_str().unwrap().to_string();
+    let (status, img) = a
+        .raw(
+            "POST",
+            "/v1/images?name=a-only&tag=1",
+            Some(common::oci::tiny_image("a")),
+            &[("content-type", "application/x-tar")],
+        )
+        .await;
+    assert_eq!(status, 201, "{img}");
+    let a_image = img["data"]["digest"].as_str().unwrap().to_string();
     let fixture = Fixture {
         sandbox: sandbox.clone(),
         process: process.clone(),
@@ -498,6 +516,7 @@ async fn no_route_lets_one_tenant_reach_another() {
         build,
         connection: connection.clone(),
         run,
+        image: a_image.clone(),
     };
 
     let (status, v) = a
@@ -509,16 +528,6 @@ async fn no_route_lets_one_tenant_reach_another() {
         .await;
     assert_eq!(status, 201, "{v}");
     let a_volume = v["data"]["id"].as_str().unwrap().to_string();
-    let (status, img) = a
-        .raw(
-            "POST",
-            "/v1/images?name=a-only&tag=1",
-            Some(common::oci::tiny_image("a")),
-            &[("content-type", "application/x-tar")],
-        )
-        .await;
-    assert_eq!(status, 201, "{img}");
-    let a_image = img["data"]["digest"].as_str().unwrap().to_string();
 
     // Names are per tenant: B gets its own sandbox called "shared".
     let b_shared = b

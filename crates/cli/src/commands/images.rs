@@ -1,4 +1,4 @@
-//! `sbx image` subcommands: import, from, ls, get, rm.
+//! `sbx image` subcommands: import, from, tag, ls, get, rm.
 
 use super::print_json;
 use crate::util::table;
@@ -46,6 +46,10 @@ pub(super) async fn run(c: &Client, cmd: ImageCommand) -> anyhow::Result<u8> {
                 table(&["IMAGE", "DIGEST", "SIZE_MIB", "ORIGIN", "CREATED"], &rows)
             );
             Ok(0)
+        }
+        ImageCommand::Tag { image, target } => {
+            let (name, tag) = name_tag(&target);
+            print_json(&c.image_tag(&image, name, tag).await?)
         }
         ImageCommand::Get { image } => print_json(&c.image_get(&image).await?),
         ImageCommand::Rm { image } => {

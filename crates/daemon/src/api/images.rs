@@ -1,4 +1,4 @@
-//! `/v1/images`: a tenant's custom images (import, list, get, delete) and
+//! `/v1/images`: a tenant's custom images (import, list, get, tag, delete) and
 //! `POST /v1/sandboxes/{id}/image` (an image of a running sandbox's files).
 
 use super::envelope;
@@ -8,7 +8,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
-use sbx_api_types::ImageFromSandboxRequest;
+use sbx_api_types::{ImageFromSandboxRequest, ImageTagRequest};
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -70,6 +70,18 @@ pub async fn delete(
 ) -> Result<Response, ApiError> {
     svc.delete_image(&ws.0, &reference).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// `POST /v1/images/{ref}/tag` with `{name, tag}`
+pub async fn tag(
+    State(svc): State<AppState>,
+    Extension(ws): Extension<Workspace>,
+    Path(reference): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let req: ImageTagRequest = parse_body(&body)?;
+    let image = svc.tag_image(&ws.0, &reference, req).await?;
+    Ok(envelope::data(StatusCode::CREATED, image))
 }
 
 /// `POST /v1/sandboxes/{id}/image` with `{name, tag}`

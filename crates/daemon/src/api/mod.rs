@@ -167,6 +167,7 @@ pub fn router(
             "/v1/images/{reference}",
             get(images::get).delete(images::delete),
         )
+        .route("/v1/images/{reference}/tag", post(images::tag))
         .route("/v1/sandboxes/{id}/image", post(images::from_sandbox))
         .route("/v1/volumes", get(volumes::list).post(volumes::create))
         .route(

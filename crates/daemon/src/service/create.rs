@@ -110,6 +110,11 @@ impl Service {
             .clone()
             .ok_or(validate::ValidationError::Missing("name"))?;
         validate::name("name", &name)?;
+        // A fresh sandbox that names no image boots the tenant's default.
+        let image = match image {
+            None if req.snapshot_id.is_none() => self.tenant_default_image(workspace).await?,
+            image => image,
+        };
         if let Some(snapshot_id) = req.snapshot_id {
             if req.vcpu.is_some()
                 || req.memory_mb.is_some()

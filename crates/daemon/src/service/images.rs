@@ -63,7 +63,7 @@ impl From<ExtractError> for ServiceError {
     }
 }
 
-fn view(r: &ImageRecord) -> Image {
+pub(super) fn view(r: &ImageRecord) -> Image {
     Image {
         name: r.name.clone(),
         tag: r.tag.clone(),
@@ -93,9 +93,20 @@ impl Service {
     }
 
     /// A tenant's image row by reference (`default` is not a row).
-    async fn image_row(&self, workspace: &str, raw: &str) -> Result<Option<ImageRecord>> {
+    pub(super) async fn image_row(
+        &self,
+        workspace: &str,
+        raw: &str,
+    ) -> Result<Option<ImageRecord>> {
         let found = match ImageRef::parse(raw)? {
-            ImageRef::Default => return Ok(None),
+            // The tenant's own default (`POST /v1/images/{ref}/tag` to
+            // `default`), else the node's.
+            ImageRef::Default => {
+                return Ok(self
+                    .store
+                    .get_image(workspace, DEFAULT_IMAGE, "latest")
+                    .await?)
+            }
             ImageRef::Named { name, tag } => self.store.get_image(workspace, &name, &tag).await?,
             // The default image's id names the default image.
             ImageRef::Digest(d) if d == format!("sha256:{}", self.image_id) => return Ok(None),
@@ -213,7 +224,7 @@ impl Service {
     /// Called under `image_turn`; answers whether the name moved off other
     /// content, which the caller sweeps once the turn is released (the sweep
     /// takes the turn itself).
-    async fn name_image(
+    pub(super) async fn name_image(
         &self,
         workspace: &str,
         name: String,
@@ -317,7 +328,7 @@ impl Service {
 
     /// Sweeps what a naming left unused (content a name moved off, or an
     /// unpacked image the quota refused) and answers the naming's result.
-    async fn after_naming(&self, named: Result<(Image, bool)>) -> Result<Image> {
+    pub(super) async fn after_naming(&self, named: Result<(Image, bool)>) -> Result<Image> {
         match named {
             Ok((image, moved)) => {
                 if moved {
@@ -440,8 +451,9 @@ impl Service {
     /// `GET /v1/images`: the default image, then the tenant's by name and tag.
     pub async fn list_images(&self, workspace: &str) -> Result<ImageList> {
         let rows = self.store.list_images(Some(workspace)).await?;
-        let mut images = vec![self.default_image_view()];
-        images.extend(rows.iter().map(view));
+        let own_default = rows.iter().find(|r| r.name == DEFAULT_IMAGE).map(view);
+        let mut images = vec![own_default.unwrap_or_else(|| self.default_image_view())];
+        images.extend(rows.iter().filter(|r| r.name != DEFAULT_IMAGE).map(view));
         Ok(ImageList {
             images,
             usage_bytes: super::image_quota::usage(&rows),
@@ -462,7 +474,7 @@ impl Service {
     pub async fn delete_image(&self, workspace: &str, raw: &str) -> Result<()> {
         let Some(row) = self.image_row(workspace, raw).await? else {
             return Err(ServiceError::Conflict(
-                "the default image cannot be deleted".into(),
+                "the node's default image cannot be deleted".into(),
             ));
         };
         let users = self.image_users(Some(workspace), &row.digest).await?;

@@ -23,6 +23,7 @@ mod files;
 mod idempotency;
 mod image_quota;
 mod image_remote;
+mod image_tags;
 mod images;
 mod job_placement;
 mod lifecycle;

@@ -112,10 +112,9 @@ impl Service {
         tried: &[String],
         selector: &NodeSelector,
     ) -> Result<Placement> {
-        let mut pinned: Option<String> = match image {
-            Some(raw) => self.image_node(tenant, raw).await?,
-            None => None,
-        };
+        // No image: the tenant's default, which may be an image of its own.
+        let image = image.unwrap_or(sbx_api_types::images::DEFAULT_IMAGE);
+        let mut pinned: Option<String> = self.image_node(tenant, image).await?;
         for name in volumes {
             let Some(v) = self.store.volume_named(tenant, name).await? else {
                 continue;

@@ -449,8 +449,12 @@ pub(super) async fn place(
     let mut tried = Vec::new();
     loop {
         let placed = match &kind {
+            // Through the volume path with none: the tenant's default image
+            // may be one of its own, pinned to its node without an object store.
             CreateKind::Fresh(vcpu, memory_mb, selector) => {
-                state.place(*vcpu, *memory_mb, &tried, selector).await
+                state
+                    .place_with_volumes(&tenant, &[], None, *vcpu, *memory_mb, &tried, selector)
+                    .await
             }
             CreateKind::WithVolumes(vcpu, memory_mb, selector, volumes, image) => {
                 state
