@@ -10,6 +10,7 @@ import { editConnectionPage } from "./connection-edit.js";
 import { packagesPage, packageVersionPage } from "./packages.js";
 import { detailPage } from "./detail.js";
 import { volumesPage } from "./volumes.js";
+import { imagesPage } from "./images.js";
 
 const main = document.getElementById("main");
 const nav = document.getElementById("nav");
@@ -30,6 +31,8 @@ function resolve(hash) {
       return ["snapshots", snapshotsPage];
     case "volumes":
       return ["volumes", volumesPage];
+    case "images":
+      return ["images", imagesPage];
     case "connections":
       if (parts[1] === "new") return ["connections", newConnectionPage];
       if (parts[1] && parts[2] === "edit") return ["connections", (el, signal) => editConnectionPage(el, signal, parts[1])];

@@ -114,15 +114,21 @@ export async function createPage(el, signal) {
   netSelect.addEventListener("change", () => {
     allowField.hidden = netSelect.value !== "allowlist";
   });
+  const [imageField, imageSelect] = field("Image", h("select", { name: "image" }, h("option", { value: "" }, "Default image")),
+    "The workspace's default image, or one of its images (see the Images page).");
   const [mountField, mountInput] = field("Volumes", h("textarea", { name: "volumes", rows: 2, spellcheck: "false" }),
     "One per line: NAME:/path, or NAME:/path:ro read-only (see the Volumes page).");
   const status = h("div", { "aria-live": "polite" });
   const button = h("button", { type: "submit", class: "primary" }, "Create sandbox");
   const form = h("form", { class: "card", "aria-labelledby": "create-title" },
-    h("h1", { id: "create-title" }, "New sandbox"), nameField, shapes, secretsBox, netField, allowField, mountField,
+    h("h1", { id: "create-title" }, "New sandbox"), nameField, imageField, shapes, secretsBox, netField, allowField, mountField,
     h("div", { class: "actions" }, button, h("a", { href: "#/sandboxes", class: "button" }, "Cancel")), status);
   replace(el, form);
   nameInput.focus();
+
+  get("/v1/images", { signal }).then(({ images }) => {
+    for (const i of images.slice(1)) imageSelect.append(h("option", { value: `${i.name}:${i.tag}` }, `${i.name}:${i.tag}`));
+  }).catch(() => {}); // the default stays selectable; a create names no image then
 
   get("/v1/secrets", { signal }).then((secrets) => {
     replace(secretsBox, h("legend", {}, "Secrets"),
@@ -143,6 +149,7 @@ export async function createPage(el, signal) {
     }
     const volumes = parseMounts(mountInput.value);
     if (volumes.length) body.volumes = volumes;
+    if (imageSelect.value) body.image = imageSelect.value;
     try {
       const sandbox = await withProgress(status, button, "Creating the sandbox (booting gVisor)", async (setLabel) => {
         const { data } = await call("POST", "/v1/sandboxes", body);

@@ -176,10 +176,18 @@ async fn start_shell(conn: &AgentConn, size: PtySize) -> Result<ProcessInfo> {
     };
     match conn.call(request).await {
         Ok((Reply::Process { process }, _)) if process.state == ProcessState::Failed => {
-            Err(ServiceError::Unavailable(format!(
-                "the terminal's shell could not start: {}",
-                process.error.unwrap_or_default()
-            )))
+            let why = process.error.unwrap_or_default();
+            // A custom image without /bin/sh can never have a terminal: not
+            // a passing condition to retry.
+            if why.contains("No such file or directory") {
+                Err(ServiceError::Conflict(format!(
+                    "the sandbox's image has no /bin/sh, so it has no terminal: {why}"
+                )))
+            } else {
+                Err(ServiceError::Unavailable(format!(
+                    "the terminal's shell could not start: {why}"
+                )))
+            }
         }
         Ok((Reply::Process { process }, _)) => Ok(process),
         Ok((other, _)) => Err(ServiceError::Internal(format!(
