@@ -28,6 +28,7 @@ pub const SCENARIOS: &[&str] = &[
     "exec-load",
     "density-mem",
     "density-exec",
+    "density-cpu",
     "density-metrics",
     "sbxd-cpu",
     "connect-job",
@@ -130,8 +131,9 @@ pub struct Args {
     /// (exec-load, density).
     #[arg(long, default_value_t = 4)]
     pub fill_parallel: usize,
-    /// density: seconds the sandboxes sit idle before their memory is read.
-    #[arg(long, default_value_t = 5)]
+    /// density: seconds the sandboxes sit idle before their memory is read
+    /// (the window of the density-cpu row).
+    #[arg(long, default_value_t = 10)]
     pub density_settle_secs: u64,
     /// density: run the sbx side on this sbxd instead of --url (one started
     /// with `--memory-overcommit`, so 100 × 1 GiB pass admission).
@@ -205,7 +207,12 @@ pub fn select(names: &[String]) -> Result<Vec<&'static str>> {
             continue;
         }
         if n.eq_ignore_ascii_case("density") {
-            out.extend(["density-mem", "density-exec", "density-metrics"]);
+            out.extend([
+                "density-mem",
+                "density-exec",
+                "density-cpu",
+                "density-metrics",
+            ]);
             continue;
         }
         match SCENARIOS.iter().find(|s| s.eq_ignore_ascii_case(n)) {
@@ -250,6 +257,7 @@ mod tests {
                 "exec-load",
                 "density-mem",
                 "density-exec",
+                "density-cpu",
                 "density-metrics",
                 "sbxd-cpu"
             ]

@@ -317,7 +317,11 @@ async fn main() -> Result<()> {
             if b.wants("exec-load") {
                 b.exec_load().await;
             }
-            if b.wants("density-mem") || b.wants("density-exec") || b.wants("density-metrics") {
+            if b.wants("density-mem")
+                || b.wants("density-exec")
+                || b.wants("density-cpu")
+                || b.wants("density-metrics")
+            {
                 b.density().await;
             }
             if b.wants("connect-job") {

@@ -122,6 +122,8 @@ pub enum Kind {
     Throughput { bytes: u64 },
     /// Memory: the samples are MiB (not ms); lower is better.
     Mib,
+    /// Host CPU: the samples are % of one core (not ms); lower is better.
+    CorePct,
 }
 
 /// The goal a row is checked against.
@@ -139,6 +141,8 @@ pub enum Target {
     P50Below(f64),
     /// Mean of the sbx samples ≤ this many MiB (memory rows).
     MeanMibAtMost(f64),
+    /// Mean of the sbx samples ≤ this many % of a core (CPU rows).
+    MeanPctAtMost(f64),
     /// Every one of this many sbx sandboxes answered ([`Side::answered`]).
     AllAnswer(usize),
 }
@@ -172,7 +176,7 @@ impl Row {
 
     fn value(&self, ms: f64) -> f64 {
         match self.kind {
-            Kind::Latency | Kind::Mib => ms,
+            Kind::Latency | Kind::Mib | Kind::CorePct => ms,
             Kind::Throughput { bytes } => mbps(bytes, ms),
         }
     }
@@ -184,6 +188,7 @@ impl Row {
                 Kind::Latency => fmt_ms(v),
                 Kind::Throughput { .. } => format!("{v:.0} MB/s ({})", fmt_ms(ms)),
                 Kind::Mib => format!("{v:.1} MiB"),
+                Kind::CorePct => format!("{v:.2} %"),
             };
             if p == 50.0 {
                 if let Some((a, n)) = side.answered {
@@ -228,6 +233,7 @@ impl Row {
             Target::P99Below(ms) => format!("sbx p99 < {ms} ms"),
             Target::P50Below(ms) => format!("sbx p50 < {ms} ms"),
             Target::MeanMibAtMost(m) => format!("sbx mean ≤ {m} MiB"),
+            Target::MeanPctAtMost(m) => format!("sbx mean ≤ {m} % of a core"),
             Target::AllAnswer(n) => format!("{n}/{n} answer"),
         }
     }
@@ -255,7 +261,7 @@ impl Row {
                 Some(_) => "**no**",
                 None => "—",
             },
-            Target::MeanMibAtMost(max) => match self.sbx.mean() {
+            Target::MeanMibAtMost(max) | Target::MeanPctAtMost(max) => match self.sbx.mean() {
                 Some(m) if m <= max => "yes",
                 Some(_) => "**no**",
                 None => "—",
@@ -271,7 +277,7 @@ impl Row {
     /// The markdown line of this row.
     pub fn markdown(&self) -> String {
         let ratio = match (self.ratio(), self.kind) {
-            (Some(r), Kind::Latency | Kind::Mib) => format!("{r:.2}"),
+            (Some(r), Kind::Latency | Kind::Mib | Kind::CorePct) => format!("{r:.2}"),
             (Some(r), Kind::Throughput { .. }) => format!("{r:.2} (MB/s)"),
             (None, _) => "—".into(),
         };
@@ -364,6 +370,19 @@ mod tests {
         assert!(line.contains("| 2.00 |"), "{line}");
         m.sbx.ms = vec![50.0];
         assert_eq!(m.met(), "**no**");
+
+        let mut c = Row::new("density-cpu", Kind::CorePct, Target::MeanPctAtMost(0.5));
+        c.sbx.ms = vec![1.0, 2.0];
+        c.raw.ms = vec![1.0, 1.0];
+        let line = c.markdown();
+        assert!(
+            line.contains("| 1.50 % |") || line.contains("| 2.00 % |"),
+            "{line}"
+        );
+        assert!(line.contains("sbx mean ≤ 0.5 % of a core"), "{line}");
+        assert_eq!(c.met(), "**no**");
+        c.sbx.ms = vec![0.2, 0.4];
+        assert_eq!(c.met(), "yes");
 
         let mut d = Row::new("density-exec", Kind::Latency, Target::AllAnswer(100));
         d.sbx.ms = vec![5.0; 22];

@@ -130,13 +130,10 @@ impl Service {
 
     async fn capture(self: &Arc<Self>, snap_id: Uuid, sandbox: Uuid) {
         let started = std::time::Instant::now();
-        // Uploaded (when the store is remote) after the source is serving
-        // again and before the row says READY: a READY snapshot can be cloned
-        // on any node. A failed upload fails the snapshot, never the source.
-        let result = match self.capture_inner(snap_id, sandbox).await {
-            Ok(bytes) => self.upload_snapshot(snap_id).await.map(|()| bytes),
-            Err(e) => Err(e),
-        };
+        // Uploaded (when the store is remote) before the row says READY: a
+        // READY snapshot can be cloned on any node. A failed upload fails
+        // the snapshot, never the source.
+        let result = self.capture_inner(snap_id, sandbox).await;
         sbx_metrics::global().snapshot(result.as_ref().ok().copied(), started.elapsed());
         let Ok(Some(snap)) = self.store.get_snapshot(snap_id).await else {
             return;
@@ -267,40 +264,100 @@ impl Service {
         });
     }
 
-    /// Takes the checkpoint. The sandbox's transition lock is held only around
-    /// `runsc checkpoint` itself (a host command with its own deadline), never
-    /// across a call to the agent: a guest whose agent stalls on `sync` or on
-    /// the verification restore delays its own snapshot, not a DELETE or the
-    /// runtime limit of its sandbox. A pause meanwhile waits for the capture
-    /// (the CREATING snapshot row tells it so); a destroy meanwhile makes the
-    /// capture fail, as it would in one process.
+    /// Takes the checkpoint until one restores, and uploads it. The sandbox's
+    /// transition lock is held only around `runsc checkpoint` itself (a host
+    /// command with its own deadline), never across a call to the agent: a
+    /// guest whose agent stalls on `sync` delays its own snapshot, not a
+    /// DELETE or the runtime limit of its sandbox. A pause meanwhile waits
+    /// for the capture (the CREATING snapshot row tells it so); a destroy
+    /// meanwhile makes the capture fail, as it would in one process.
+    ///
+    /// Once `runsc checkpoint` returns, three things run at once: the source
+    /// gets its agent connection back (so it serves again), the checkpoint
+    /// is restored into a throwaway probe, and it is uploaded. READY still
+    /// means "a restore of these files answered"; only the waiting is shared.
     async fn capture_inner(self: &Arc<Self>, snap_id: Uuid, sandbox: Uuid) -> Result<u64> {
-        // No new relay may start while the checkpoint is taken: requests that
-        // need the agent wait at the gate (bounded) until it reconnects below.
-        let _gate = self.enter_gate(sandbox).await?;
-        let current = self
-            .store
-            .get_sandbox(sandbox)
-            .await?
-            .ok_or(ServiceError::SandboxNotFound)?;
-        if current.status != SandboxStatus::Running {
-            return Err(ServiceError::not_running(current.status));
+        let dir = self.snapshot_dir(snap_id);
+        for attempt in 1..=CHECKPOINT_ATTEMPTS {
+            // No new relay may start while the checkpoint is taken: requests
+            // that need the agent wait at the gate (bounded) until the
+            // reconnection below.
+            let gate = self.enter_gate(sandbox).await?;
+            let current = self
+                .store
+                .get_sandbox(sandbox)
+                .await?
+                .ok_or(ServiceError::SandboxNotFound)?;
+            if current.status != SandboxStatus::Running {
+                return Err(ServiceError::not_running(current.status));
+            }
+            let started = std::time::Instant::now();
+            let taken = self.checkpoint_quiesced(&current, &dir).await;
+            let checkpointed = started.elapsed();
+            // Reconnect whatever happened, so the source keeps serving.
+            let reconnect = async {
+                if let Err(e) = self.attach_gated(sandbox).await {
+                    tracing::warn!(%sandbox, error = %e, "reconnecting after snapshot");
+                }
+                drop(gate);
+                tracing::debug!(%sandbox, ms = started.elapsed().as_millis() as u64, "source reconnected after its checkpoint");
+            };
+            let check = async {
+                taken?;
+                // Outer error: the probe could not even be described; inner:
+                // the checkpoint did not restore (taken again).
+                let verified = async {
+                    if !self.config.limits.snapshot_verify {
+                        return Ok::<_, ServiceError>(Ok(()));
+                    }
+                    // A throwaway sandbox of the source's shape, with its
+                    // volumes (runsc restores only with the mounts the
+                    // checkpoint had).
+                    let probe = SandboxSpec {
+                        id: Uuid::new_v4(),
+                        vcpu: current.vcpu,
+                        memory_mb: current.memory_mb,
+                        volumes: self.volume_binds(current.id).await?,
+                        rootfs: self
+                            .rootfs_for(&current.image_ref)
+                            .map_err(ServiceError::Internal)?,
+                    };
+                    Ok(self.verify_checkpoint(probe, dir.join("checkpoint")).await)
+                };
+                let (verified, uploaded) = tokio::join!(verified, self.upload_snapshot(snap_id));
+                match verified? {
+                    // A bad checkpoint's upload is overwritten by the next
+                    // attempt's (its manifest is written last).
+                    Err(why) => Ok(Some(why)),
+                    Ok(()) => uploaded.map(|()| None),
+                }
+            };
+            let ((), checked) = tokio::join!(reconnect, check);
+            tracing::debug!(
+                snapshot = %snap_id, attempt,
+                checkpoint_ms = checkpointed.as_millis() as u64,
+                total_ms = started.elapsed().as_millis() as u64,
+                "checkpoint attempt done"
+            );
+            match checked? {
+                None => return Ok(dir_size(&dir)),
+                Some(why) => tracing::warn!(
+                    snapshot = %snap_id, %sandbox, attempt, why,
+                    "checkpoint does not restore; taking it again"
+                ),
+            }
         }
-        let result = self.checkpoint_verified(snap_id, &current).await;
-        // Reconnect whatever happened, so the source keeps serving.
-        if let Err(e) = self.attach_gated(sandbox).await {
-            tracing::warn!(%sandbox, error = %e, "reconnecting after snapshot");
-        }
-        result?;
-        Ok(dir_size(&self.snapshot_dir(snap_id)))
+        Err(ServiceError::Internal(format!(
+            "no restorable checkpoint in {CHECKPOINT_ATTEMPTS} attempts"
+        )))
     }
 
-    /// Flushes the guest, closes its agent connection, then checkpoints until
-    /// a checkpoint restores (each attempt verified unless configured off).
-    async fn checkpoint_verified(
+    /// Flushes the guest, closes its agent connection, then checkpoints it
+    /// into `dir`.
+    async fn checkpoint_quiesced(
         self: &Arc<Self>,
-        snap_id: Uuid,
         current: &sbx_store::SandboxRecord,
+        dir: &Path,
     ) -> Result<()> {
         let sandbox = current.id;
         // Crash consistency: flush what the guest holds in its page cache first.
@@ -320,37 +377,14 @@ impl Service {
         if let Err(e) = conn.call(Request::Quiesce).await {
             tracing::debug!(%sandbox, error = %e, "agent did not quiesce");
         }
+        let t = std::time::Instant::now();
         conn.shutdown().await;
         self.forget_agent(sandbox);
         synced?;
-        let dir = self.snapshot_dir(snap_id);
-        for attempt in 1..=CHECKPOINT_ATTEMPTS {
-            self.checkpoint_once(current, &dir).await?;
-            if !self.config.limits.snapshot_verify {
-                return Ok(());
-            }
-            // A throwaway sandbox of the source's shape, with its volumes
-            // (runsc restores only with the mounts the checkpoint had).
-            let probe = SandboxSpec {
-                id: Uuid::new_v4(),
-                vcpu: current.vcpu,
-                memory_mb: current.memory_mb,
-                volumes: self.volume_binds(current.id).await?,
-                rootfs: self
-                    .rootfs_for(&current.image_ref)
-                    .map_err(ServiceError::Internal)?,
-            };
-            match self.verify_checkpoint(probe, dir.join("checkpoint")).await {
-                Ok(()) => return Ok(()),
-                Err(why) => tracing::warn!(
-                    snapshot = %snap_id, %sandbox, attempt, why,
-                    "checkpoint does not restore; taking it again"
-                ),
-            }
-        }
-        Err(ServiceError::Internal(format!(
-            "no restorable checkpoint in {CHECKPOINT_ATTEMPTS} attempts"
-        )))
+        let closed = t.elapsed();
+        let taken = self.checkpoint_once(current, dir).await;
+        tracing::debug!(%sandbox, relay_close_ms = closed.as_millis() as u64, checkpoint_ms = (t.elapsed() - closed).as_millis() as u64, "checkpoint");
+        taken
     }
 
     /// One `runsc checkpoint` into a fresh `dir`, under the sandbox's
@@ -398,8 +432,8 @@ impl Service {
         }
     }
 
-    /// Restores a fresh checkpoint into a throwaway sandbox and checks that
-    /// its agent answers. gVisor 20240729 now and then writes a checkpoint
+    /// Restores a fresh checkpoint into a throwaway sandbox (without the
+    /// disk a real sandbox gets) and checks that its agent answers. gVisor 20240729 now and then writes a checkpoint
     /// whose agent crashes as soon as it is restored (SIGSEGV in tokio's I/O
     /// driver; every restore of that checkpoint fails the same way, while
     /// most checkpoints of the same sandbox are fine): such a snapshot would
@@ -408,24 +442,30 @@ impl Service {
         let id = probe.id;
         let result = async {
             self.runtime
-                .restore(probe, image)
+                .restore_probe(probe, image)
                 .await
                 .map_err(|e| format!("restore: {e}"))?;
+            let restored = std::time::Instant::now();
             let deadline = std::time::Instant::now() + VERIFY_TIMEOUT;
             loop {
-                if !matches!(self.runtime.is_alive(id).await, Ok(true)) {
-                    return Err("the restored sandbox stopped".to_string());
-                }
-                match self.runtime.connect(id).await {
+                // Connect first: asking runsc whether the probe lives costs
+                // a host command, worth paying only when the agent did not answer.
+                let failure = match self.runtime.connect(id).await {
                     Ok(conn) => {
-                        conn.shutdown().await;
+                        tracing::debug!(probe = %id, connect_ms = restored.elapsed().as_millis() as u64, "checkpoint probe answered");
+                        // Not waited for: the probe is destroyed anyway.
+                        tokio::spawn(async move { conn.shutdown().await });
                         return Ok(());
                     }
-                    Err(e) if std::time::Instant::now() >= deadline => {
-                        return Err(format!("agent did not answer: {e}"))
-                    }
-                    Err(_) => tokio::time::sleep(std::time::Duration::from_millis(10)).await,
+                    Err(e) => e,
+                };
+                if !matches!(self.runtime.is_alive(id).await, Ok(true)) {
+                    return Err(format!("the restored sandbox stopped: {failure}"));
                 }
+                if std::time::Instant::now() >= deadline {
+                    return Err(format!("agent did not answer: {failure}"));
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             }
         }
         .await;

@@ -158,13 +158,15 @@ impl GvisorRuntime {
     }
 
     /// Writes a fresh bundle and overlay dir, with the sandbox's disk mounted
-    /// on the overlay dir; returns the container id and run options. `job`
+    /// on the overlay dir (unless `with_disk` is false); returns the
+    /// container id and run options. `job`
     /// adds a Connect job's mounts and, with a read-only root, turns the
     /// overlay (and so the disk) off.
     async fn prepare(
         &self,
         spec: &SandboxSpec,
         job: Option<&JobOptions>,
+        with_disk: bool,
     ) -> Result<(String, RunOptions), RuntimeError> {
         let dir = self.dir(spec.id);
         if dir.exists() {
@@ -212,7 +214,7 @@ impl GvisorRuntime {
         }
         builder.write_bundle(&bundle)?;
         let has_overlay = overlay2.as_deref() != Some("none");
-        if let (Some(disks), true) = (&self.disks, has_overlay) {
+        if let (Some(disks), true, true) = (&self.disks, has_overlay, with_disk) {
             disks.attach(&dir.join("disk.img"), &overlay).await?;
         }
         let opts = RunOptions {
@@ -229,14 +231,22 @@ impl GvisorRuntime {
         spec: SandboxSpec,
         job: Option<JobOptions>,
     ) -> Result<AgentConn, RuntimeError> {
-        let (cid, opts) = self.prepare(&spec, job.as_ref()).await?;
+        let (cid, opts) = self.prepare(&spec, job.as_ref(), true).await?;
         self.runsc.run(&cid, &opts).await?;
         prefer_guest_oom_kills(&cid);
         self.wait_for_agent(spec.id).await
     }
 
-    async fn restore_inner(&self, spec: SandboxSpec, image: PathBuf) -> Result<(), RuntimeError> {
-        let (cid, run) = self.prepare(&spec, None).await?;
+    /// `with_disk: false` (a verification probe) puts the overlay on the
+    /// sandboxes dir itself: no spare disk taken, mounted, unmounted and
+    /// formatted again for a copy that lives a few hundred milliseconds.
+    async fn restore_inner(
+        &self,
+        spec: SandboxSpec,
+        image: PathBuf,
+        with_disk: bool,
+    ) -> Result<(), RuntimeError> {
+        let (cid, run) = self.prepare(&spec, None, with_disk).await?;
         let opts = RestoreOptions {
             bundle: run.bundle,
             image_path: image,
@@ -582,7 +592,16 @@ impl Runtime for GvisorRuntime {
 
     fn restore(&self, spec: SandboxSpec, dir: PathBuf) -> BoxFuture<'_, Result<(), RuntimeError>> {
         let span = long_span("sandbox.restore", spec.id, Some(&spec));
-        traced(self.restore_inner(spec, dir), span).boxed()
+        traced(self.restore_inner(spec, dir, true), span).boxed()
+    }
+
+    fn restore_probe(
+        &self,
+        spec: SandboxSpec,
+        dir: PathBuf,
+    ) -> BoxFuture<'_, Result<(), RuntimeError>> {
+        let span = long_span("sandbox.restore", spec.id, Some(&spec));
+        traced(self.restore_inner(spec, dir, false), span).boxed()
     }
 
     fn compatibility_id(&self) -> String {

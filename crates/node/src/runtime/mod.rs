@@ -150,6 +150,16 @@ pub trait Runtime: Send + Sync {
     /// Boots a new sandbox from a checkpoint in `dir`. Its agent is running
     /// (restored with the memory) when this returns; connect with [`Runtime::connect`].
     fn restore(&self, spec: SandboxSpec, dir: PathBuf) -> BoxFuture<'_, Result<(), RuntimeError>>;
+    /// Restores a throwaway copy of a checkpoint only to see its agent come
+    /// up (destroyed right after): the runtime may leave out what such a
+    /// copy never uses, such as the sandbox's size-limited disk.
+    fn restore_probe(
+        &self,
+        spec: SandboxSpec,
+        dir: PathBuf,
+    ) -> BoxFuture<'_, Result<(), RuntimeError>> {
+        self.restore(spec, dir)
+    }
     /// Which runtimes can restore this runtime's checkpoints.
     fn compatibility_id(&self) -> String;
     /// Host path of the sandbox's console log (PID 1's stdout and stderr).
