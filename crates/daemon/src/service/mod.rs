@@ -39,6 +39,7 @@ pub mod preview;
 mod preview_access;
 mod reconcile;
 mod secrets;
+mod snapshot_capture;
 mod snapshots;
 pub mod terminal;
 #[cfg(test)]
