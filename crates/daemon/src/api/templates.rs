@@ -17,15 +17,6 @@ struct WaitQuery {
     wait: Option<bool>,
 }
 
-/// The status of a create or rebuild: `200` when it waited, else `202` (BUILDING).
-fn build_status(waited: bool) -> StatusCode {
-    if waited {
-        StatusCode::OK
-    } else {
-        StatusCode::ACCEPTED
-    }
-}
-
 /// `POST /v1/templates[?wait=true]`: records the template and starts its build.
 pub async fn create(
     State(svc): State<AppState>,
@@ -37,7 +28,13 @@ pub async fn create(
     let spec: TemplateSpec = parse_body(&body)?;
     let wait = q.wait.unwrap_or(false);
     let template = svc.template_create(&ws.0, spec, wait).await?;
-    Ok(envelope::data(build_status(wait), template))
+    // `200` once the build ended (it waited), else `202` (BUILDING).
+    let status = if wait {
+        StatusCode::OK
+    } else {
+        StatusCode::ACCEPTED
+    };
+    Ok(envelope::data(status, template))
 }
 
 /// `GET /v1/templates`
@@ -83,5 +80,11 @@ pub async fn rebuild(
     let q: WaitQuery = parse_query(q.as_deref())?;
     let wait = q.wait.unwrap_or(false);
     let template = svc.template_rebuild(&ws.0, &name, wait).await?;
-    Ok(envelope::data(build_status(wait), template))
+    // `200` once the build ended (it waited), else `202` (BUILDING).
+    let status = if wait {
+        StatusCode::OK
+    } else {
+        StatusCode::ACCEPTED
+    };
+    Ok(envelope::data(status, template))
 }
