@@ -288,7 +288,10 @@ async fn a_template_rebuilds_when_its_image_moves_and_holds_the_image() {
     assert_eq!(tool["status"], "READY", "{tool}");
     let first = tool["snapshotId"].as_str().unwrap().to_string();
     assert!(
-        tool["imageRef"].as_str().unwrap().starts_with("tool:1@sha256:"),
+        tool["imageRef"]
+            .as_str()
+            .unwrap()
+            .starts_with("tool:1@sha256:"),
         "{tool}"
     );
     let (a, created) = create_from(&d, "t1", "tool").await;
@@ -322,9 +325,7 @@ async fn a_template_rebuilds_when_its_image_moves_and_holds_the_image() {
     let (code, out, err) = d.sh(&b, "cat /root/started /marker").await;
     assert_eq!((code, out.as_str()), (0, "twotwo"), "{err}");
     // The replaced snapshot is deleted (its clone keeps running).
-    let (status, s) = d
-        .call("GET", &format!("/v2/snapshots/{first}"), None)
-        .await;
+    let (status, s) = d.call("GET", &format!("/v2/snapshots/{first}"), None).await;
     assert!(
         status == 404 || s["data"]["status"] == "DELETED" || s["data"]["status"] == "DELETING",
         "{status} {s}"

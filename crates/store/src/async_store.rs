@@ -616,7 +616,10 @@ impl AsyncStore {
     }
 
     /// See [`Store::create_template`].
-    pub async fn create_template(&self, record: &crate::TemplateRecord) -> Result<bool, StoreError> {
+    pub async fn create_template(
+        &self,
+        record: &crate::TemplateRecord,
+    ) -> Result<bool, StoreError> {
         let record = record.clone();
         self.run(move |s| s.create_template(&record)).await
     }
@@ -637,11 +640,15 @@ impl AsyncStore {
         workspace: Option<&str>,
     ) -> Result<Vec<crate::TemplateRecord>, StoreError> {
         let workspace = workspace.map(str::to_string);
-        self.run(move |s| s.list_templates(workspace.as_deref())).await
+        self.run(move |s| s.list_templates(workspace.as_deref()))
+            .await
     }
 
     /// See [`Store::update_template`].
-    pub async fn update_template(&self, record: &crate::TemplateRecord) -> Result<bool, StoreError> {
+    pub async fn update_template(
+        &self,
+        record: &crate::TemplateRecord,
+    ) -> Result<bool, StoreError> {
         let record = record.clone();
         self.run(move |s| s.update_template(&record)).await
     }
@@ -654,13 +661,19 @@ impl AsyncStore {
         generation: i64,
     ) -> Result<bool, StoreError> {
         let (w, n) = (workspace.to_string(), name.to_string());
-        self.run(move |s| s.delete_template(&w, &n, generation)).await
+        self.run(move |s| s.delete_template(&w, &n, generation))
+            .await
     }
 
     /// See [`Store::set_sandbox_template`].
-    pub async fn set_sandbox_template(&self, sandbox_id: Uuid, template: &str) -> Result<(), StoreError> {
+    pub async fn set_sandbox_template(
+        &self,
+        sandbox_id: Uuid,
+        template: &str,
+    ) -> Result<(), StoreError> {
         let t = template.to_string();
-        self.run(move |s| s.set_sandbox_template(sandbox_id, &t)).await
+        self.run(move |s| s.set_sandbox_template(sandbox_id, &t))
+            .await
     }
 
     /// See [`Store::sandbox_template`].

@@ -22,7 +22,6 @@ mod volumes;
 pub use async_store::AsyncStore;
 pub use e2b::E2bRecord;
 pub use images::ImageRecord;
-pub use templates::TemplateRecord;
 pub use migrate::{copy_store, Copied, CopyReport};
 pub use nodes::{FailOver, NodeRecord, NodeRegistration, NodeState, NodeUsage, NODE_LOST};
 pub use postgres::{
@@ -31,6 +30,7 @@ pub use postgres::{
 pub use previews::PreviewRecord;
 pub use records::*;
 pub use sqlite::{backup_sqlite, SqliteStore};
+pub use templates::TemplateRecord;
 pub use volumes::{VolumeMountRecord, VolumeRecord};
 
 use uuid::Uuid;
@@ -392,16 +392,23 @@ pub trait Store: Send + Sync {
     /// Inserts a template; false if the tenant has one of that name.
     fn create_template(&self, record: &TemplateRecord) -> Result<bool, StoreError>;
     /// A tenant's template by name.
-    fn get_template(&self, workspace: &str, name: &str)
-        -> Result<Option<TemplateRecord>, StoreError>;
+    fn get_template(
+        &self,
+        workspace: &str,
+        name: &str,
+    ) -> Result<Option<TemplateRecord>, StoreError>;
     /// A tenant's templates (`None`: every tenant's), by tenant and name.
     fn list_templates(&self, workspace: Option<&str>) -> Result<Vec<TemplateRecord>, StoreError>;
     /// Writes `record` if the stored row is still at `record.generation`
     /// (the stored generation becomes one more); false if it moved on or is gone.
     fn update_template(&self, record: &TemplateRecord) -> Result<bool, StoreError>;
     /// Deletes a template if it is still at `generation`; false otherwise.
-    fn delete_template(&self, workspace: &str, name: &str, generation: i64)
-        -> Result<bool, StoreError>;
+    fn delete_template(
+        &self,
+        workspace: &str,
+        name: &str,
+        generation: i64,
+    ) -> Result<bool, StoreError>;
     /// Records that a sandbox was created from `template`.
     fn set_sandbox_template(&self, sandbox_id: Uuid, template: &str) -> Result<(), StoreError>;
     /// The template a sandbox was created from.

@@ -216,17 +216,15 @@ pub fn copy_store(from: &dyn Store, to: &dyn Store) -> Result<CopyReport, StoreE
     for template in from.list_templates(None)? {
         let have = to.get_template(&template.workspace, &template.name)?;
         let present = have.as_ref() == Some(&template);
-        if !present {
-            if have.is_some() || !to.create_template(&template)? {
-                return Err(StoreError::Conflict(
-                    format!(
-                        "the target already has template {:?} in workspace {:?}; \
+        if !present && (have.is_some() || !to.create_template(&template)?) {
+            return Err(StoreError::Conflict(
+                format!(
+                    "the target already has template {:?} in workspace {:?}; \
                          migrate into an empty database",
-                        template.name, template.workspace
-                    )
-                    .into(),
-                ));
-            }
+                    template.name, template.workspace
+                )
+                .into(),
+            ));
         }
         report.templates.count(!present);
     }

@@ -37,17 +37,19 @@ pub(crate) fn snapshot_text(r: &TemplateRecord) -> Option<String> {
     r.snapshot_id.map(|id| id.to_string())
 }
 
+/// A row's snapshot id, creation and update times.
+pub(crate) type Parts = (Option<Uuid>, DateTime<Utc>, DateTime<Utc>);
+
 /// Parses the stored snapshot id and times (shared by both backends).
 pub(crate) fn parts(
     snapshot: Option<String>,
     created_ms: i64,
     updated_ms: i64,
-) -> Result<(Option<Uuid>, DateTime<Utc>, DateTime<Utc>), String> {
+) -> Result<Parts, String> {
     let snapshot_id = snapshot
         .map(|s| Uuid::parse_str(&s).map_err(|e| format!("template snapshot_id {s:?}: {e}")))
         .transpose()?;
-    let at = |ms: i64| {
-        DateTime::from_timestamp_millis(ms).ok_or_else(|| format!("template time {ms}"))
-    };
+    let at =
+        |ms: i64| DateTime::from_timestamp_millis(ms).ok_or_else(|| format!("template time {ms}"));
     Ok((snapshot_id, at(created_ms)?, at(updated_ms)?))
 }

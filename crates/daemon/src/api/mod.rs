@@ -16,7 +16,6 @@ mod files;
 pub mod forward;
 mod idempotency;
 mod images;
-mod templates;
 mod metrics;
 mod nodes;
 mod pool;
@@ -25,6 +24,7 @@ mod processes;
 mod sandbox_preview;
 mod sandboxes;
 mod snapshots;
+mod templates;
 mod terminal;
 mod volumes;
 

@@ -20,8 +20,9 @@ impl Service {
     }
 
     /// `POST /v1/sandboxes`: [`Service::create_with_network`] with volume
-    /// mounts and an image, then preview URLs turned on when asked (also for
-    /// an existing sandbox of the name).
+    /// mounts and an image (or a template to clone), then preview URLs turned
+    /// on when asked (also for an existing sandbox of the name).
+    #[allow(clippy::too_many_arguments)]
     pub async fn create_v1(
         self: &Arc<Self>,
         workspace: &str,
@@ -34,8 +35,10 @@ impl Service {
     ) -> Result<CreateOutcome> {
         match template {
             Some(template) => {
-                self.create_from_template(workspace, req, network, preview, volumes, image, template)
-                    .await
+                self.create_from_template(
+                    workspace, req, network, preview, volumes, image, template,
+                )
+                .await
             }
             None => {
                 self.create_of_image(workspace, req, network, preview, volumes, image)
@@ -126,7 +129,14 @@ impl Service {
         let outcome = loop {
             req.snapshot_id = Some(self.template_snapshot(workspace, &template).await?);
             match self
-                .create_of_image(workspace, req.clone(), None, preview.clone(), Vec::new(), None)
+                .create_of_image(
+                    workspace,
+                    req.clone(),
+                    None,
+                    preview,
+                    Vec::new(),
+                    None,
+                )
                 .await
             {
                 Err(ServiceError::SnapshotNotFound) if attempt == 0 => attempt += 1,

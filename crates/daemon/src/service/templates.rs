@@ -156,7 +156,11 @@ impl Service {
 
     /// The template whose snapshot `id` is (a snapshot a template owns is not
     /// deleted through `/v2/snapshots`).
-    pub(super) async fn template_owning(&self, workspace: &str, id: Uuid) -> Result<Option<String>> {
+    pub(super) async fn template_owning(
+        &self,
+        workspace: &str,
+        id: Uuid,
+    ) -> Result<Option<String>> {
         Ok(self
             .store
             .list_templates(Some(workspace))
@@ -182,9 +186,7 @@ impl Service {
             .filter(|t| {
                 let spec: TemplateSpec = serde_json::from_str(&t.spec).unwrap_or_default();
                 let image_names = spec.image.as_deref().map(|i| {
-                    i == named
-                        || i == image.digest
-                        || (image.tag == "latest" && i == image.name)
+                    i == named || i == image.digest || (image.tag == "latest" && i == image.name)
                 });
                 image_names == Some(true)
                     || super::images::digest_of(&t.image_ref) == Some(image.digest.as_str())
@@ -231,7 +233,11 @@ impl Service {
 
     /// Marks `row` BUILDING (one generation on) and runs the build in the
     /// background; `wait`: answers once it ended.
-    async fn start_build(self: &Arc<Self>, mut row: TemplateRecord, wait: bool) -> Result<Template> {
+    async fn start_build(
+        self: &Arc<Self>,
+        mut row: TemplateRecord,
+        wait: bool,
+    ) -> Result<Template> {
         for _ in 0..super::transition::CAS_ATTEMPTS {
             let mut next = row.clone();
             next.status = TemplateStatus::Building.as_str().into();

@@ -149,13 +149,12 @@ impl PostgresStore {
     ) -> Result<Option<String>, StoreError> {
         let id = sandbox_id.to_string();
         self.pool.run(move |c| {
-            Ok(c
-                .query_opt(
-                    "SELECT template FROM sandbox_templates WHERE sandbox_id = $1",
-                    &[&id],
-                )?
-                .map(|row| row.try_get(0))
-                .transpose()?)
+            Ok(c.query_opt(
+                "SELECT template FROM sandbox_templates WHERE sandbox_id = $1",
+                &[&id],
+            )?
+            .map(|row| row.try_get(0))
+            .transpose()?)
         })
     }
 }

@@ -14,9 +14,9 @@ use uuid::Uuid;
 
 mod e2b;
 mod images;
-mod templates;
 mod nodes;
 mod previews;
+mod templates;
 mod volumes;
 
 /// Schema versions, applied in order at open. Version N is `MIGRATIONS[N-1]`;

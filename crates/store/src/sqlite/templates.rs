@@ -54,7 +54,9 @@ impl SqliteStore {
         Ok(self
             .lock()
             .query_row(
-                &format!("SELECT {TEMPLATE_COLUMNS} FROM templates WHERE workspace = ?1 AND name = ?2"),
+                &format!(
+                    "SELECT {TEMPLATE_COLUMNS} FROM templates WHERE workspace = ?1 AND name = ?2"
+                ),
                 params![workspace, name],
                 template_from_row,
             )
@@ -120,7 +122,10 @@ impl SqliteStore {
         Ok(())
     }
 
-    pub(crate) fn sandbox_template_row(&self, sandbox_id: Uuid) -> Result<Option<String>, StoreError> {
+    pub(crate) fn sandbox_template_row(
+        &self,
+        sandbox_id: Uuid,
+    ) -> Result<Option<String>, StoreError> {
         Ok(self
             .lock()
             .query_row(

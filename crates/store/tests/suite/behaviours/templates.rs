@@ -57,7 +57,10 @@ pub fn templates_are_unique_per_tenant_compare_and_set_and_deleted(
         error: Some("start command exited 3".into()),
         ..a.clone()
     };
-    assert!(!other().update_template(&failed).unwrap(), "stale generation");
+    assert!(
+        !other().update_template(&failed).unwrap(),
+        "stale generation"
+    );
     let stored = other().get_template("acme/production", "web").unwrap();
     assert_eq!(
         stored,
