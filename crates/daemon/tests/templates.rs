@@ -5,6 +5,7 @@
 //!   `python3 -m http.server 8000` and whose ready check is port 8000: the
 //!   FIRST exec in a sandbox created from it gets 200 from the server, with
 //!   no wait or retry; the sandbox reports `template` and `imageRef`;
+//! - an E2B `templateID` naming the template creates a clone of it;
 //! - the template's snapshot cannot be deleted through `/v2/snapshots` (409),
 //!   creates naming other fields with `template` are 400;
 //! - a failing start command and a ready timeout leave the template FAILED
@@ -158,6 +159,32 @@ async fn a_template_serves_on_the_first_exec_and_failed_builds_say_why() {
     let (_, detail) = d.call("GET", &format!("/v1/sandboxes/{id}"), None).await;
     assert_eq!(detail["data"]["template"], "web", "{detail}");
     assert_eq!(detail["data"]["snapshotId"], snap.as_str(), "{detail}");
+
+    // E2B: a templateID naming the template creates a clone of it too.
+    let resp = d
+        .http
+        .post(d.url("/v2/sandboxes"))
+        .header("x-api-key", "dev")
+        .json(&json!({"templateID": "web"}))
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    let e2b: Value = resp.json().await.unwrap();
+    assert_eq!(status, 201, "{e2b}");
+    assert_eq!(e2b["templateID"], "web", "{e2b}");
+    let e2b_id = e2b["sandboxID"].as_str().unwrap().to_string();
+    let (code, out, err) = d
+        .exec(
+            &e2b_id,
+            &[
+                "python3",
+                "-c",
+                "import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:8000/').status)",
+            ],
+        )
+        .await;
+    assert_eq!((code, out.trim()), (0, "200"), "{err}");
 
     // The template owns its snapshot.
     let got = d
