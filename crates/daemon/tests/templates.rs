@@ -18,6 +18,8 @@
 //!   clones see the new content; `POST /v1/templates/{name}/rebuild` makes
 //!   yet another snapshot.
 //!
+//! - a build interrupted by an sbxd restart starts again (single node).
+//!
 //! Tenant isolation of `/v1/templates` is in `tenants.rs`.
 
 mod common;
@@ -370,4 +372,46 @@ async fn a_template_rebuilds_when_its_image_moves_and_holds_the_image() {
     d.destroy_all(Duration::from_secs(60)).await;
     assert_eq!(d.call("DELETE", "/v1/templates/tool", None).await.0, 204);
     assert_eq!(d.call("DELETE", "/v1/images/tool:1", None).await.0, 204);
+}
+
+/// A build that an sbxd restart interrupts starts again when sbxd comes
+/// back (single node), and ends READY.
+#[tokio::test]
+#[ignore = "needs root, runsc and the image; run ./scripts/test"]
+async fn a_build_interrupted_by_a_restart_starts_again() {
+    let _serial = SERIAL.lock().await;
+    let mut d = Daemon::start(&[]).await;
+    let _leftovers = KillLeftovers::of(&d);
+    let (status, t) = d
+        .call(
+            "POST",
+            "/v1/templates",
+            Some(json!({"name": "resumed",
+                        "startCommand": "sleep 2; echo ok > /root/ready",
+                        "readyCheck": {"command": "test -s /root/ready"}})),
+        )
+        .await;
+    assert_eq!(
+        (status, t["data"]["status"].as_str()),
+        (202, Some("BUILDING")),
+        "{t}"
+    );
+    d.kill9();
+    d.spawn().await;
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let t = loop {
+        let (_, t) = d.call("GET", "/v1/templates/resumed", None).await;
+        let t = t["data"].clone();
+        if t["status"] == "READY" {
+            break t;
+        }
+        assert_eq!(t["status"], "BUILDING", "{t}");
+        assert!(Instant::now() < deadline, "the build did not resume: {t}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(t["snapshotId"].is_string(), "{t}");
+    let (id, _) = create_from(&d, "r1", "resumed").await;
+    let (code, out, err) = d.sh(&id, "cat /root/ready").await;
+    assert_eq!((code, out.as_str()), (0, "ok\n"), "{err}");
+    d.destroy_all(Duration::from_secs(60)).await;
 }

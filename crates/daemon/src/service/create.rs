@@ -129,14 +129,7 @@ impl Service {
         let outcome = loop {
             req.snapshot_id = Some(self.template_snapshot(workspace, &template).await?);
             match self
-                .create_of_image(
-                    workspace,
-                    req.clone(),
-                    None,
-                    preview,
-                    Vec::new(),
-                    None,
-                )
+                .create_of_image(workspace, req.clone(), None, preview, Vec::new(), None)
                 .await
             {
                 Err(ServiceError::SnapshotNotFound) if attempt == 0 => attempt += 1,

@@ -224,6 +224,30 @@ impl Service {
         });
     }
 
+    /// At start: builds an earlier sbxd left BUILDING start again (their
+    /// build sandboxes were failed as lost). Single node only: in a cluster
+    /// another node may be running the build.
+    pub(super) async fn resume_template_builds(self: &Arc<Self>) {
+        if self.config.node.cluster {
+            return;
+        }
+        let rows = match self.store.list_templates(None).await {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::warn!(error = %e, "listing templates to resume their builds");
+                return;
+            }
+        };
+        for row in rows {
+            if row.status == TemplateStatus::Building.as_str() {
+                tracing::info!(template = %row.name, workspace = %row.workspace, "resuming an interrupted template build");
+                if let Err(e) = self.start_build(row, false).await {
+                    tracing::warn!(error = %e, "resuming a template build");
+                }
+            }
+        }
+    }
+
     async fn template_row(&self, workspace: &str, name: &str) -> Result<TemplateRecord> {
         self.store
             .get_template(workspace, name)
