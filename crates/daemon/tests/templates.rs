@@ -16,8 +16,7 @@
 //!   template; re-importing the image's `name:tag` with new content rebuilds
 //!   the template in the background (new snapshot, the old one deleted) and
 //!   clones see the new content; `POST /v1/templates/{name}/rebuild` makes
-//!   yet another snapshot.
-//!
+//!   yet another snapshot;
 //! - a build interrupted by an sbxd restart starts again (single node).
 //!
 //! Tenant isolation of `/v1/templates` is in `tenants.rs`.
