@@ -121,6 +121,12 @@ pub enum ErrorCode {
     /// 400: an image archive that is malformed or unsafe (an entry that would
     /// land outside the image, a device node).
     ImageInvalid,
+    /// 404: unknown template (or another tenant's).
+    TemplateNotFound,
+    /// 409: the tenant has a template of that name.
+    TemplateNameTaken,
+    /// 409: the template has no READY snapshot yet (building or failed).
+    TemplateNotReady,
     /// 404: no webhook has this delivery URL.
     ConnectWebhookNotFound,
     /// 404: unknown webhook delivery.
@@ -191,6 +197,9 @@ impl ErrorCode {
             VolumeNameTaken => "volume_name_taken",
             ImageNotFound => "image_not_found",
             ImageInvalid => "image_invalid",
+            TemplateNotFound => "template_not_found",
+            TemplateNameTaken => "template_name_taken",
+            TemplateNotReady => "template_not_ready",
             ConnectWebhookNotFound => "connect_webhook_not_found",
             ConnectDeliveryNotFound => "connect_delivery_not_found",
             ConnectWebhookSignatureInvalid => "connect_webhook_signature_invalid",
@@ -231,11 +240,12 @@ impl ErrorCode {
             | ConnectDeliveryNotFound
             | NodeNotFound
             | VolumeNotFound
-            | ImageNotFound => 404,
+            | ImageNotFound
+            | TemplateNotFound => 404,
             MethodNotAllowed => 405,
             InvalidState | NameTaken | SnapshotNameTaken | SnapshotNotReady
             | OperationAmbiguous | ConnectVersionExists | ConnectInvalidState => 409,
-            VolumeNameTaken => 409,
+            VolumeNameTaken | TemplateNameTaken | TemplateNotReady => 409,
             ExecOutputTooLarge | FileTooLarge | PayloadTooLarge => 413,
             StartFailed | IdempotencyKeyReused | ConnectInvalidConfig => 422,
             RateLimited => 429,

@@ -34,7 +34,7 @@ fn bad(reason: String) -> ValidationError {
 
 /// Whether `part` is a valid image name or tag: 1–128 of `[a-z0-9._-]`,
 /// starting with a letter or digit (no `/`: a name is one URL path segment).
-fn valid_part(part: &str) -> bool {
+pub(crate) fn valid_part(part: &str) -> bool {
     !part.is_empty()
         && part.len() <= MAX_NAME_CHARS
         && part

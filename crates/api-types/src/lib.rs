@@ -11,6 +11,7 @@ pub mod preview;
 pub mod requests;
 pub mod resources;
 pub mod signing_key;
+pub mod templates;
 pub mod usage;
 pub mod validate;
 pub mod volumes;
@@ -24,6 +25,7 @@ pub use nodes::{Node, NodeCapacity, NodeState};
 pub use preview::{PreviewRequest, SandboxPreview, PREVIEW_TOKEN_HEADER};
 pub use requests::*;
 pub use resources::*;
+pub use templates::{ReadyCheck, Template, TemplateList, TemplateSpec, TemplateStatus};
 pub use usage::{SandboxMetrics, UsageSample};
 pub use volumes::{CreateVolumeRequest, Volume, VolumeKind, VolumeList, VolumeMount};
 

@@ -139,10 +139,15 @@ pub struct CreateSandboxV1Request {
     /// sandboxes; absent: `default`; a clone runs its snapshot's image).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    /// Template to clone (a READY template of the caller's tenant; not with
+    /// `image`, `snapshotId`, resources, environment, secrets or network).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<String>,
 }
 
 impl CreateSandboxV1Request {
-    /// Splits into the v2 body, the policy, the preview request, the mounts and the image.
+    /// Splits into the v2 body, the policy, the preview request, the mounts, the image and the template.
+    #[allow(clippy::type_complexity)]
     pub fn split(
         self,
     ) -> (
@@ -150,6 +155,7 @@ impl CreateSandboxV1Request {
         Option<crate::network::NetworkPolicy>,
         Option<crate::preview::PreviewRequest>,
         Vec<crate::volumes::VolumeMount>,
+        Option<String>,
         Option<String>,
     ) {
         (
@@ -165,6 +171,7 @@ impl CreateSandboxV1Request {
             self.preview,
             self.volumes,
             self.image,
+            self.template,
         )
     }
 }

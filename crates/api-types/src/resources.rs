@@ -220,6 +220,9 @@ pub struct SandboxDetail {
     /// Volumes mounted in the sandbox.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mounts: Vec<crate::volumes::VolumeMount>,
+    /// Template the sandbox was created from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<String>,
 }
 
 /// Process states.

@@ -21,6 +21,7 @@ pub const SCENARIOS: &[&str] = &[
     "snapshot-idle",
     "snapshot-50MB",
     "clone",
+    "template-create",
     "create-public",
     "create-none",
     "net-connect",

@@ -26,6 +26,7 @@ mod stats;
 mod store;
 mod store_path;
 mod sys;
+mod templates;
 mod warm;
 mod webhooks;
 
@@ -307,6 +308,9 @@ async fn main() -> Result<()> {
             }
             if WARM_SCENARIOS.iter().any(|s| b.wants(s)) {
                 b.warm_scenarios().await;
+            }
+            if b.wants("template-create") {
+                b.template_create().await;
             }
             if network::SCENARIOS.iter().any(|s| b.wants(s)) {
                 b.network().await;

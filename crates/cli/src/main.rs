@@ -244,6 +244,9 @@ pub enum Command {
     /// Custom images: import, make from a sandbox, list, show, remove.
     #[command(subcommand)]
     Image(ImageCommand),
+    /// Templates: an image booted, started and snapshotted; `sbx create --template` clones it.
+    #[command(subcommand)]
+    Template(TemplateCommand),
     /// List the nodes sharing the server's database, or drain/undrain one (operator only).
     Nodes {
         /// drain or undrain; without one, the list.
@@ -290,8 +293,12 @@ pub struct CreateArgs {
     #[arg(long = "volume", value_name = "NAME:PATH[:ro]", value_parser = parse_volume_mount)]
     pub volumes: Vec<sbx_client::api::VolumeMount>,
     /// Image to boot: NAME:TAG, NAME or a sha256: digest (`sbx image ls`); default: the default image.
-    #[arg(long, value_name = "NAME:TAG")]
+    #[arg(long, value_name = "NAME:TAG", conflicts_with = "template")]
     pub image: Option<String>,
+    /// Template to clone (`sbx template ls`): its shape, image, environment and
+    /// network are the template's.
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["shape", "env", "secrets", "network", "allow", "volumes"])]
+    pub template: Option<String>,
     /// Return without waiting for RUNNING.
     #[arg(long)]
     pub no_wait: bool,
@@ -453,6 +460,54 @@ pub enum ImageCommand {
     Rm {
         /// NAME:TAG, NAME or a sha256: digest.
         image: String,
+    },
+}
+
+/// `sbx template ...`.
+#[derive(Debug, Subcommand)]
+pub enum TemplateCommand {
+    /// Create a template and build it (boot, start command, ready check, snapshot); prints it as JSON.
+    Create {
+        /// Template name.
+        name: String,
+        /// Image: NAME:TAG, NAME, a sha256: digest or default.
+        #[arg(long, value_name = "NAME:TAG")]
+        image: Option<String>,
+        /// Shell command started in the background (e.g. a server).
+        #[arg(long, value_name = "CMD")]
+        start_cmd: Option<String>,
+        /// Ready once a TCP connect to this port inside the sandbox succeeds.
+        #[arg(long, value_name = "PORT")]
+        ready_port: Option<u16>,
+        /// Ready once this shell command exits 0.
+        #[arg(long, value_name = "CMD")]
+        ready_cmd: Option<String>,
+        /// Seconds the ready check may take (default 60).
+        #[arg(long, value_name = "SECS")]
+        ready_timeout: Option<u64>,
+        /// Wait for the build to end (exit status 1 if it FAILED).
+        #[arg(long)]
+        wait: bool,
+    },
+    /// List templates.
+    Ls,
+    /// Show one template as JSON.
+    Get {
+        /// Template name.
+        name: String,
+    },
+    /// Build a template again (its current snapshot serves until the new one is READY).
+    Rebuild {
+        /// Template name.
+        name: String,
+        /// Wait for the build to end.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Delete a template and its snapshot.
+    Rm {
+        /// Template name.
+        name: String,
     },
 }
 

@@ -33,6 +33,7 @@ mod processes;
 mod sandboxes;
 mod secrets;
 mod snapshots;
+mod templates;
 mod types;
 mod volumes;
 

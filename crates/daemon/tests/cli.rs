@@ -414,3 +414,72 @@ async fn cli_images_import_list_create_from_and_remove() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("image_not_found"));
 }
+
+/// `sbx template create/ls/get/rebuild/rm` and `sbx create --template`: a
+/// template's start command has run in its clones; a failed build exits 1.
+#[tokio::test]
+#[ignore = "needs root, runsc and the image; run ./scripts/test"]
+async fn cli_templates_create_list_clone_and_remove() {
+    let d = Daemon::start(&[]).await;
+    let _leftovers = common::KillLeftovers::of(&d);
+    let out = sbx(
+        &d,
+        &[
+            "template",
+            "create",
+            "cli-tpl",
+            "--start-cmd",
+            "echo started > /root/mark",
+            "--ready-cmd",
+            "test -s /root/mark",
+            "--wait",
+        ],
+    );
+    assert!(out.status.success());
+    let t: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(t["status"], "READY", "{t}");
+    let out = sbx(&d, &["template", "ls"]);
+    let ls = String::from_utf8_lossy(&out.stdout);
+    assert!(ls.contains("cli-tpl") && ls.contains("READY"), "{ls}");
+    let out = sbx(
+        &d,
+        &["create", "--name", "from-tpl", "--template", "cli-tpl"],
+    );
+    assert!(out.status.success());
+    let out = sbx(&d, &["exec", "from-tpl", "--", "cat", "/root/mark"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "started\n");
+    let out = sbx(&d, &["template", "rebuild", "cli-tpl", "--wait"]);
+    assert!(out.status.success());
+    let out = sbx(&d, &["template", "get", "cli-tpl"]);
+    let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(got["status"], "READY", "{got}");
+    assert_ne!(got["snapshotId"], t["snapshotId"], "{got}");
+
+    let out = sbx(
+        &d,
+        &[
+            "template",
+            "create",
+            "cli-bad",
+            "--start-cmd",
+            "exit 7",
+            "--wait",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("exited with code 7"));
+    let out = sbx(
+        &d,
+        &["create", "--name", "from-bad", "--template", "cli-bad"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("template_not_ready"));
+
+    for name in ["cli-tpl", "cli-bad"] {
+        assert!(sbx(&d, &["template", "rm", name]).status.success());
+    }
+    let out = sbx(&d, &["template", "get", "cli-tpl"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("template_not_found"));
+    d.destroy_all(std::time::Duration::from_secs(60)).await;
+}

@@ -235,6 +235,21 @@ fn case(method: &str, template: &str, a: &Fixture) -> (String, Option<Vec<u8>>, 
             json(json!({"name": "default"})),
             NotFound("image_not_found"),
         ),
+        // Templates: A's is `a-only`; B sees none, cannot read, rebuild or
+        // delete it, and cannot build one from A's image (by digest).
+        ("GET", "/v1/templates") => (path, None, Lacks("a-only".into())),
+        ("GET", "/v1/templates/{name}")
+        | ("DELETE", "/v1/templates/{name}")
+        | ("POST", "/v1/templates/{name}/rebuild") => (
+            template.replace("{name}", "a-only"),
+            None,
+            NotFound("template_not_found"),
+        ),
+        ("POST", "/v1/templates") => (
+            path,
+            json(json!({"name": "b-steal", "image": a.image})),
+            NotFound("image_not_found"),
+        ),
         ("POST", "/v1/sandboxes/{id}/image") => {
             (path, json(json!({"name": "stolen"})), sandbox_nf)
         }
@@ -508,6 +523,20 @@ async fn no_route_lets_one_tenant_reach_another() {
         .await;
     assert_eq!(status, 201, "{img}");
     let a_image = img["data"]["digest"].as_str().unwrap().to_string();
+    // A's template (of the default image: its snapshot is A's too).
+    let (status, t) = a
+        .call(
+            "POST",
+            "/v1/templates?wait=true",
+            Some(json!({"name": "a-only", "startCommand": "echo a > /tmp/t"})),
+        )
+        .await;
+    assert_eq!(
+        (status, t["data"]["status"].as_str()),
+        (200, Some("READY")),
+        "{t}"
+    );
+    let a_template_snapshot = t["data"]["snapshotId"].as_str().unwrap().to_string();
     let fixture = Fixture {
         sandbox: sandbox.clone(),
         process: process.clone(),
@@ -572,6 +601,28 @@ async fn no_route_lets_one_tenant_reach_another() {
             "image_not_found",
         );
     }
+
+    // A's template does not exist for B: not to create from, nor through its snapshot.
+    assert_error(
+        &b.call(
+            "POST",
+            "/v1/sandboxes",
+            Some(json!({"name": "b-tpl", "template": "a-only"})),
+        )
+        .await,
+        404,
+        "template_not_found",
+    );
+    assert_error(
+        &b.call(
+            "POST",
+            "/v1/sandboxes",
+            Some(json!({"name": "b-tpl", "snapshotId": a_template_snapshot})),
+        )
+        .await,
+        404,
+        "sandbox_snapshot_not_found",
+    );
 
     // Every route: reads first, so that B's own writes cannot mask a leak.
     let mut routes = spec_routes();
@@ -692,6 +743,13 @@ async fn no_route_lets_one_tenant_reach_another() {
         (status, img["data"]["digest"].as_str()),
         (200, Some(a_image.as_str())),
         "{img}"
+    );
+    // A's template survived B's delete and rebuild of the name.
+    let (status, t) = a.call("GET", "/v1/templates/a-only", None).await;
+    assert_eq!(
+        (status, t["data"]["snapshotId"].as_str()),
+        (200, Some(a_template_snapshot.as_str())),
+        "{t}"
     );
     // A's secret value survived B's put and delete of the same name.
     let check = a

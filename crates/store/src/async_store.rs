@@ -614,4 +614,70 @@ impl AsyncStore {
         let (w, n, t) = (workspace.to_string(), name.to_string(), tag.to_string());
         self.run(move |s| s.delete_image(&w, &n, &t)).await
     }
+
+    /// See [`Store::create_template`].
+    pub async fn create_template(
+        &self,
+        record: &crate::TemplateRecord,
+    ) -> Result<bool, StoreError> {
+        let record = record.clone();
+        self.run(move |s| s.create_template(&record)).await
+    }
+
+    /// See [`Store::get_template`].
+    pub async fn get_template(
+        &self,
+        workspace: &str,
+        name: &str,
+    ) -> Result<Option<crate::TemplateRecord>, StoreError> {
+        let (w, n) = (workspace.to_string(), name.to_string());
+        self.run(move |s| s.get_template(&w, &n)).await
+    }
+
+    /// See [`Store::list_templates`].
+    pub async fn list_templates(
+        &self,
+        workspace: Option<&str>,
+    ) -> Result<Vec<crate::TemplateRecord>, StoreError> {
+        let workspace = workspace.map(str::to_string);
+        self.run(move |s| s.list_templates(workspace.as_deref()))
+            .await
+    }
+
+    /// See [`Store::update_template`].
+    pub async fn update_template(
+        &self,
+        record: &crate::TemplateRecord,
+    ) -> Result<bool, StoreError> {
+        let record = record.clone();
+        self.run(move |s| s.update_template(&record)).await
+    }
+
+    /// See [`Store::delete_template`].
+    pub async fn delete_template(
+        &self,
+        workspace: &str,
+        name: &str,
+        generation: i64,
+    ) -> Result<bool, StoreError> {
+        let (w, n) = (workspace.to_string(), name.to_string());
+        self.run(move |s| s.delete_template(&w, &n, generation))
+            .await
+    }
+
+    /// See [`Store::set_sandbox_template`].
+    pub async fn set_sandbox_template(
+        &self,
+        sandbox_id: Uuid,
+        template: &str,
+    ) -> Result<(), StoreError> {
+        let t = template.to_string();
+        self.run(move |s| s.set_sandbox_template(sandbox_id, &t))
+            .await
+    }
+
+    /// See [`Store::sandbox_template`].
+    pub async fn sandbox_template(&self, sandbox_id: Uuid) -> Result<Option<String>, StoreError> {
+        self.run(move |s| s.sandbox_template(sandbox_id)).await
+    }
 }

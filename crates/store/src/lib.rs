@@ -15,6 +15,7 @@ mod previews;
 mod records;
 mod snapshots;
 mod sqlite;
+mod templates;
 mod tenants;
 mod volumes;
 
@@ -29,6 +30,7 @@ pub use postgres::{
 pub use previews::PreviewRecord;
 pub use records::*;
 pub use sqlite::{backup_sqlite, SqliteStore};
+pub use templates::TemplateRecord;
 pub use volumes::{VolumeMountRecord, VolumeRecord};
 
 use uuid::Uuid;
@@ -386,4 +388,29 @@ pub trait Store: Send + Sync {
     fn images_with_digest(&self, digest: &str) -> Result<Vec<ImageRecord>, StoreError>;
     /// Deletes a tenant's `name:tag`; false if there was none.
     fn delete_image(&self, workspace: &str, name: &str, tag: &str) -> Result<bool, StoreError>;
+
+    /// Inserts a template; false if the tenant has one of that name.
+    fn create_template(&self, record: &TemplateRecord) -> Result<bool, StoreError>;
+    /// A tenant's template by name.
+    fn get_template(
+        &self,
+        workspace: &str,
+        name: &str,
+    ) -> Result<Option<TemplateRecord>, StoreError>;
+    /// A tenant's templates (`None`: every tenant's), by tenant and name.
+    fn list_templates(&self, workspace: Option<&str>) -> Result<Vec<TemplateRecord>, StoreError>;
+    /// Writes `record` if the stored row is still at `record.generation`
+    /// (the stored generation becomes one more); false if it moved on or is gone.
+    fn update_template(&self, record: &TemplateRecord) -> Result<bool, StoreError>;
+    /// Deletes a template if it is still at `generation`; false otherwise.
+    fn delete_template(
+        &self,
+        workspace: &str,
+        name: &str,
+        generation: i64,
+    ) -> Result<bool, StoreError>;
+    /// Records that a sandbox was created from `template`.
+    fn set_sandbox_template(&self, sandbox_id: Uuid, template: &str) -> Result<(), StoreError>;
+    /// The template a sandbox was created from.
+    fn sandbox_template(&self, sandbox_id: Uuid) -> Result<Option<String>, StoreError>;
 }

@@ -80,10 +80,12 @@ pub struct CopyReport {
     pub volume_mounts: Copied,
     /// Image names (their rows; the root filesystems stay on their node).
     pub images: Copied,
+    /// Templates (their rows; their snapshots are copied with the snapshots).
+    pub templates: Copied,
 }
 
 /// Copies every signing key, sandbox, snapshot, secret, E2B record, preview row, volume,
-/// volume mount and image name of `from` into `to`.
+/// volume mount, image name and template of `from` into `to`.
 pub fn copy_store(from: &dyn Store, to: &dyn Store) -> Result<CopyReport, StoreError> {
     let mut report = CopyReport::default();
     for key in from.list_api_keys()? {
@@ -210,6 +212,21 @@ pub fn copy_store(from: &dyn Store, to: &dyn Store) -> Result<CopyReport, StoreE
             to.put_image(&image)?;
         }
         report.images.count(!present);
+    }
+    for template in from.list_templates(None)? {
+        let have = to.get_template(&template.workspace, &template.name)?;
+        let present = have.as_ref() == Some(&template);
+        if !present && (have.is_some() || !to.create_template(&template)?) {
+            return Err(StoreError::Conflict(
+                format!(
+                    "the target already has template {:?} in workspace {:?}; \
+                         migrate into an empty database",
+                    template.name, template.workspace
+                )
+                .into(),
+            ));
+        }
+        report.templates.count(!present);
     }
     Ok(report)
 }

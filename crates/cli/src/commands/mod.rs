@@ -7,6 +7,7 @@ mod processes;
 mod sandboxes;
 mod secrets;
 mod snapshots;
+mod templates;
 mod top;
 mod volumes;
 
@@ -187,6 +188,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Secret(cmd) => secrets::run(c, cmd).await,
         Command::Volume(cmd) => volumes::run(c, cmd).await,
         Command::Image(cmd) => images::run(c, cmd).await,
+        Command::Template(cmd) => templates::run(c, cmd).await,
         Command::Nodes { command } => nodes::run(c, command).await,
         Command::Connect(cmd) => crate::connect::run(c, cmd).await,
     }

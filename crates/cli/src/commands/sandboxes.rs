@@ -9,6 +9,19 @@ use sbx_client::Client;
 use std::time::{Duration, Instant};
 
 pub(super) async fn create(c: &Client, args: CreateArgs) -> anyhow::Result<u8> {
+    if let Some(template) = args.template {
+        // A clone of the template: its shape, image, environment and network are the template's.
+        let req = CreateSandboxV1Request {
+            name: Some(args.name),
+            preview: args.preview.map(|p| sbx_client::api::PreviewRequest {
+                public: p == "public",
+            }),
+            template: Some(template),
+            ..Default::default()
+        };
+        let sb = c.create_sandbox_v1(&req).await?;
+        return report_created(c, sb, args.no_wait, args.timeout).await;
+    }
     let network = crate::network::policy(args.network, args.allow).map_err(|e| anyhow!(e))?;
     let (vcpu, memory_mb) = match args.shape {
         Some((vcpu, memory_mb)) => (u64::from(vcpu), u64::from(memory_mb)),
@@ -40,6 +53,7 @@ pub(super) async fn create(c: &Client, args: CreateArgs) -> anyhow::Result<u8> {
         preview,
         volumes: args.volumes,
         image: args.image,
+        template: None,
     };
     let sb = c.create_sandbox_v1(&req).await?;
     report_created(c, sb, args.no_wait, args.timeout).await

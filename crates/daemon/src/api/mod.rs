@@ -24,6 +24,7 @@ mod processes;
 mod sandbox_preview;
 mod sandboxes;
 mod snapshots;
+mod templates;
 mod terminal;
 mod volumes;
 
@@ -168,6 +169,15 @@ pub fn router(
             get(images::get).delete(images::delete),
         )
         .route("/v1/images/{reference}/tag", post(images::tag))
+        .route(
+            "/v1/templates",
+            get(templates::list).post(templates::create),
+        )
+        .route(
+            "/v1/templates/{name}",
+            get(templates::get).delete(templates::delete),
+        )
+        .route("/v1/templates/{name}/rebuild", post(templates::rebuild))
         .route("/v1/sandboxes/{id}/image", post(images::from_sandbox))
         .route("/v1/volumes", get(volumes::list).post(volumes::create))
         .route(

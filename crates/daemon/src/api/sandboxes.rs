@@ -46,9 +46,9 @@ pub async fn create_v1(
     if let Some(selector) = &req.node_selector {
         svc.check_node_selector(selector)?;
     }
-    let (req, network, preview, volumes, image) = req.split();
+    let (req, network, preview, volumes, image, template) = req.split();
     let (record, fresh) = match svc
-        .create_v1(&ws.0, req, network, preview, volumes, image)
+        .create_v1(&ws.0, req, network, preview, volumes, image, template)
         .await?
     {
         CreateOutcome::Created(r) => (r, true),
@@ -59,10 +59,13 @@ pub async fn create_v1(
         SandboxStatus::Starting if fresh => StatusCode::ACCEPTED,
         _ => StatusCode::OK,
     };
-    Ok(envelope::data(
-        status,
-        envelope::sandbox(&record, svc.vpc_id()),
-    ))
+    let mut body = serde_json::to_value(envelope::sandbox(&record, svc.vpc_id()))
+        .map_err(|e| ApiError::new(sbx_api_types::ErrorCode::InternalError, e.to_string()))?;
+    // A create from a template says so, as `GET /v1/sandboxes/{id}` does.
+    if let (Some(t), Some(obj)) = (&record.template, body.as_object_mut()) {
+        obj.insert("template".into(), t.clone().into());
+    }
+    Ok(envelope::data(status, body))
 }
 
 #[derive(Deserialize)]
@@ -155,6 +158,7 @@ fn detail_view(
         active_runtime_limit_ms: svc.config().limits.active_runtime.as_millis() as u64,
         network: svc.network_status(r),
         mounts,
+        template: r.template.clone(),
     }
 }
 

@@ -20,9 +20,35 @@ impl Service {
     }
 
     /// `POST /v1/sandboxes`: [`Service::create_with_network`] with volume
-    /// mounts and an image, then preview URLs turned on when asked (also for
-    /// an existing sandbox of the name).
+    /// mounts and an image (or a template to clone), then preview URLs turned
+    /// on when asked (also for an existing sandbox of the name).
+    #[allow(clippy::too_many_arguments)]
     pub async fn create_v1(
+        self: &Arc<Self>,
+        workspace: &str,
+        req: CreateSandboxRequest,
+        network: Option<NetworkPolicy>,
+        preview: Option<sbx_api_types::PreviewRequest>,
+        volumes: Vec<sbx_api_types::VolumeMount>,
+        image: Option<String>,
+        template: Option<String>,
+    ) -> Result<CreateOutcome> {
+        match template {
+            Some(template) => {
+                self.create_from_template(
+                    workspace, req, network, preview, volumes, image, template,
+                )
+                .await
+            }
+            None => {
+                self.create_of_image(workspace, req, network, preview, volumes, image)
+                    .await
+            }
+        }
+    }
+
+    /// [`Service::create_v1`] without a template.
+    async fn create_of_image(
         self: &Arc<Self>,
         workspace: &str,
         req: CreateSandboxRequest,
@@ -62,6 +88,68 @@ impl Service {
             self.enable_preview(workspace, id, preview.public).await?;
         }
         Ok(outcome)
+    }
+
+    /// `POST /v1/sandboxes` with `template`: a clone of the template's
+    /// snapshot, recorded as created from it. Only `name` (and `preview`)
+    /// go with a template: the rest is the template's.
+    #[allow(clippy::too_many_arguments)]
+    async fn create_from_template(
+        self: &Arc<Self>,
+        workspace: &str,
+        mut req: CreateSandboxRequest,
+        network: Option<NetworkPolicy>,
+        preview: Option<sbx_api_types::PreviewRequest>,
+        volumes: Vec<sbx_api_types::VolumeMount>,
+        image: Option<String>,
+        template: String,
+    ) -> Result<CreateOutcome> {
+        let other = [
+            ("image", image.is_some()),
+            ("snapshotId", req.snapshot_id.is_some()),
+            ("network", network.is_some()),
+            ("volumes", !volumes.is_empty()),
+            ("vcpu", req.vcpu.is_some()),
+            ("memoryMb", req.memory_mb.is_some()),
+            ("environment", req.environment.is_some()),
+            ("secrets", req.secrets.is_some()),
+        ];
+        if let Some((field, _)) = other.iter().find(|(_, sent)| *sent) {
+            return Err(validate::ValidationError::Format {
+                field,
+                reason: format!(
+                    "a create from a template takes its {field} from the template; send only name (and preview) with template"
+                ),
+            }
+            .into());
+        }
+        // A rebuild may delete the snapshot read here before the clone reads
+        // it: the template then names its new one (read again, once).
+        let mut attempt = 0;
+        let outcome = loop {
+            req.snapshot_id = Some(self.template_snapshot(workspace, &template).await?);
+            match self
+                .create_of_image(workspace, req.clone(), None, preview, Vec::new(), None)
+                .await
+            {
+                Err(ServiceError::SnapshotNotFound) if attempt == 0 => attempt += 1,
+                other => break other?,
+            }
+        };
+        let id = match &outcome {
+            CreateOutcome::Created(r) | CreateOutcome::Existing(r) => r.id,
+        };
+        self.store.set_sandbox_template(id, &template).await?;
+        Ok(match outcome {
+            CreateOutcome::Created(mut r) => {
+                r.template = Some(template);
+                CreateOutcome::Created(r)
+            }
+            CreateOutcome::Existing(mut r) => {
+                r.template = Some(template);
+                CreateOutcome::Existing(r)
+            }
+        })
     }
 
     /// `POST /v1/sandboxes`: like `create`, with an egress policy (`None`: the

@@ -106,6 +106,22 @@ pub enum ServiceError {
         /// The quota.
         quota: u64,
     },
+    /// No such template in the tenant.
+    #[error("template {0:?} not found")]
+    TemplateNotFound(String),
+    /// The tenant has a template of that name.
+    #[error("template name {0:?} is already in use")]
+    TemplateNameTaken(String),
+    /// A create from a template that has no READY snapshot yet.
+    #[error("template {name:?} is not ready (its build is {status}{}); create from it once it is READY", error.as_ref().map(|e| format!(": {e}")).unwrap_or_default())]
+    TemplateNotReady {
+        /// The template.
+        name: String,
+        /// Its latest build's state.
+        status: String,
+        /// Why that build failed.
+        error: Option<String>,
+    },
     /// A feature that is specified but not built yet.
     #[error("{0}")]
     NotBuilt(String),

@@ -251,6 +251,9 @@ impl Service {
         };
         let replaced = self.store.put_image(&record).await?;
         let moved = replaced.is_some_and(|r| r.digest != record.digest);
+        if moved {
+            self.templates_follow_image(workspace, &record.name, &record.tag);
+        }
         Ok((view(&record), moved))
     }
 
@@ -477,7 +480,8 @@ impl Service {
                 "the node's default image cannot be deleted".into(),
             ));
         };
-        let users = self.image_users(Some(workspace), &row.digest).await?;
+        let mut users = self.template_users(workspace, &row).await?;
+        users.extend(self.image_users(Some(workspace), &row.digest).await?);
         if !users.is_empty() {
             return Err(ServiceError::Conflict(format!(
                 "image {}:{} is used by {}; delete them first",

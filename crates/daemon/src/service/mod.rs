@@ -41,6 +41,7 @@ mod reconcile;
 mod secrets;
 mod snapshot_capture;
 mod snapshots;
+mod templates;
 pub mod terminal;
 #[cfg(test)]
 mod tests;
@@ -128,6 +129,9 @@ pub struct Service {
     image_objects: Option<Arc<dyn sbx_node::snapshot_store::SnapshotStore>>,
     /// Working directory of each sandbox's image, once looked up.
     workdirs: Mutex<HashMap<Uuid, Option<String>>>,
+    /// This service, for the background work of `&self` calls (template
+    /// rebuilds started where an image name moves).
+    me: std::sync::Weak<Service>,
 }
 
 /// Longest wait for a sandbox's attach gate.
@@ -178,7 +182,8 @@ impl Service {
         }
         let images = sbx_node::images::ImageStore::open(&config.images_dir())
             .unwrap_or_else(|e| panic!("cannot open the image store: {e}"));
-        Arc::new(Service {
+        Arc::new_cyclic(|me| Service {
+            me: me.clone(),
             images,
             image_turn: tokio::sync::Mutex::new(()),
             image_objects,

@@ -102,6 +102,7 @@ impl Service {
         }
         self.reconcile_snapshots().await?;
         self.sweep_images().await;
+        self.resume_template_builds().await;
         let orphans: Vec<_> = on_host.difference(&keep).copied().collect();
         for orphan in &orphans {
             let (this, orphan) = (self.clone(), *orphan);

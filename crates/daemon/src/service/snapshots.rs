@@ -173,6 +173,11 @@ impl Service {
         if snap.status == SnapshotStatus::Deleted {
             return Ok(());
         }
+        if let Some(template) = self.template_owning(workspace, id).await? {
+            return Err(ServiceError::Conflict(format!(
+                "snapshot {id} belongs to template {template:?}; delete the template instead"
+            )));
+        }
         let (snap, _) = self
             .change_snapshot(snap, |s| {
                 if s.status != SnapshotStatus::Deleted && s.status != SnapshotStatus::Deleting {

@@ -42,6 +42,8 @@ pub struct Sandbox {
     pub secrets: Vec<String>,
     /// Active runtime used when this view was taken, ms.
     pub active_runtime_ms: u64,
+    /// Template it was created from (filled in by the `/v1` calls that show it).
+    pub template: Option<String>,
 }
 
 impl From<&SandboxRecord> for Sandbox {
@@ -62,6 +64,7 @@ impl From<&SandboxRecord> for Sandbox {
             environment: r.environment.clone(),
             secrets: r.secrets.clone(),
             active_runtime_ms: r.active_runtime_ms(Utc::now()),
+            template: None,
         }
     }
 }

@@ -282,7 +282,8 @@ impl Service {
         workspace: &str,
         id: Uuid,
     ) -> Result<(super::views::Sandbox, Vec<VolumeMount>)> {
-        let r = self.get(workspace, id).await?;
+        let mut r = self.get(workspace, id).await?;
+        r.template = self.store.sandbox_template(id).await?;
         let mounts = self.mounts_view(id).await?;
         Ok((r, mounts))
     }
@@ -294,7 +295,8 @@ impl Service {
         id: Uuid,
         policy: sbx_api_types::NetworkPolicy,
     ) -> Result<(super::views::Sandbox, Vec<VolumeMount>)> {
-        let r = self.update_network(workspace, id, policy).await?;
+        let mut r = self.update_network(workspace, id, policy).await?;
+        r.template = self.store.sandbox_template(id).await?;
         let mounts = self.mounts_view(id).await?;
         Ok((r, mounts))
     }

@@ -14,6 +14,7 @@ mod previews;
 mod rows;
 mod secrets;
 mod store;
+mod templates;
 mod testing;
 mod volumes;
 
@@ -35,6 +36,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/postgres/0007_sandbox_previews.sql"),
     include_str!("../../migrations/postgres/0008_volumes.sql"),
     include_str!("../../migrations/postgres/0009_images.sql"),
+    include_str!("../../migrations/postgres/0011_templates.sql"),
 ];
 
 /// Connections kept open to the database (one worker thread each).

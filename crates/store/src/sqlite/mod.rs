@@ -16,6 +16,7 @@ mod e2b;
 mod images;
 mod nodes;
 mod previews;
+mod templates;
 mod volumes;
 
 /// Schema versions, applied in order at open. Version N is `MIGRATIONS[N-1]`;
@@ -35,6 +36,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/sqlite/0010_sandbox_previews.sql"),
     include_str!("../../migrations/sqlite/0011_volumes.sql"),
     include_str!("../../migrations/sqlite/0012_images.sql"),
+    include_str!("../../migrations/sqlite/0014_templates.sql"),
 ];
 
 /// SQLite-backed [`Store`].
@@ -699,6 +701,46 @@ impl Store for SqliteStore {
 
     fn delete_image(&self, workspace: &str, name: &str, tag: &str) -> Result<bool, StoreError> {
         self.delete_image_row(workspace, name, tag)
+    }
+
+    fn create_template(&self, record: &crate::TemplateRecord) -> Result<bool, StoreError> {
+        self.create_template_row(record)
+    }
+
+    fn get_template(
+        &self,
+        workspace: &str,
+        name: &str,
+    ) -> Result<Option<crate::TemplateRecord>, StoreError> {
+        self.get_template_row(workspace, name)
+    }
+
+    fn list_templates(
+        &self,
+        workspace: Option<&str>,
+    ) -> Result<Vec<crate::TemplateRecord>, StoreError> {
+        self.list_template_rows(workspace)
+    }
+
+    fn update_template(&self, record: &crate::TemplateRecord) -> Result<bool, StoreError> {
+        self.update_template_row(record)
+    }
+
+    fn delete_template(
+        &self,
+        workspace: &str,
+        name: &str,
+        generation: i64,
+    ) -> Result<bool, StoreError> {
+        self.delete_template_row(workspace, name, generation)
+    }
+
+    fn set_sandbox_template(&self, sandbox_id: Uuid, template: &str) -> Result<(), StoreError> {
+        self.set_sandbox_template_row(sandbox_id, template)
+    }
+
+    fn sandbox_template(&self, sandbox_id: Uuid) -> Result<Option<String>, StoreError> {
+        self.sandbox_template_row(sandbox_id)
     }
 }
 

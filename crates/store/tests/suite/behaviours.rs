@@ -16,12 +16,14 @@ mod images;
 mod nodes;
 mod previews;
 mod secrets;
+mod templates;
 mod volumes;
 pub use e2b::*;
 pub use images::*;
 pub use nodes::*;
 pub use previews::*;
 pub use secrets::*;
+pub use templates::*;
 pub use volumes::*;
 
 /// Opens another store on the same data.

@@ -101,6 +101,19 @@ fn populated() -> SqliteStore {
         created_at: at(4_000),
     })
     .expect("image row");
+    src.create_template(&sbx_store::TemplateRecord {
+        workspace: "default".into(),
+        name: "web".into(),
+        spec: "{}".into(),
+        status: "READY".into(),
+        error: None,
+        image_ref: "default".into(),
+        snapshot_id: Some(uuid::Uuid::new_v4()),
+        generation: 0,
+        created_at: at(5_000),
+        updated_at: at(5_000),
+    })
+    .expect("template row");
     src
 }
 
@@ -128,6 +141,7 @@ pub fn copy_store_moves_every_row_and_finishes_an_interrupted_copy(target: &dyn 
     assert_eq!(report.volumes, all(1));
     assert_eq!(report.volume_mounts, all(1));
     assert_eq!(report.images, all(1));
+    assert_eq!(report.templates, all(1));
 
     let statuses = [
         SandboxStatus::Running,
@@ -176,6 +190,10 @@ pub fn copy_store_moves_every_row_and_finishes_an_interrupted_copy(target: &dyn 
         target.list_images(None).unwrap(),
         src.list_images(None).unwrap()
     );
+    assert_eq!(
+        target.list_templates(None).unwrap(),
+        src.list_templates(None).unwrap()
+    );
     let volumes = src.list_volumes(None).unwrap();
     assert_eq!(target.list_volumes(None).unwrap(), volumes);
     assert_eq!(
@@ -198,6 +216,7 @@ pub fn copy_store_moves_every_row_and_finishes_an_interrupted_copy(target: &dyn 
     assert_eq!(again.volumes, none(1));
     assert_eq!(again.volume_mounts, none(1));
     assert_eq!(again.images, none(1));
+    assert_eq!(again.templates, none(1));
 
     // A target that has an active sandbox of the same name is refused, not merged.
     let other = populated();

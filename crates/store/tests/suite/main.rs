@@ -104,6 +104,7 @@ on_every_backend!(
     preview_rows_are_put_replaced_listed_and_deleted,
     volumes_are_unique_per_tenant_listed_and_deleted_with_their_mounts,
     images_are_named_per_tenant_repointed_found_by_digest_and_deleted,
+    templates_are_unique_per_tenant_compare_and_set_and_deleted,
 );
 
 mod schema {

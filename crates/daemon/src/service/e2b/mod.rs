@@ -36,6 +36,8 @@ enum TemplateSource {
     Image(String),
     /// A ready snapshot of the tenant.
     Snapshot(Snapshot),
+    /// A template of the tenant (`/v1/templates`), by name: a clone of its snapshot.
+    Template(String),
 }
 
 /// Template ids that name the default image.
@@ -294,7 +296,22 @@ impl E2b {
                         None,
                         Vec::new(),
                         Some(image),
+                        None,
                     )
+                    .await?
+            }
+            TemplateSource::Template(t) => {
+                if !spec.env_vars.is_empty() || spec.network.is_some() {
+                    return Err(E2bError::BadRequest(
+                        "a sandbox created from a template keeps the template's envVars and network; do not send them".into(),
+                    ));
+                }
+                let req = CreateSandboxRequest {
+                    name: Some(name),
+                    ..CreateSandboxRequest::default()
+                };
+                self.svc
+                    .create_v1(workspace, req, None, None, Vec::new(), None, Some(t))
                     .await?
             }
             TemplateSource::Snapshot(snapshot) => {
@@ -739,8 +756,9 @@ impl E2b {
 
     /// What a template id names, in this order: `base` and `--e2b-template`
     /// aliases (the default image or an image of the tenant), a snapshot of
-    /// the tenant (what `createSnapshot` answered), an image of the tenant by
-    /// its reference (`name:tag`, `name`, `sha256:…`); else `404`.
+    /// the tenant (what `createSnapshot` answered), a template of the tenant
+    /// by name (`/v1/templates`: a clone of its snapshot), an image of the
+    /// tenant by its reference (`name:tag`, `name`, `sha256:…`); else `404`.
     async fn template_source(&self, workspace: &str, template: &str) -> Result<TemplateSource> {
         if DEFAULT_TEMPLATES.contains(&template) {
             return Ok(TemplateSource::Default);
@@ -755,6 +773,9 @@ impl E2b {
             return Ok(TemplateSource::Snapshot(
                 self.template_snapshot(workspace, template).await?,
             ));
+        }
+        if self.svc.has_template(workspace, template).await? {
+            return Ok(TemplateSource::Template(template.to_string()));
         }
         if self.svc.has_image(workspace, template).await? {
             return Ok(TemplateSource::Image(template.to_string()));
