@@ -493,6 +493,8 @@ await step("images: import a tarball, see the usage, boot it from the create for
   assert(sandbox.imageRef.startsWith("console-img:1@sha256:"), `imageRef: ${sandbox.imageRef}`);
   assert(sandbox.environment && sandbox.environment.FROM_IMAGE === "1", `environment: ${JSON.stringify(sandbox.environment)}`);
   await page.getByRole("link", { name: "Files", exact: true }).click();
+  // The tab lists /tmp first; open / only after that, or the first listing wins.
+  await page.locator("main", { hasText: "/tmp is empty." }).waitFor();
   await page.getByLabel("Directory", { exact: true }).fill("/");
   await page.getByRole("button", { name: "Open", exact: true }).click();
   await page.locator('table[aria-label="Files in /"]', { hasText: "marker" }).waitFor();
@@ -505,6 +507,45 @@ await step("images: import a tarball, see the usage, boot it from the create for
   await def.waitFor();
   await def.getByRole("button", { name: "Use the node's default", exact: true }).click();
   await def.waitFor({ state: "detached" });
+  await row.getByRole("button", { name: "Delete", exact: true }).click();
+  await row.waitFor({ state: "detached" });
+});
+
+await step("templates: create one with a start command and a port check, READY, create a sandbox from it, delete it", async () => {
+  await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "Templates", exact: true }).click();
+  await page.getByRole("heading", { name: "Templates", exact: true }).waitFor();
+  await page.getByLabel("Name", { exact: true }).fill("console-web");
+  await page.getByLabel("Start command").fill("python3 -m http.server 8000");
+  await page.getByLabel("Ready when").selectOption("port");
+  await page.getByLabel("Port").fill("8000");
+  assert((await unlabelled()).length === 0, `unlabelled controls: ${await unlabelled()}`);
+  await page.getByRole("button", { name: "Create template", exact: true }).click();
+  const row = page.locator('table[aria-label=Templates] tr[data-name="console-web"]');
+  await row.locator(".badge", { hasText: "READY" }).waitFor();
+  await shot("templates");
+  // The create form offers it; the clone's server answers at once.
+  await page.goto(`${base}/#/sandboxes/new`);
+  await page.getByLabel("Name").fill("console-from-template");
+  await page.getByLabel("Template").selectOption("console-web");
+  assert(await page.getByLabel("Image").isHidden(), "the image field is hidden for a template");
+  await page.getByRole("button", { name: "Create sandbox", exact: true }).click();
+  await page.waitForURL(/#\/sandboxes\/[0-9a-f-]{36}$/);
+  const id = page.url().split("/").pop();
+  await page.locator(".title-row .badge", { hasText: "RUNNING" }).waitFor();
+  const got = await page.evaluate(async ([i, csrf]) => {
+    const sandbox = (await (await fetch(`/v1/sandboxes/${i}`)).json()).data;
+    const exec = await fetch(`/v2/sandboxes/${i}/exec`, {
+      method: "POST", headers: { "content-type": "application/json", ...(csrf ? { "x-csrf-token": csrf } : {}) },
+      body: JSON.stringify({ command: ["python3", "-c", "import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:8000/').status)"] }),
+    });
+    return { template: sandbox.template, status: exec.status, exec: await exec.text() };
+  }, [id, await csrfToken()]);
+  assert(got.template === "console-web", `template: ${JSON.stringify(got)}`);
+  const printed = got.status === 200 ? Buffer.from(JSON.parse(got.exec).data.stdout, "base64").toString() : "";
+  assert(printed === "200\n", `the first exec reaches the server: ${JSON.stringify(got)}`);
+  await page.getByRole("button", { name: "Destroy", exact: true }).click();
+  await page.getByRole("heading", { name: "Sandboxes" }).waitFor();
+  await page.goto(`${base}/#/templates`);
   await row.getByRole("button", { name: "Delete", exact: true }).click();
   await row.waitFor({ state: "detached" });
 });

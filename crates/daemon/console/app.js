@@ -11,6 +11,7 @@ import { packagesPage, packageVersionPage } from "./packages.js";
 import { detailPage } from "./detail.js";
 import { volumesPage } from "./volumes.js";
 import { imagesPage } from "./images.js";
+import { templatesPage } from "./templates.js";
 
 const main = document.getElementById("main");
 const nav = document.getElementById("nav");
@@ -33,6 +34,8 @@ function resolve(hash) {
       return ["volumes", volumesPage];
     case "images":
       return ["images", imagesPage];
+    case "templates":
+      return ["templates", templatesPage];
     case "connections":
       if (parts[1] === "new") return ["connections", newConnectionPage];
       if (parts[1] && parts[2] === "edit") return ["connections", (el, signal) => editConnectionPage(el, signal, parts[1])];

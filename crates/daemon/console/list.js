@@ -116,12 +116,14 @@ export async function createPage(el, signal) {
   });
   const [imageField, imageSelect] = field("Image", h("select", { name: "image" }, h("option", { value: "" }, "Default image")),
     "The workspace's default image, or one of its images (see the Images page).");
+  const [templateField, templateSelect] = field("Template", h("select", { name: "template" }, h("option", { value: "" }, "None: boot the image")),
+    "A READY template (see the Templates page): the sandbox is a clone of it, with its image, shape and network.");
   const [mountField, mountInput] = field("Volumes", h("textarea", { name: "volumes", rows: 2, spellcheck: "false" }),
     "One per line: NAME:/path, or NAME:/path:ro read-only (see the Volumes page).");
   const status = h("div", { "aria-live": "polite" });
   const button = h("button", { type: "submit", class: "primary" }, "Create sandbox");
   const form = h("form", { class: "card", "aria-labelledby": "create-title" },
-    h("h1", { id: "create-title" }, "New sandbox"), nameField, imageField, shapes, secretsBox, netField, allowField, mountField,
+    h("h1", { id: "create-title" }, "New sandbox"), nameField, templateField, imageField, shapes, secretsBox, netField, allowField, mountField,
     h("div", { class: "actions" }, button, h("a", { href: "#/sandboxes", class: "button" }, "Cancel")), status);
   replace(el, form);
   nameInput.focus();
@@ -129,6 +131,15 @@ export async function createPage(el, signal) {
   get("/v1/images", { signal }).then(({ images }) => {
     for (const i of images.slice(1)) imageSelect.append(h("option", { value: `${i.name}:${i.tag}` }, `${i.name}:${i.tag}`));
   }).catch(() => {}); // the default stays selectable; a create names no image then
+
+  get("/v1/templates", { signal }).then(({ templates }) => {
+    for (const t of templates.filter((t) => t.creatable)) templateSelect.append(h("option", { value: t.name }, t.name));
+  }).catch(() => {});
+  // A clone takes everything but its name from the template: the other fields go.
+  const cloneOnly = [imageField, shapes, secretsBox, netField, allowField, mountField];
+  templateSelect.addEventListener("change", () => {
+    for (const f of cloneOnly) f.hidden = Boolean(templateSelect.value) || (f === allowField && netSelect.value !== "allowlist");
+  });
 
   get("/v1/secrets", { signal }).then((secrets) => {
     replace(secretsBox, h("legend", {}, "Secrets"),
@@ -139,6 +150,10 @@ export async function createPage(el, signal) {
 
   form.addEventListener("submit", async (ev) => {
     ev.preventDefault();
+    if (templateSelect.value) {
+      await submit({ name: nameInput.value.trim(), template: templateSelect.value });
+      return;
+    }
     const [vcpu, memoryMb] = form.querySelector("input[name=shape]:checked").value.split("/").map(Number);
     const body = { name: nameInput.value.trim(), vcpu, memoryMb };
     const secrets = [...form.querySelectorAll("input[name=secret]:checked")].map((c) => c.value);
@@ -150,6 +165,10 @@ export async function createPage(el, signal) {
     const volumes = parseMounts(mountInput.value);
     if (volumes.length) body.volumes = volumes;
     if (imageSelect.value) body.image = imageSelect.value;
+    await submit(body);
+  });
+
+  async function submit(body) {
     try {
       const sandbox = await withProgress(status, button, "Creating the sandbox (booting gVisor)", async (setLabel) => {
         const { data } = await call("POST", "/v1/sandboxes", body);
@@ -159,7 +178,7 @@ export async function createPage(el, signal) {
     } catch (err) {
       replace(status, errorView(err));
     }
-  });
+  }
 }
 
 /** Allowlist lines ("host", "host:443", "10.0.0.0/8") as rules. */
