@@ -20,7 +20,7 @@ mod volumes;
 
 pub use async_store::AsyncStore;
 pub use e2b::E2bRecord;
-pub use images::ImageRecord;
+pub use images::{ImageBuildRecord, ImageRecord};
 pub use migrate::{copy_store, Copied, CopyReport};
 pub use nodes::{FailOver, NodeRecord, NodeRegistration, NodeState, NodeUsage, NODE_LOST};
 pub use postgres::{
@@ -386,4 +386,12 @@ pub trait Store: Send + Sync {
     fn images_with_digest(&self, digest: &str) -> Result<Vec<ImageRecord>, StoreError>;
     /// Deletes a tenant's `name:tag`; false if there was none.
     fn delete_image(&self, workspace: &str, name: &str, tag: &str) -> Result<bool, StoreError>;
+    /// Records (or replaces) a tenant's build cache entry.
+    fn put_image_build(&self, record: &ImageBuildRecord) -> Result<(), StoreError>;
+    /// A tenant's build cache entry by key.
+    fn get_image_build(
+        &self,
+        workspace: &str,
+        cache_key: &str,
+    ) -> Result<Option<ImageBuildRecord>, StoreError>;
 }
