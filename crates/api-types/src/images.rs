@@ -265,7 +265,7 @@ pub enum BuildEvent {
     /// The build succeeded: the named image.
     Result {
         /// The image.
-        image: Image,
+        image: Box<Image>,
     },
     /// The build failed; nothing was stored.
     Error {
@@ -280,7 +280,11 @@ pub enum BuildEvent {
         #[serde(default, rename = "exitCode", skip_serializing_if = "Option::is_none")]
         exit_code: Option<i32>,
         /// The last output of the failing step.
-        #[serde(default, rename = "outputTail", skip_serializing_if = "Option::is_none")]
+        #[serde(
+            default,
+            rename = "outputTail",
+            skip_serializing_if = "Option::is_none"
+        )]
         output_tail: Option<String>,
     },
 }

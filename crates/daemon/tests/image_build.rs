@@ -138,12 +138,13 @@ async fn a_dockerfile_builds_an_image_and_a_second_build_is_a_cache_hit() {
         .call(
             "POST",
             "/v1/sandboxes",
-            Some(json!({"name": "user-of-tools", "image": "tools:1"})),
+            Some(json!({"name": "user-of-tools", "image": "tools:1", "vcpu": 1, "memoryMb": 1024})),
         )
         .await;
     assert!(status == 201 || status == 202, "{status} {got}");
     let id = got["data"]["id"].as_str().unwrap().to_string();
-    d.wait_status(&id, "RUNNING", Duration::from_secs(120)).await;
+    d.wait_status(&id, "RUNNING", Duration::from_secs(120))
+        .await;
     let (code, out, err) = d
         .sh(
             &id,
@@ -154,8 +155,7 @@ async fn a_dockerfile_builds_an_image_and_a_second_build_is_a_cache_hit() {
         .await;
     assert_eq!(code, 0, "{out} {err}");
     assert_eq!(
-        out,
-        "42\nhi from the context\n/srv/app\nuser\nprod hello\nuser\nkept\nwhole-context\n",
+        out, "42\nhi from the context\n/srv/app\nuser\nprod hello\nuser\nkept\nwhole-context\n",
         "{err}"
     );
 
@@ -173,13 +173,19 @@ async fn a_dockerfile_builds_an_image_and_a_second_build_is_a_cache_hit() {
     let steps = of_type(&events, "step");
     assert_eq!(steps.len(), 11);
     assert!(steps.iter().all(|s| s["cached"] == true), "{events:#?}");
-    assert!(of_type(&events, "output").is_empty(), "a RUN ran: {events:#?}");
+    assert!(
+        of_type(&events, "output").is_empty(),
+        "a RUN ran: {events:#?}"
+    );
     assert_eq!(events.last().unwrap()["image"]["digest"], image["digest"]);
     assert!(
         cached * 10 < cold,
         "cached {cached:?} is not a small fraction of {cold:?}"
     );
-    assert!(d.runsc_containers().len() <= 1, "a build sandbox was booted");
+    assert!(
+        d.runsc_containers().len() <= 1,
+        "a build sandbox was booted"
+    );
 
     // A changed context file (the digest of a COPY) misses.
     let (status, events) = build(
@@ -189,9 +195,14 @@ async fn a_dockerfile_builds_an_image_and_a_second_build_is_a_cache_hit() {
     )
     .await;
     assert_eq!(status, 200);
-    assert!(of_type(&events, "step").iter().all(|s| s["cached"] == false));
+    assert!(of_type(&events, "step")
+        .iter()
+        .all(|s| s["cached"] == false));
     let env = events.last().unwrap()["image"]["config"]["env"].clone();
-    assert!(env.as_array().unwrap().contains(&json!("GREETING=bonjour")), "{env}");
+    assert!(
+        env.as_array().unwrap().contains(&json!("GREETING=bonjour")),
+        "{env}"
+    );
     d.destroy_and_wait(&id).await;
 }
 
@@ -212,9 +223,19 @@ async fn a_failing_run_fails_the_build_and_leaves_nothing() {
     assert_eq!(last["code"], "build_failed");
     assert_eq!(last["exitCode"], 3);
     assert_eq!(last["line"], 3);
-    assert!(last["outputTail"].as_str().unwrap().contains("boom"), "{last}");
-    assert!(last["message"].as_str().unwrap().contains("line 3"), "{last}");
-    assert_eq!(of_type(&events, "step").len(), 3, "step 4 started: {events:#?}");
+    assert!(
+        last["outputTail"].as_str().unwrap().contains("boom"),
+        "{last}"
+    );
+    assert!(
+        last["message"].as_str().unwrap().contains("line 3"),
+        "{last}"
+    );
+    assert_eq!(
+        of_type(&events, "step").len(),
+        3,
+        "step 4 started: {events:#?}"
+    );
     assert_error(
         &d.call("GET", "/v1/images/broken:1", None).await,
         404,
@@ -241,14 +262,23 @@ async fn bad_dockerfiles_and_unknown_images_are_refused_before_any_work() {
     let ctx = |text: &str| context(&[("Dockerfile", text)]);
     let (status, body) = build(&d, "name=x", ctx("FROM default\n\nFROBNICATE it\n")).await;
     assert_eq!(status, 400, "{body:?}");
-    let msg = body[0]["errors"][0]["message"].as_str().unwrap().to_string();
-    assert!(msg.contains("line 3: unknown instruction FROBNICATE"), "{msg}");
+    let msg = body[0]["errors"][0]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        msg.contains("line 3: unknown instruction FROBNICATE"),
+        "{msg}"
+    );
     let (status, body) = build(&d, "name=x", ctx("FROM nope:1\nRUN true\n")).await;
     assert_eq!(status, 404, "{body:?}");
     assert_eq!(body[0]["errors"][0]["code"], "image_not_found");
     let (status, body) = build(&d, "name=x", ctx("FROM default\nCOPY missing.txt /x\n")).await;
     assert_eq!(status, 400, "{body:?}");
-    let msg = body[0]["errors"][0]["message"].as_str().unwrap().to_string();
+    let msg = body[0]["errors"][0]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
     assert!(msg.contains("line 2: COPY missing.txt"), "{msg}");
     let (status, _) = build(&d, "name=x&dockerfile=other", ctx("FROM default\n")).await;
     assert_eq!(status, 400);

@@ -125,8 +125,9 @@ impl Context {
         for entry in archive.entries().map_err(bad)? {
             let mut entry = entry.map_err(bad)?;
             let raw = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
-            let path = clean(&raw)
-                .ok_or_else(|| ContextError::Invalid(format!("entry {raw:?} leaves the context")))?;
+            let path = clean(&raw).ok_or_else(|| {
+                ContextError::Invalid(format!("entry {raw:?} leaves the context"))
+            })?;
             if path.is_empty() {
                 continue;
             }
@@ -269,7 +270,11 @@ impl Context {
                         }
                     }
                     Entry::File { data, .. } if spec.add && is_tar(data) => {
-                        archives.push((dest_dir.to_string(), data.starts_with(&[0x1f, 0x8b]), data.clone()));
+                        archives.push((
+                            dest_dir.to_string(),
+                            data.starts_with(&[0x1f, 0x8b]),
+                            data.clone(),
+                        ));
                     }
                     _ => {
                         let base = root.rsplit('/').next().unwrap_or(root);
@@ -299,7 +304,9 @@ impl Context {
                     header.set_entry_type(tar::EntryType::Regular);
                     header.set_mode(*mode);
                     header.set_size(data.len() as u64);
-                    builder.append_data(&mut header, rel, &data[..]).map_err(io)?;
+                    builder
+                        .append_data(&mut header, rel, &data[..])
+                        .map_err(io)?;
                     hash.update(format!("\0f{mode:o}\0").as_bytes());
                     hash.update(Sha256::digest(data));
                 }
@@ -307,7 +314,9 @@ impl Context {
                     header.set_entry_type(tar::EntryType::Directory);
                     header.set_mode(*mode);
                     header.set_size(0);
-                    builder.append_data(&mut header, rel, std::io::empty()).map_err(io)?;
+                    builder
+                        .append_data(&mut header, rel, std::io::empty())
+                        .map_err(io)?;
                     hash.update(format!("\0d{mode:o}\0").as_bytes());
                 }
                 Entry::Symlink { target } => {
@@ -396,20 +405,34 @@ mod tests {
 
     #[test]
     fn dockerignore_excludes_and_negates() {
-        let c = ctx(&[("a.txt", "a"), ("secret.env", "s"), ("logs/x.log", "l"), ("logs/keep.log", "k")], "*.env\nlogs\n!logs/keep.log\n");
+        let c = ctx(
+            &[
+                ("a.txt", "a"),
+                ("secret.env", "s"),
+                ("logs/x.log", "l"),
+                ("logs/keep.log", "k"),
+            ],
+            "*.env\nlogs\n!logs/keep.log\n",
+        );
         assert!(c.ignored("secret.env"));
         assert!(c.ignored("logs/x.log"));
         assert!(!c.ignored("logs/keep.log"));
         assert!(!c.ignored("a.txt"));
         let s = c.select(3, &spec(&["."], "/app/")).unwrap();
-        assert_eq!(s.paths, vec!["/app/.dockerignore", "/app/a.txt", "/app/logs/keep.log"]);
+        assert_eq!(
+            s.paths,
+            vec!["/app/.dockerignore", "/app/a.txt", "/app/logs/keep.log"]
+        );
         let e = c.select(4, &spec(&["secret.env"], "/x")).unwrap_err();
         assert!(e.to_string().starts_with("line 4: COPY secret.env"), "{e}");
     }
 
     #[test]
     fn files_dirs_and_globs_land_where_docker_puts_them() {
-        let c = ctx(&[("src/m.py", "m"), ("src/sub/n.py", "n"), ("req.txt", "r")], "");
+        let c = ctx(
+            &[("src/m.py", "m"), ("src/sub/n.py", "n"), ("req.txt", "r")],
+            "",
+        );
         let s = c.select(1, &spec(&["req.txt"], "/app/")).unwrap();
         assert_eq!(s.paths, vec!["/app/req.txt"]);
         let s = c.select(1, &spec(&["req.txt"], "/app/r2.txt")).unwrap();
@@ -422,9 +445,15 @@ mod tests {
 
     #[test]
     fn the_digest_follows_content() {
-        let a = ctx(&[("f", "one")], "").select(1, &spec(&["f"], "/f")).unwrap();
-        let b = ctx(&[("f", "two")], "").select(1, &spec(&["f"], "/f")).unwrap();
-        let a2 = ctx(&[("f", "one")], "").select(1, &spec(&["f"], "/f")).unwrap();
+        let a = ctx(&[("f", "one")], "")
+            .select(1, &spec(&["f"], "/f"))
+            .unwrap();
+        let b = ctx(&[("f", "two")], "")
+            .select(1, &spec(&["f"], "/f"))
+            .unwrap();
+        let a2 = ctx(&[("f", "one")], "")
+            .select(1, &spec(&["f"], "/f"))
+            .unwrap();
         assert_ne!(a.digest, b.digest);
         assert_eq!(a.digest, a2.digest);
     }
@@ -443,6 +472,9 @@ mod tests {
             data.extend_from_slice(&[b'x'; 512]);
             data.extend_from_slice(&[0; 1024]);
         }
-        assert!(matches!(Context::read(&data), Err(ContextError::Invalid(_))));
+        assert!(matches!(
+            Context::read(&data),
+            Err(ContextError::Invalid(_))
+        ));
     }
 }

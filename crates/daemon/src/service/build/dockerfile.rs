@@ -145,9 +145,7 @@ fn lines(text: &str) -> Result<Vec<Raw>, ParseError> {
 
 fn split_keyword(line: usize, text: &str) -> Result<Raw, ParseError> {
     let text = text.trim();
-    let (keyword, args) = text
-        .split_once(char::is_whitespace)
-        .unwrap_or((text, ""));
+    let (keyword, args) = text.split_once(char::is_whitespace).unwrap_or((text, ""));
     if !keyword.chars().all(|c| c.is_ascii_alphabetic()) {
         return err(line, format!("not an instruction: {text:?}"));
     }
@@ -366,7 +364,10 @@ pub fn plan(text: &str, build_args: &BTreeMap<String, String>) -> Result<Plan, P
     if from.keyword != "FROM" {
         return err(
             from.line,
-            format!("{} before FROM: a Dockerfile starts with FROM", from.keyword),
+            format!(
+                "{} before FROM: a Dockerfile starts with FROM",
+                from.keyword
+            ),
         );
     }
     let from_args = substitute(from.line, &from.args, &global_args)?;
@@ -380,7 +381,10 @@ pub fn plan(text: &str, build_args: &BTreeMap<String, String>) -> Result<Plan, P
         _ => return err(from.line, "FROM takes an image and an optional AS name"),
     };
     let image = if image == "scratch" {
-        return err(from.line, "FROM scratch is not supported; start FROM default or an image of yours");
+        return err(
+            from.line,
+            "FROM scratch is not supported; start FROM default or an image of yours",
+        );
     } else {
         image
     };
@@ -405,12 +409,7 @@ pub fn plan(text: &str, build_args: &BTreeMap<String, String>) -> Result<Plan, P
             .collect();
         let sub = |s: &str| substitute(line, s, &vars);
         let (instruction, action) = match raw.keyword.as_str() {
-            "FROM" => {
-                return err(
-                    line,
-                    "multi-stage builds (a second FROM) are not supported",
-                )
-            }
+            "FROM" => return err(line, "multi-stage builds (a second FROM) are not supported"),
             "RUN" => {
                 if raw.args.is_empty() {
                     return err(line, "RUN needs a command");
@@ -427,7 +426,10 @@ pub fn plan(text: &str, build_args: &BTreeMap<String, String>) -> Result<Plan, P
                     }
                 };
                 if raw.args.starts_with("--") {
-                    return err(line, "RUN flags (--mount, --network, ...) are not supported");
+                    return err(
+                        line,
+                        "RUN flags (--mount, --network, ...) are not supported",
+                    );
                 }
                 let mut run_env = args.clone();
                 run_env.extend(env.clone());
@@ -494,7 +496,12 @@ pub fn plan(text: &str, build_args: &BTreeMap<String, String>) -> Result<Plan, P
             "SHELL" => {
                 match json_form(&raw.args) {
                     Some(argv) if !argv.is_empty() => shell = argv,
-                    _ => return err(line, "SHELL takes a JSON array, e.g. [\"/bin/bash\", \"-c\"]"),
+                    _ => {
+                        return err(
+                            line,
+                            "SHELL takes a JSON array, e.g. [\"/bin/bash\", \"-c\"]",
+                        )
+                    }
                 }
                 (format!("SHELL {}", raw.args), Action::Meta)
             }
@@ -607,8 +614,7 @@ fn copy(line: usize, add: bool, args: &str, cwd: &str) -> Result<CopySpec, Parse
         }
     }
     // A JSON form can carry the flags before it: `COPY --chown=a ["x", "y"]`.
-    if items.len() == 1 || (items.first().is_some_and(|w| w.starts_with('[')) && items.len() > 1)
-    {
+    if items.len() == 1 || (items.first().is_some_and(|w| w.starts_with('[')) && items.len() > 1) {
         if let Some(json) = json_form(&items.join(" ")) {
             items = json;
         }
@@ -625,7 +631,10 @@ fn copy(line: usize, add: bool, args: &str, cwd: &str) -> Result<CopySpec, Parse
             );
         }
         if s.starts_with('/') || s.split('/').any(|c| c == "..") {
-            return err(line, format!("{kw} {s}: sources are paths inside the context"));
+            return err(
+                line,
+                format!("{kw} {s}: sources are paths inside the context"),
+            );
         }
     }
     let dir_dest = dest_raw.ends_with('/') || items.len() > 1;

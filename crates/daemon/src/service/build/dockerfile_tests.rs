@@ -44,7 +44,13 @@ fn a_full_dockerfile_plans_every_step() {
             add: false,
         })
     );
-    let Action::Run { argv, env, cwd, user } = &p.steps[5].action else {
+    let Action::Run {
+        argv,
+        env,
+        cwd,
+        user,
+    } = &p.steps[5].action
+    else {
         panic!("not a run: {:?}", p.steps[5]);
     };
     // RUN is not substituted by the parser: the shell does it with the env.
@@ -64,7 +70,11 @@ fn a_full_dockerfile_plans_every_step() {
     assert_eq!(p.config.exposed_ports, vec!["8000", "53/udp"]);
     assert_eq!(
         p.config.cmd,
-        Some(vec!["/bin/sh".into(), "-c".into(), "python3 -m http.server".into()])
+        Some(vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            "python3 -m http.server".into()
+        ])
     );
     assert_eq!(p.config.entrypoint, Some(vec!["tini".into(), "--".into()]));
 }
@@ -113,7 +123,10 @@ fn substitution_forms() {
     assert_eq!(s("${E:-def}|${A:-def}|${MISSING}"), "def|x|");
     assert_eq!(s("${A:+alt}|${E:+alt}"), "alt|");
     assert_eq!(s("\\$A costs $5"), "$A costs $5");
-    assert!(substitute(3, "${A", &v).unwrap_err().message.contains("unterminated"));
+    assert!(substitute(3, "${A", &v)
+        .unwrap_err()
+        .message
+        .contains("unterminated"));
 }
 
 #[test]
@@ -126,12 +139,20 @@ fn continuations_keep_the_first_line_number_and_skip_comments() {
 
 #[test]
 fn copy_destinations_and_add() {
-    let p = plan_ok("FROM default\nWORKDIR /w\nCOPY a b dir\nCOPY f renamed\nADD [\"x.tar\", \"/opt/\"]\n");
-    let Action::Copy(c) = &p.steps[2].action else { panic!() };
+    let p = plan_ok(
+        "FROM default\nWORKDIR /w\nCOPY a b dir\nCOPY f renamed\nADD [\"x.tar\", \"/opt/\"]\n",
+    );
+    let Action::Copy(c) = &p.steps[2].action else {
+        panic!()
+    };
     assert_eq!(c.dest, "/w/dir/");
-    let Action::Copy(c) = &p.steps[3].action else { panic!() };
+    let Action::Copy(c) = &p.steps[3].action else {
+        panic!()
+    };
     assert_eq!(c.dest, "/w/renamed");
-    let Action::Copy(c) = &p.steps[4].action else { panic!() };
+    let Action::Copy(c) = &p.steps[4].action else {
+        panic!()
+    };
     assert!(c.add);
     assert_eq!(c.sources, vec!["x.tar"]);
     assert_eq!(c.dest, "/opt/");
@@ -146,16 +167,28 @@ fn errors_name_their_line() {
         ("FROM default\n\nCOPY --from=base /a /b\n", 3, "--from"),
         ("FROM default\nADD https://x.org/f /f\n", 2, "URLs"),
         ("FROM default\nCOPY ../etc /x\n", 2, "inside the context"),
-        ("FROM default\nCOPY onlyone\n", 2, "source and a destination"),
+        (
+            "FROM default\nCOPY onlyone\n",
+            2,
+            "source and a destination",
+        ),
         ("FROM default\nVOLUME /data\n", 2, "VOLUME is not supported"),
-        ("FROM default\nFROBNICATE x\n", 2, "unknown instruction FROBNICATE"),
+        (
+            "FROM default\nFROBNICATE x\n",
+            2,
+            "unknown instruction FROBNICATE",
+        ),
         ("FROM default\nENV\n", 2, "needs arguments"),
         ("FROM default\nLABEL novalue\n", 2, "not KEY=value"),
         ("FROM default\nSHELL /bin/bash\n", 2, "JSON array"),
         ("FROM default\nEXPOSE http\n", 2, "not a port"),
         ("FROM default\nUSER\n", 2, "USER takes"),
         ("FROM default\nRUN\n", 2, "needs a command"),
-        ("FROM default\nRUN --mount=type=cache x\n", 2, "not supported"),
+        (
+            "FROM default\nRUN --mount=type=cache x\n",
+            2,
+            "not supported",
+        ),
         ("FROM default\nARG 1x\n", 2, "not a variable name"),
         ("FROM default\nENV A=\"open\n", 2, "unterminated quote"),
         ("FROM scratch\n", 1, "scratch"),

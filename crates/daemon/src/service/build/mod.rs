@@ -165,7 +165,12 @@ impl Service {
             h.update(b"\0");
             h.update(step.instruction.as_bytes());
             match &step.action {
-                Action::Run { argv, env, cwd, user } => {
+                Action::Run {
+                    argv,
+                    env,
+                    cwd,
+                    user,
+                } => {
                     h.update(serde_json::to_vec(&(argv, env, cwd, user)).unwrap_or_default());
                 }
                 Action::Copy(spec) => {
@@ -214,7 +219,11 @@ impl Service {
                         return;
                     }
                 }
-                let _ = tx.send(Ok(BuildEvent::Result { image })).await;
+                let _ = tx
+                    .send(Ok(BuildEvent::Result {
+                        image: Box::new(image),
+                    }))
+                    .await;
                 return;
             }
             Ok(None) => {}
@@ -246,7 +255,9 @@ impl Service {
                 if let Err(e) = self.store.put_image_build(&record).await {
                     tracing::warn!(error = %e, "recording a build in the cache");
                 }
-                Ok(BuildEvent::Result { image })
+                Ok(BuildEvent::Result {
+                    image: Box::new(image),
+                })
             }
             Err(f) => Err(f),
         };
@@ -269,8 +280,14 @@ impl Service {
         };
         let named = {
             let _turn = self.image_turn.lock().await;
-            self.name_image(&p.workspace, p.name.clone(), p.tag.clone(), imported, "build")
-                .await
+            self.name_image(
+                &p.workspace,
+                p.name.clone(),
+                p.tag.clone(),
+                imported,
+                "build",
+            )
+            .await
         };
         self.after_naming(named).await.map(Some)
     }
@@ -297,7 +314,14 @@ impl Service {
                 .unwrap_or_else(|| NetworkPolicy::mode(sbx_api_types::NetworkMode::Public)),
         );
         let created = self
-            .create_v1(&p.workspace, req, network, None, Vec::new(), Some(p.from_ref.clone()))
+            .create_v1(
+                &p.workspace,
+                req,
+                network,
+                None,
+                Vec::new(),
+                Some(p.from_ref.clone()),
+            )
             .await
             .map_err(BuildFailure::plain)?;
         let record = match created {
@@ -342,8 +366,18 @@ impl Service {
                     cwd,
                     user,
                 } => {
-                    self.build_run(p, record.id, i, step.line, argv, env, cwd, user.as_deref(), tx)
-                        .await?;
+                    self.build_run(
+                        p,
+                        record.id,
+                        i,
+                        step.line,
+                        argv,
+                        env,
+                        cwd,
+                        user.as_deref(),
+                        tx,
+                    )
+                    .await?;
                 }
             }
         }
@@ -395,12 +429,13 @@ impl Service {
         user: Option<&str>,
         tx: &mpsc::Sender<BuildItem>,
     ) -> std::result::Result<(), BuildFailure> {
-        let fail = |error: ServiceError, exit_code: Option<i32>, tail: Option<String>| BuildFailure {
-            error,
-            line: Some(line),
-            exit_code,
-            output_tail: tail,
-        };
+        let fail =
+            |error: ServiceError, exit_code: Option<i32>, tail: Option<String>| BuildFailure {
+                error,
+                line: Some(line),
+                exit_code,
+                output_tail: tail,
+            };
         let conn = self
             .agent(&p.workspace, id)
             .await
@@ -506,9 +541,18 @@ impl Service {
     /// Unpacks a COPY/ADD's files in the sandbox (as root; `--chown` after).
     async fn copy_in(&self, id: Uuid, sel: &Selection, chown: Option<&str>) -> Result<()> {
         if !sel.paths.is_empty() {
-            let argv = ["tar", "-x", "-p", "--no-overwrite-dir", "-C", "/", "-f", "-"]
-                .map(String::from)
-                .to_vec();
+            let argv = [
+                "tar",
+                "-x",
+                "-p",
+                "--no-overwrite-dir",
+                "-C",
+                "/",
+                "-f",
+                "-",
+            ]
+            .map(String::from)
+            .to_vec();
             self.root_exec(id, argv, sel.tar.clone()).await?;
         }
         for (dir, gz, data) in &sel.archives {
@@ -555,7 +599,9 @@ impl Service {
         let (_, status) = tokio::join!(feed, child.wait());
         match status {
             Ok(s) if s.success() => Ok(()),
-            Ok(s) => Err(ServiceError::BadRequest(format!("{shown} failed in the build sandbox ({s})"))),
+            Ok(s) => Err(ServiceError::BadRequest(format!(
+                "{shown} failed in the build sandbox ({s})"
+            ))),
             Err(e) => Err(ServiceError::Internal(format!("{shown}: {e}"))),
         }
     }
@@ -587,7 +633,11 @@ fn merged_config(base: &sbx_api_types::ImageConfig, plan: &Plan) -> sbx_api_type
         env: env.into_iter().map(|(k, v)| format!("{k}={v}")).collect(),
         workdir: plan.config.workdir.clone().or_else(|| base.workdir.clone()),
         user: plan.config.user.clone().or_else(|| base.user.clone()),
-        entrypoint: plan.config.entrypoint.clone().or_else(|| base.entrypoint.clone()),
+        entrypoint: plan
+            .config
+            .entrypoint
+            .clone()
+            .or_else(|| base.entrypoint.clone()),
         cmd: plan.config.cmd.clone().or_else(|| base.cmd.clone()),
         labels,
         exposed_ports: ports,
