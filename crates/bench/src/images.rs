@@ -88,19 +88,15 @@ impl Bench {
     /// Builds one context; answers the build's time (ms) and its last event.
     async fn build_once(&self, name: &str, ctx: Bytes) -> Result<(f64, Value)> {
         let started = Instant::now();
-        let r = self
+        let text = self
             .api
-            .post_bytes(
+            .post_text(
                 &format!("/v1/images/build?name={name}&tag=1"),
                 "application/x-tar",
                 ctx,
             )
             .await?;
         let ms = started.elapsed().as_secs_f64() * 1000.0;
-        let text = match &r.body {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        };
         let last: Value = text
             .lines()
             .last()
