@@ -8,7 +8,8 @@
 //!   and runs commands as the USER;
 //! - the second build of the same Dockerfile and context is a cache hit:
 //!   every step `cached`, no output (nothing ran), a small fraction of the
-//!   first build's time; a changed context file misses;
+//!   first build's time; a changed build arg runs every step; a Dockerfile with one more step replays the others from their
+//!   layers (the earlier RUN does not run again) and runs only the new one;
 //! - a failing RUN fails the build with its exit code and output tail, no
 //!   image and no build sandbox left;
 //! - parse errors and unknown FROM images are ordinary 400/404 answers.
@@ -79,7 +80,9 @@ CMD ["python3"]
 fn tools_context(dockerfile: &str, greet: &str) -> Vec<u8> {
     context(&[
         ("Dockerfile", dockerfile),
-        (".dockerignore", "secret.env\n"),
+        // The Dockerfile is left out of `COPY .`, so a changed Dockerfile
+        // does not change that step.
+        (".dockerignore", "secret.env\nDockerfile\n"),
         ("app/greet.txt", greet),
         ("keep.txt", "kept\n"),
         ("secret.env", "TOKEN=leak\n"),
@@ -187,7 +190,7 @@ async fn a_dockerfile_builds_an_image_and_a_second_build_is_a_cache_hit() {
         "a build sandbox was booted"
     );
 
-    // A changed context file (the digest of a COPY) misses.
+    // A changed build arg: every step runs (nothing before it has a layer).
     let (status, events) = build(
         &d,
         "name=tools&tag=3&buildArgs=%7B%22GREETING%22%3A%22bonjour%22%7D",
@@ -203,6 +206,60 @@ async fn a_dockerfile_builds_an_image_and_a_second_build_is_a_cache_hit() {
         env.as_array().unwrap().contains(&json!("GREETING=bonjour")),
         "{env}"
     );
+    d.destroy_and_wait(&id).await;
+
+    // Only a new last step: the prefix is replayed from its layers (the
+    // RUN that printed "installed mypkg" does not run again).
+    let longer = format!("{DOCKERFILE}RUN echo tail-step > /home/user/tail.txt && echo ran-tail\n");
+    let started = Instant::now();
+    let (status, events) = build(
+        &d,
+        "name=tools&tag=4",
+        tools_context(&longer, "hi from the context\n"),
+    )
+    .await;
+    println!("prefix-cached build: {:?}", started.elapsed());
+    assert_eq!(status, 200, "{events:#?}");
+    let steps = of_type(&events, "step");
+    assert_eq!(steps.len(), 12);
+    // Up to the last replayed RUN (step 8); USER, LABEL and CMD after it
+    // are metadata and run again, as does the new RUN.
+    assert!(
+        steps[..8].iter().all(|s| s["cached"] == true),
+        "{events:#?}"
+    );
+    assert!(
+        steps[8..].iter().all(|s| s["cached"] == false),
+        "{events:#?}"
+    );
+    let output: String = of_type(&events, "output")
+        .iter()
+        .map(|o| o["data"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(output, "ran-tail\n", "{events:#?}");
+    assert_eq!(events.last().unwrap()["type"], "result", "{events:#?}");
+    let (status, got) = d
+        .call(
+            "POST",
+            "/v1/sandboxes",
+            Some(
+                json!({"name": "user-of-tools4", "image": "tools:4", "vcpu": 1, "memoryMb": 1024}),
+            ),
+        )
+        .await;
+    assert!(status == 201 || status == 202, "{status} {got}");
+    let id = got["data"]["id"].as_str().unwrap().to_string();
+    d.wait_status(&id, "RUNNING", Duration::from_secs(120))
+        .await;
+    let (code, out, err) = d
+        .sh(
+            &id,
+            "python3 -c 'import mypkg; print(mypkg.VALUE)'; cat greet.txt /home/user/tail.txt; \
+             stat -c %U greet.txt; test -e /.sbx-build-stamp && echo STAMP; true",
+        )
+        .await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "42\nhi from the context\ntail-step\nuser\n", "{err}");
     d.destroy_and_wait(&id).await;
 }
 
@@ -247,8 +304,9 @@ async fn a_failing_run_fails_the_build_and_leaves_nothing() {
     let left: Vec<_> = std::fs::read_dir(&images)
         .map(|r| r.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())
         .unwrap_or_default();
+    // (`build-layers` holds the layer of the RUN that succeeded: cache, not an image.)
     assert!(
-        left.iter().all(|n| n == "tmp"),
+        left.iter().all(|n| n == "tmp" || n == "build-layers"),
         "image content left behind: {left:?}"
     );
 }

@@ -14,6 +14,7 @@
 
 pub mod context;
 pub mod dockerfile;
+mod layers;
 
 use super::envd::process::{pump, Output, ProcessEvent};
 use super::{Result, Service, ServiceError};
@@ -332,7 +333,44 @@ impl Service {
         self.wait_running(&p.workspace, record.id)
             .await
             .map_err(BuildFailure::plain)?;
-        for (i, step) in p.plan.steps.iter().enumerate() {
+        let id = record.id;
+        // The longest prefix of steps whose layers this tenant has: replayed, not run.
+        let prefix = p
+            .plan
+            .steps
+            .iter()
+            .zip(&p.keys)
+            .take_while(|(s, k)| s.action == Action::Meta || self.has_layer(&p.workspace, k))
+            .count();
+        // It ends at its last replayed step: metadata steps after it run
+        // (cheaply), and a prefix of metadata only is no cache hit.
+        let prefix = p.plan.steps[..prefix]
+            .iter()
+            .rposition(|s| s.action != Action::Meta)
+            .map_or(0, |last| last + 1);
+        for (i, step) in p.plan.steps.iter().enumerate().take(prefix) {
+            if tx.send(Ok(step_event(i, of, step, true))).await.is_err() {
+                return Err(BuildFailure::plain(ServiceError::BadRequest(
+                    "the client disconnected".into(),
+                )));
+            }
+            if step.action != Action::Meta {
+                self.apply_layer(id, &p.workspace, &p.keys[i])
+                    .await
+                    .map_err(|e| BuildFailure {
+                        line: Some(step.line),
+                        ..BuildFailure::plain(e)
+                    })?;
+            }
+        }
+        let mut listing = if prefix < of {
+            self.listing_and_stamp(id)
+                .await
+                .map_err(BuildFailure::plain)?
+        } else {
+            Default::default()
+        };
+        for (i, step) in p.plan.steps.iter().enumerate().skip(prefix) {
             if tx.send(Ok(step_event(i, of, step, false))).await.is_err() {
                 return Err(BuildFailure::plain(ServiceError::BadRequest(
                     "the client disconnected".into(),
@@ -380,7 +418,14 @@ impl Service {
                     .await?;
                 }
             }
+            if step.action != Action::Meta {
+                listing = self
+                    .capture_layer(id, &p.workspace, &p.keys[i], &listing)
+                    .await
+                    .map_err(failed)?;
+            }
         }
+        self.drop_stamp(id).await.map_err(BuildFailure::plain)?;
         self.capture_sandbox(
             &p.workspace,
             record.id,
