@@ -9,8 +9,8 @@
 //! substitution, the env a RUN sees, the digest of the files a COPY takes).
 //! The key of the last step maps to the image content it made
 //! (`image_builds`), so an unchanged Dockerfile and context name the image
-//! without booting anything. Intermediate steps are not kept (see
-//! docs/images.md), so a changed step rebuilds from FROM.
+//! without booting anything; the changes of every filesystem step are kept
+//! as layers (`layers.rs`), so a build sharing a prefix replays it.
 
 pub mod context;
 pub mod dockerfile;
