@@ -472,7 +472,7 @@ await step("images: import a tarball, see the usage, boot it from the create for
   await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "Images", exact: true }).click();
   await page.getByRole("heading", { name: "Images", exact: true }).waitFor();
   await page.getByLabel("Image tarball").setInputFiles({ name: "tiny.tar", mimeType: "application/x-tar", buffer: ociImage("from-console") });
-  await page.getByLabel("Name and tag").fill("console-img:1");
+  await page.getByLabel("Name and tag", { exact: true }).fill("console-img:1");
   assert((await unlabelled()).length === 0, `unlabelled controls: ${await unlabelled()}`);
   await page.getByRole("button", { name: "Import image", exact: true }).click();
   const row = page.locator('table[aria-label=Images] tr[data-name="console-img:1"]');
@@ -509,6 +509,29 @@ await step("images: import a tarball, see the usage, boot it from the create for
   await def.waitFor({ state: "detached" });
   await row.getByRole("button", { name: "Delete", exact: true }).click();
   await row.waitFor({ state: "detached" });
+});
+
+await step("images: build from a Dockerfile typed in the form, its log live, then again from the cache", async () => {
+  await page.goto(`${base}/#/images`);
+  await page.getByRole("heading", { name: "Images", exact: true }).waitFor();
+  await page.getByLabel("Image name and tag").fill("console-built:1");
+  await page.getByLabel("Dockerfile", { exact: true }).fill("FROM default\nRUN echo building-now && echo hi > /hello\nENV GREETING=hi\n");
+  await page.getByRole("button", { name: "Build image", exact: true }).click();
+  const log = page.getByLabel("Build log");
+  await log.locator("span", { hasText: /^building-now\s*$/ }).waitFor();
+  await page.locator("main p", { hasText: "Built console-built:1" }).waitFor({ timeout: 180_000 });
+  const text = await log.textContent();
+  assert(text.includes("Step 2/3 (line 2): RUN echo building-now") && !text.includes("[cached]"), `log: ${text}`);
+  await page.locator('table[aria-label=Images] tr[data-name="console-built:1"]', { hasText: "build" }).waitFor();
+  await shot("image-build");
+  // The same Dockerfile again: every step from the cache, nothing run.
+  await page.getByLabel("Image name and tag").fill("console-built:1");
+  await page.getByRole("button", { name: "Build image", exact: true }).click();
+  await page.locator("main p", { hasText: "Built console-built:1" }).waitFor();
+  const again = await log.textContent();
+  assert(again.includes("[cached]") && !again.includes("building-now\n"), `cached log: ${again}`);
+  await page.locator('table[aria-label=Images] tr[data-name="console-built:1"]').getByRole("button", { name: "Delete", exact: true }).click();
+  await page.locator('table[aria-label=Images] tr[data-name="console-built:1"]').waitFor({ state: "detached" });
 });
 
 await step("templates: create one with a start command and a port check, READY, create a sandbox from it, delete it", async () => {

@@ -128,6 +128,12 @@ pub struct ImageConfig {
     /// Command (kept as metadata).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cmd: Option<Vec<String>>,
+    /// Labels (a Dockerfile's `LABEL`; metadata).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// Ports a Dockerfile's `EXPOSE` named, as written (`8000`, `53/udp`; metadata).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exposed_ports: Vec<String>,
 }
 
 /// An image as the API shows it.
@@ -228,4 +234,57 @@ mod tests {
         assert!(ImageRef::parse_new_name("default").is_err());
         assert!(ImageRef::parse_new_name(&d).is_err());
     }
+}
+
+/// One line of a build's NDJSON log (`POST /v1/images/build`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum BuildEvent {
+    /// A step starts (or is served from the cache).
+    Step {
+        /// 1-based step number.
+        step: usize,
+        /// Number of steps.
+        of: usize,
+        /// Its line in the Dockerfile.
+        line: usize,
+        /// The instruction, variables substituted.
+        instruction: String,
+        /// Served from the layer cache: nothing ran.
+        cached: bool,
+    },
+    /// Output of a step's command.
+    Output {
+        /// The step.
+        step: usize,
+        /// `stdout` or `stderr`.
+        stream: String,
+        /// The bytes (lossy UTF-8).
+        data: String,
+    },
+    /// The build succeeded: the named image.
+    Result {
+        /// The image.
+        image: Box<Image>,
+    },
+    /// The build failed; nothing was stored.
+    Error {
+        /// Stable code (`build_failed` for a failing step, else an API error code).
+        code: String,
+        /// What happened.
+        message: String,
+        /// The Dockerfile line, when a step failed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        line: Option<usize>,
+        /// The failing RUN's exit code.
+        #[serde(default, rename = "exitCode", skip_serializing_if = "Option::is_none")]
+        exit_code: Option<i32>,
+        /// The last output of the failing step.
+        #[serde(
+            default,
+            rename = "outputTail",
+            skip_serializing_if = "Option::is_none"
+        )]
+        output_tail: Option<String>,
+    },
 }

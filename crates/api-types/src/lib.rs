@@ -18,7 +18,7 @@ pub mod volumes;
 
 pub use errors::{ErrorBody, ErrorCode, ErrorItem};
 pub use images::{
-    Image, ImageConfig, ImageFromSandboxRequest, ImageList, ImageRef, ImageTagRequest,
+    BuildEvent, Image, ImageConfig, ImageFromSandboxRequest, ImageList, ImageRef, ImageTagRequest,
 };
 pub use network::{AllowRule, NetworkDenial, NetworkMode, NetworkPolicy, NetworkStatus};
 pub use nodes::{Node, NodeCapacity, NodeState};

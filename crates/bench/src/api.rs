@@ -101,6 +101,27 @@ impl Api {
         Self::decode(&Method::POST, path, resp).await
     }
 
+    /// POSTs raw bytes and answers the whole body as text (NDJSON answers).
+    pub async fn post_text(&self, path: &str, content_type: &str, body: Bytes) -> Result<String> {
+        let resp = self
+            .http
+            .post(self.url(path))
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+            .await
+            .with_context(|| format!("POST {path}"))?;
+        let status = resp.status();
+        let text = resp.text().await.with_context(|| format!("POST {path}"))?;
+        if !status.is_success() {
+            bail!(
+                "POST {path}: HTTP {status}: {}",
+                &text[..text.len().min(300)]
+            );
+        }
+        Ok(text)
+    }
+
     /// POSTs a body with extra headers and no error mapping: (status, elapsed). For
     /// senders that are not API callers (webhook deliveries).
     pub async fn post_raw(

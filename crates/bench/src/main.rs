@@ -16,6 +16,7 @@ mod cli;
 mod cluster;
 mod connect;
 mod cpu;
+mod images;
 mod lifecycle;
 mod load;
 mod network;
@@ -333,6 +334,9 @@ async fn main() -> Result<()> {
             }
             if b.wants("webhook-deliveries") {
                 b.webhooks().await;
+            }
+            if images::SCENARIOS.iter().any(|s| b.wants(s)) {
+                b.images().await;
             }
             if store::SCENARIOS.iter().any(|s| b.wants(s)) {
                 b.store().await;

@@ -425,6 +425,24 @@ pub enum VolumeCommand {
 /// `sbx image ...`.
 #[derive(Debug, Subcommand)]
 pub enum ImageCommand {
+    /// Build an image from a Dockerfile: packs CONTEXT (a directory) and
+    /// prints the build log live; exits non-zero when the build fails.
+    Build {
+        /// The build context directory.
+        context: std::path::PathBuf,
+        /// The Dockerfile (default: CONTEXT/Dockerfile).
+        #[arg(short = 'f', long = "file")]
+        file: Option<std::path::PathBuf>,
+        /// Name and tag of the image (tag `latest` when left out).
+        #[arg(short = 't', long = "tag", value_name = "NAME:TAG")]
+        tag: String,
+        /// An ARG value, KEY=VALUE (repeatable).
+        #[arg(long = "build-arg", value_name = "KEY=VALUE")]
+        build_arg: Vec<String>,
+        /// The build sandbox's egress: public (default), https-only or none.
+        #[arg(long)]
+        network: Option<String>,
+    },
     /// Import an OCI image layout or `docker save` tarball and print the image as JSON.
     Import {
         /// The tarball.

@@ -40,6 +40,7 @@ mod volumes;
 pub use auth::{authorization_header, hashed_signing_key};
 pub use error::ClientError;
 pub use files::ByteStream;
+pub use images::{BuildLog, BuildOptions};
 pub use ndjson::{decode_stream, parse_frame, ChunkStream, LineDecoder};
 /// The wire types, re-exported.
 pub use sbx_api_types as api;

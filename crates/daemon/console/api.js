@@ -75,7 +75,11 @@ export async function get(path, opts) {
 
 /** Reads an NDJSON stream, calling `onFrame` per parsed line, until EOF or abort. */
 export async function ndjson(path, onFrame, signal) {
-  const resp = await request("GET", path, undefined, { signal });
+  await readNdjson(await request("GET", path, undefined, { signal }), onFrame);
+}
+
+/** Calls `onFrame` with each parsed line of an NDJSON answer until it ends. */
+export async function readNdjson(resp, onFrame) {
   const reader = resp.body.getReader();
   const decoder = new TextDecoder();
   let buffered = "";

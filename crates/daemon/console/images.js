@@ -1,4 +1,5 @@
-// `#/images`: the tenant's images: usage against the quota, the list, import
+// `#/images`: the tenant's images: usage against the quota, the list, a
+// Dockerfile build with its live log (build.js), import
 // of an OCI layout or `docker save` tarball, "Make default" (tags the image
 // `default`, which creates that name no image boot) and delete
 // (see docs/images.md). Choosing an image is a field of the create form (list.js).
@@ -6,6 +7,7 @@
 import { call, q } from "./api.js";
 import { bytes, errorView, field, h, replace, time, withProgress } from "./dom.js";
 import { poll, POLL_MS } from "./list.js";
+import { buildForm } from "./build.js";
 
 /** `name:tag` as the API and the lists show it. */
 export const imageName = (i) => `${i.name}:${i.tag}`;
@@ -24,8 +26,8 @@ export async function imagesPage(el, signal) {
   const usage = h("p", { class: "muted", "aria-live": "polite" });
   const status = h("div", { "aria-live": "polite" });
   const table = h("div", {}, h("p", { class: "muted" }, "Loading…"));
-  replace(el, h("h1", {}, "Images"), usage, status, table, form);
   let seen = "";
+  replace(el, h("h1", {}, "Images"), usage, status, table, buildForm(() => { seen = ""; }), form);
 
   form.addEventListener("submit", async (ev) => {
     ev.preventDefault();

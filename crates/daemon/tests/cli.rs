@@ -483,3 +483,75 @@ async fn cli_templates_create_list_clone_and_remove() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("template_not_found"));
     d.destroy_all(std::time::Duration::from_secs(60)).await;
 }
+
+#[tokio::test]
+#[ignore = "needs root, runsc and the image; run ./scripts/test"]
+async fn cli_image_build_prints_the_log_and_exits_non_zero_on_failure() {
+    let d = Daemon::start(&[]).await;
+    let ctx = tempfile::tempdir().unwrap();
+    std::fs::write(ctx.path().join("f.txt"), "from the context\n").unwrap();
+    // A Dockerfile outside the context directory (`-f`).
+    let outside = tempfile::tempdir().unwrap();
+    let good = outside.path().join("Good.Dockerfile");
+    std::fs::write(
+        &good,
+        "FROM default\nARG WORD=x\nCOPY f.txt /f.txt\nRUN echo word=$WORD && cat /f.txt\n",
+    )
+    .unwrap();
+    let ctx_arg = ctx.path().to_str().unwrap();
+    let out = sbx(
+        &d,
+        &[
+            "image",
+            "build",
+            "-f",
+            good.to_str().unwrap(),
+            ctx_arg,
+            "-t",
+            "clibuilt:1",
+            "--build-arg",
+            "WORD=hello",
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("Step 3/4 : COPY f.txt /f.txt"), "{stdout}");
+    assert!(
+        stdout.contains("word=hello\nfrom the context\n"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("Built clibuilt:1 sha256:"), "{stdout}");
+    // Again: every step from the cache.
+    let out = sbx(
+        &d,
+        &[
+            "image",
+            "build",
+            "-f",
+            good.to_str().unwrap(),
+            ctx_arg,
+            "-t",
+            "clibuilt:2",
+            "--build-arg",
+            "WORD=hello",
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(stdout.matches("(cached)").count(), 4, "{stdout}");
+
+    std::fs::write(
+        ctx.path().join("Dockerfile"),
+        "FROM default\nRUN echo boom; exit 3\n",
+    )
+    .unwrap();
+    let out = sbx(&d, &["image", "build", ctx_arg, "-t", "clifail:1"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(
+        stderr.contains("build_failed") && stderr.contains("boom"),
+        "{stderr}"
+    );
+    let out = sbx(&d, &["image", "build", ctx_arg, "-t", "Bad:Name"]);
+    assert_ne!(out.status.code(), Some(0));
+}

@@ -566,6 +566,25 @@ impl AsyncStore {
         self.run(move |s| s.volume_mounts(volume_id)).await
     }
 
+    /// See [`Store::put_image_build`].
+    pub async fn put_image_build(
+        &self,
+        record: &crate::ImageBuildRecord,
+    ) -> Result<(), StoreError> {
+        let record = record.clone();
+        self.run(move |s| s.put_image_build(&record)).await
+    }
+
+    /// See [`Store::get_image_build`].
+    pub async fn get_image_build(
+        &self,
+        workspace: &str,
+        cache_key: &str,
+    ) -> Result<Option<crate::ImageBuildRecord>, StoreError> {
+        let (w, k) = (workspace.to_string(), cache_key.to_string());
+        self.run(move |s| s.get_image_build(&w, &k)).await
+    }
+
     /// See [`Store::put_image`].
     pub async fn put_image(
         &self,

@@ -28,3 +28,19 @@ pub struct ImageRecord {
 /// The columns of the `images` table, in the order both backends read them.
 pub(crate) const IMAGE_COLUMNS: &str =
     "workspace, name, tag, digest, size_bytes, origin, config, node_id, created_at_ms";
+
+/// A Dockerfile build cache entry: what a build whose last step had
+/// `cache_key` produced, per tenant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageBuildRecord {
+    /// Its tenant scope (`workspace/env`).
+    pub workspace: String,
+    /// Hex sha256 chaining every step of the build (see `docs/images.md`).
+    pub cache_key: String,
+    /// The image content the build produced.
+    pub digest: String,
+    /// Bytes of that content's root filesystem.
+    pub size_bytes: u64,
+    /// When the build finished.
+    pub created_at: DateTime<Utc>,
+}

@@ -21,7 +21,7 @@ mod volumes;
 
 pub use async_store::AsyncStore;
 pub use e2b::E2bRecord;
-pub use images::ImageRecord;
+pub use images::{ImageBuildRecord, ImageRecord};
 pub use migrate::{copy_store, Copied, CopyReport};
 pub use nodes::{FailOver, NodeRecord, NodeRegistration, NodeState, NodeUsage, NODE_LOST};
 pub use postgres::{
@@ -413,4 +413,12 @@ pub trait Store: Send + Sync {
     fn set_sandbox_template(&self, sandbox_id: Uuid, template: &str) -> Result<(), StoreError>;
     /// The template a sandbox was created from.
     fn sandbox_template(&self, sandbox_id: Uuid) -> Result<Option<String>, StoreError>;
+    /// Records (or replaces) a tenant's build cache entry.
+    fn put_image_build(&self, record: &ImageBuildRecord) -> Result<(), StoreError>;
+    /// A tenant's build cache entry by key.
+    fn get_image_build(
+        &self,
+        workspace: &str,
+        cache_key: &str,
+    ) -> Result<Option<ImageBuildRecord>, StoreError>;
 }

@@ -237,6 +237,7 @@ fn body_is_not_json(method: &Method, path: &str) -> bool {
         (&Method::PUT, ["v2", "sandboxes", _, "files"])
             | (&Method::POST, ["v1", "connect", "packages"])
             | (&Method::POST, ["v1", "images"])
+            | (&Method::POST, ["v1", "images", "build"])
             | (&Method::POST, ["console", "session"])
             | (&Method::POST, ["v1", "connect", "webhooks", _])
     )
@@ -450,6 +451,10 @@ mod tests {
         let tar = ("content-type", "application/x-tar");
         assert_eq!(
             check(Method::POST, "/v1/images?name=a&tag=1", &[HOST, BODY, tar]),
+            Ok(())
+        );
+        assert_eq!(
+            check(Method::POST, "/v1/images/build?name=a", &[HOST, BODY, tar]),
             Ok(())
         );
         let form = ("content-type", "application/x-www-form-urlencoded");

@@ -15,6 +15,7 @@ mod error;
 mod files;
 pub mod forward;
 mod idempotency;
+mod image_build;
 mod images;
 mod metrics;
 mod nodes;
@@ -285,6 +286,8 @@ pub fn router(
         )
         // Image imports stream to a spool file and enforce their own limit.
         .route("/v1/images", get(images::list).post(images::import))
+        // Build contexts are read into memory up to their own limit.
+        .route("/v1/images/build", post(image_build::build))
         .layer(DefaultBodyLimit::disable());
     let inngest = Router::new()
         .merge(v2)

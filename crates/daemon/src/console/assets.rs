@@ -49,6 +49,7 @@ pub static ASSETS: &[Asset] = &[
     asset!("preview.js", JS),
     asset!("volumes.js", JS),
     asset!("images.js", JS),
+    asset!("build.js", JS),
     asset!("templates.js", JS),
     asset!("terminal.js", JS),
     // xterm.js, vendored from npm by scripts/vendor-xterm (versions in vendor/VERSIONS).

@@ -66,6 +66,13 @@ impl Service {
         if command.cwd.is_none() {
             command.cwd = self.image_workdir(id).await;
         }
+        // The agent's exec runs as root: an image's USER goes through
+        // util-linux `runuser` (keeps the environment, sets HOME and USER).
+        if let Some(user) = self.image_user(id).await {
+            let mut argv = vec!["runuser".to_string(), "-u".into(), user, "--".into()];
+            argv.append(&mut command.argv);
+            command.argv = argv;
+        }
         let timeout_ms = match req.timeout.as_deref() {
             Some(t) => validate::timeout_ms("timeout", t)?,
             None => DEFAULT_TIMEOUT_MS,
@@ -126,11 +133,15 @@ impl Service {
         if command.cwd.is_none() {
             command.cwd = self.image_workdir(id).await;
         }
+        let user = self.image_user(id).await;
         let conn = self.agent(workspace, id).await?;
         match conn
             .call(Request::ProcessStart {
                 command,
-                options: Default::default(),
+                options: sbx_agent_proto::ProcessOptions {
+                    user,
+                    ..Default::default()
+                },
             })
             .await
         {

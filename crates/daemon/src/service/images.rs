@@ -42,6 +42,15 @@ pub(super) struct ResolvedImage {
     pub config: ImageConfig,
 }
 
+/// What a sandbox's image sets for commands that name no cwd or user.
+#[derive(Debug, Clone, Default)]
+pub(super) struct ImageDefaults {
+    /// `workdir`.
+    pub workdir: Option<String>,
+    /// `user`.
+    pub user: Option<String>,
+}
+
 /// The digest a sandbox's or snapshot's `image_ref` names (`None`: the default image).
 pub(super) fn digest_of(image_ref: &str) -> Option<&str> {
     let digest = image_ref.rsplit_once('@').map_or(image_ref, |(_, d)| d);
@@ -204,20 +213,39 @@ impl Service {
     }
 
     /// Where commands with no `cwd` run in sandbox `id`: its image's working
-    /// directory (`None`: the agent's default, the user's home). Images are
-    /// immutable, so the answer is kept per sandbox.
+    /// directory (`None`: the agent's default, the user's home).
     pub(super) async fn image_workdir(&self, id: Uuid) -> Option<String> {
-        if let Some(known) = self.workdirs.lock().ok()?.get(&id) {
-            return known.clone();
+        self.image_defaults(id).await.workdir
+    }
+
+    /// The user commands that name none run as in sandbox `id`: its image's
+    /// `user` (`None`: root, as always). A `user:group` gives the user.
+    pub(super) async fn image_user(&self, id: Uuid) -> Option<String> {
+        self.image_defaults(id)
+            .await
+            .user
+            .map(|u| u.split(':').next().unwrap_or_default().to_string())
+            .filter(|u| !u.is_empty() && u != "root" && u != "0")
+    }
+
+    /// Sandbox `id`'s image's working directory and user. Images are
+    /// immutable, so the answer is kept per sandbox.
+    async fn image_defaults(&self, id: Uuid) -> ImageDefaults {
+        if let Some(known) = self.workdirs.lock().ok().and_then(|k| k.get(&id).cloned()) {
+            return known;
         }
-        let record = self.store.get_sandbox(id).await.ok()??;
-        let workdir = digest_of(&record.image_ref)
-            .and_then(|d| self.images.config(d))
-            .and_then(|c| c.workdir);
+        let Ok(Some(record)) = self.store.get_sandbox(id).await else {
+            return ImageDefaults::default();
+        };
+        let config = digest_of(&record.image_ref).and_then(|d| self.images.config(d));
+        let defaults = ImageDefaults {
+            workdir: config.as_ref().and_then(|c| c.workdir.clone()),
+            user: config.and_then(|c| c.user),
+        };
         if let Ok(mut known) = self.workdirs.lock() {
-            known.insert(id, workdir.clone());
+            known.insert(id, defaults.clone());
         }
-        workdir
+        defaults
     }
 
     /// Records a new image row for `name:tag`, within the tenant's quota.
@@ -364,6 +392,23 @@ impl Service {
         let config = digest_of(&record.image_ref)
             .and_then(|d| self.images.config(d))
             .unwrap_or_default();
+        self.capture_sandbox(workspace, id, name, tag, config, "sandbox")
+            .await
+    }
+
+    /// The running sandbox `id`'s files (a `tar` of its `/` run inside it,
+    /// without the kernel's and runtime's mounts, `/tmp` and its volumes)
+    /// named `name:tag` with `config` (image from a sandbox, and the end of a
+    /// Dockerfile build).
+    pub(super) async fn capture_sandbox(
+        self: &Arc<Self>,
+        workspace: &str,
+        id: Uuid,
+        name: String,
+        tag: String,
+        config: ImageConfig,
+        origin: &str,
+    ) -> Result<Image> {
         let mut argv: Vec<String> = [
             "tar",
             "-C",
@@ -443,7 +488,7 @@ impl Service {
             })
             .await
             .map_err(|e| ServiceError::Internal(e.to_string()))??;
-            self.name_image(workspace, name, tag, imported, "sandbox")
+            self.name_image(workspace, name, tag, imported, origin)
                 .await
         }
         .await;
@@ -576,7 +621,7 @@ pub(super) fn image_env(config: &ImageConfig) -> BTreeMap<String, String> {
 }
 
 /// A new image's `name` and `tag` (default `latest`), validated.
-fn new_name(name: Option<String>, tag: Option<String>) -> Result<(String, String)> {
+pub(super) fn new_name(name: Option<String>, tag: Option<String>) -> Result<(String, String)> {
     let name = name.ok_or(ValidationError::Missing("name"))?;
     let raw = format!("{name}:{}", tag.as_deref().unwrap_or("latest"));
     Ok(ImageRef::parse_new_name(&raw)?)

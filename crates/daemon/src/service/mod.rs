@@ -14,6 +14,7 @@
 //! sandbox. Every agent exchange has a deadline (`runtime::agent_conn`).
 
 mod admission;
+pub mod build;
 mod commands;
 mod create;
 pub mod e2b;
@@ -128,7 +129,7 @@ pub struct Service {
     /// Where images go for other nodes (`image_remote.rs`); `None`: node-local.
     image_objects: Option<Arc<dyn sbx_node::snapshot_store::SnapshotStore>>,
     /// Working directory of each sandbox's image, once looked up.
-    workdirs: Mutex<HashMap<Uuid, Option<String>>>,
+    workdirs: Mutex<HashMap<Uuid, images::ImageDefaults>>,
     /// This service, for the background work of `&self` calls (template
     /// rebuilds started where an image name moves).
     me: std::sync::Weak<Service>,

@@ -258,6 +258,7 @@ impl Archive {
             user: run.user.filter(|u| !u.is_empty()),
             entrypoint: run.entrypoint,
             cmd: run.cmd,
+            ..ImageConfig::default()
         };
         Ok(Contents { layers, config })
     }

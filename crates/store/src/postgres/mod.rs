@@ -7,6 +7,7 @@
 //! the trait async and drops the workers.
 
 mod e2b;
+mod image_builds;
 mod images;
 mod nodes;
 mod pool;
@@ -36,6 +37,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/postgres/0007_sandbox_previews.sql"),
     include_str!("../../migrations/postgres/0008_volumes.sql"),
     include_str!("../../migrations/postgres/0009_images.sql"),
+    include_str!("../../migrations/postgres/0010_image_builds.sql"),
     include_str!("../../migrations/postgres/0011_templates.sql"),
 ];
 

@@ -725,6 +725,18 @@ impl Store for PostgresStore {
         self.mounts_where("volume_id", volume_id)
     }
 
+    fn put_image_build(&self, record: &crate::ImageBuildRecord) -> Result<(), StoreError> {
+        self.put_image_build_row(record)
+    }
+
+    fn get_image_build(
+        &self,
+        workspace: &str,
+        cache_key: &str,
+    ) -> Result<Option<crate::ImageBuildRecord>, StoreError> {
+        self.get_image_build_row(workspace, cache_key)
+    }
+
     fn put_image(
         &self,
         record: &crate::ImageRecord,

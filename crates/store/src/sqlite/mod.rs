@@ -13,6 +13,7 @@ use std::sync::Mutex;
 use uuid::Uuid;
 
 mod e2b;
+mod image_builds;
 mod images;
 mod nodes;
 mod previews;
@@ -36,6 +37,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/sqlite/0010_sandbox_previews.sql"),
     include_str!("../../migrations/sqlite/0011_volumes.sql"),
     include_str!("../../migrations/sqlite/0012_images.sql"),
+    include_str!("../../migrations/sqlite/0013_image_builds.sql"),
     include_str!("../../migrations/sqlite/0014_templates.sql"),
 ];
 
@@ -673,6 +675,18 @@ impl Store for SqliteStore {
 
     fn volume_mounts(&self, volume_id: Uuid) -> Result<Vec<crate::VolumeMountRecord>, StoreError> {
         self.mounts_where("volume_id", volume_id)
+    }
+
+    fn put_image_build(&self, record: &crate::ImageBuildRecord) -> Result<(), StoreError> {
+        self.put_image_build_row(record)
+    }
+
+    fn get_image_build(
+        &self,
+        workspace: &str,
+        cache_key: &str,
+    ) -> Result<Option<crate::ImageBuildRecord>, StoreError> {
+        self.get_image_build_row(workspace, cache_key)
     }
 
     fn put_image(

@@ -288,7 +288,12 @@ async fn find(conn: &AgentConn, selector: &Selector) -> Result<ProcessInfo> {
 /// Streams a process's output from `from` (a byte offset), then its end,
 /// as events; the agent stream is cancelled (the process keeps running)
 /// when the receiver is dropped.
-fn pump(conn: AgentConn, info: ProcessInfo, from: u64, deadline: Option<Instant>) -> ProcessEvents {
+pub(crate) fn pump(
+    conn: AgentConn,
+    info: ProcessInfo,
+    from: u64,
+    deadline: Option<Instant>,
+) -> ProcessEvents {
     let (tx, rx) = mpsc::channel(EVENT_BUFFER);
     tokio::spawn(async move {
         let pid = info.pid.unwrap_or_default().max(0) as u32;
