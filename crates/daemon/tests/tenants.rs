@@ -113,6 +113,18 @@ struct Fixture {
     image: String,
 }
 
+/// A build context holding only a Dockerfile.
+fn dockerfile_context(dockerfile: &str) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    let mut h = tar::Header::new_gnu();
+    h.set_size(dockerfile.len() as u64);
+    h.set_mode(0o644);
+    h.set_cksum();
+    b.append_data(&mut h, "Dockerfile", dockerfile.as_bytes())
+        .unwrap();
+    b.into_inner().unwrap()
+}
+
 /// A gzip tarball of `examples/NAME` (files at the archive root).
 fn example_tarball(name: &str) -> Vec<u8> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -229,6 +241,12 @@ fn case(method: &str, template: &str, a: &Fixture) -> (String, Option<Vec<u8>>, 
             Status(201),
         ),
         ("DELETE", "/v1/images/{reference}") => (path, None, Status(204)),
+        // B builds FROM A's image by its digest: as unknown to B as any image.
+        ("POST", "/v1/images/build") => (
+            "/v1/images/build?name=stolen".into(),
+            Some(dockerfile_context(&format!("FROM {}\n", a.image))),
+            NotFound("image_not_found"),
+        ),
         // By A's digest: B cannot name A's content, whatever B imported meanwhile.
         ("POST", "/v1/images/{reference}/tag") => (
             format!("/v1/images/{}/tag", a.image),
@@ -638,7 +656,7 @@ async fn no_route_lets_one_tenant_reach_another() {
             "application/octet-stream"
         } else if method == "POST" && template == "/v1/connect/packages" {
             "application/gzip"
-        } else if method == "POST" && template == "/v1/images" {
+        } else if method == "POST" && (template == "/v1/images" || template == "/v1/images/build") {
             "application/x-tar"
         } else {
             "application/json"
