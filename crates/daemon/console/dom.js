@@ -132,5 +132,22 @@ export async function withProgress(where, button, label, work) {
   }
 }
 
+/**
+ * A row's action button: runs `work` on click, then `done()`; an error is
+ * shown in `status` instead.
+ */
+export function actionButton(label, cls, status, work, done) {
+  const b = h("button", { type: "button", class: cls }, label);
+  b.addEventListener("click", async () => {
+    try {
+      await work();
+      done();
+    } catch (err) {
+      replace(status, errorView(err));
+    }
+  });
+  return b;
+}
+
 /** Waits `ms` milliseconds. */
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));

@@ -5,7 +5,7 @@
 // (see docs/images.md). Choosing an image is a field of the create form (list.js).
 
 import { call, q } from "./api.js";
-import { bytes, errorView, field, h, replace, time, withProgress } from "./dom.js";
+import { actionButton, bytes, errorView, field, h, replace, time, withProgress } from "./dom.js";
 import { poll, POLL_MS } from "./list.js";
 import { buildForm } from "./build.js";
 
@@ -61,18 +61,7 @@ export async function imagesPage(el, signal) {
 
 /** One row: the node's default image has no actions; the tenant's default can be unset. */
 function imageRow(i, status, changed) {
-  const act = (label, cls, work) => {
-    const b = h("button", { type: "button", class: cls }, label);
-    b.addEventListener("click", async () => {
-      try {
-        await work();
-        changed();
-      } catch (err) {
-        replace(status, errorView(err));
-      }
-    });
-    return b;
-  };
+  const act = (label, cls, work) => actionButton(label, cls, status, work, changed);
   const isDefault = i.name === "default";
   const actions = [];
   if (i.origin !== "default" && !isDefault) {

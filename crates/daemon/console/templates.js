@@ -4,7 +4,7 @@
 // rebuild and delete. Creating from one is a field of the create form (list.js).
 
 import { call, get, q } from "./api.js";
-import { badge, errorView, field, h, replace, time } from "./dom.js";
+import { actionButton, badge, errorView, field, h, replace, time } from "./dom.js";
 import { poll, POLL_MS } from "./list.js";
 
 /** `#/templates`: the list (polled: builds move BUILDING → READY or FAILED) and the form. */
@@ -81,18 +81,7 @@ export async function templatesPage(el, signal) {
 }
 
 function templateRow(t, status, changed) {
-  const act = (label, cls, work) => {
-    const b = h("button", { type: "button", class: cls }, label);
-    b.addEventListener("click", async () => {
-      try {
-        await work();
-        changed();
-      } catch (err) {
-        replace(status, errorView(err));
-      }
-    });
-    return b;
-  };
+  const act = (label, cls, work) => actionButton(label, cls, status, work, changed);
   const rebuild = act("Rebuild", "", () => call("POST", `/v1/templates/${q(t.name)}/rebuild`));
   const del = act("Delete", "danger", async () => {
     if (!confirm(`Delete template ${t.name} and its snapshot?`)) return;

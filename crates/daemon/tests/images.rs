@@ -19,59 +19,19 @@
 
 mod common;
 
-use common::oci::{gzip, layer, oci_layout, tiny_image, Entry};
+use common::oci::{gzip, layer, oci_layout, shell_layer, tiny_image, Entry};
 use common::{assert_error, Daemon, KillLeftovers};
 use serde_json::{json, Value};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// One boot-heavy case at a time on this 2-core machine.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-fn image_rootfs() -> PathBuf {
-    PathBuf::from(std::env::var("SBX_TEST_IMAGE_ROOTFS").expect("SBX_TEST_IMAGE_ROOTFS"))
-}
-
-/// A file of the default image, for the hand-made image's first layer.
-fn from_default(path: &str) -> Vec<u8> {
-    std::fs::read(image_rootfs().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
-}
-
-/// Layer 1: just enough of a system to run `sh`, `env` and `cat` (dynamically
-/// linked against the default image's libc), merged-usr symlinks, and files
-/// for layer 2 to delete or hide.
+/// Layer 1: a shell system (`common::oci::shell_layer`) and files for
+/// layer 2 to delete or hide.
 fn base_layer() -> Vec<u8> {
-    let lib = "usr/lib/x86_64-linux-gnu";
-    layer(&[
-        Entry::Dir("usr/"),
-        Entry::Dir("usr/bin/"),
-        Entry::File("usr/bin/dash", from_default("usr/bin/dash"), 0o755),
-        Entry::Symlink("usr/bin/sh", "dash"),
-        Entry::File("usr/bin/env", from_default("usr/bin/env"), 0o755),
-        Entry::File("usr/bin/cat", from_default("usr/bin/cat"), 0o755),
-        Entry::File(
-            &format!("{lib}/libc.so.6"),
-            from_default(&format!("{lib}/libc.so.6")),
-            0o755,
-        ),
-        Entry::File(
-            &format!("{lib}/ld-linux-x86-64.so.2"),
-            from_default(&format!("{lib}/ld-linux-x86-64.so.2")),
-            0o755,
-        ),
-        Entry::Symlink(
-            "usr/lib64/ld-linux-x86-64.so.2",
-            "/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
-        ),
-        Entry::Symlink("bin", "usr/bin"),
-        Entry::Symlink("lib", "usr/lib"),
-        Entry::Symlink("lib64", "usr/lib64"),
-        Entry::File(
-            "etc/passwd",
-            b"root:x:0:0:root:/root:/bin/sh\n".to_vec(),
-            0o644,
-        ),
-        Entry::Dir("root/"),
+    shell_layer(&[
         Entry::File("app/keep.txt", b"kept\n".to_vec(), 0o644),
         Entry::File("app/gone.txt", b"should be whited out\n".to_vec(), 0o644),
         Entry::File("opq/old.txt", b"hidden by the opaque dir\n".to_vec(), 0o644),

@@ -23,57 +23,21 @@
 
 mod common;
 
-use common::oci::{layer, oci_layout, Entry};
+use common::oci::{layer, oci_layout, shell_layer, Entry};
 use common::{assert_error, Daemon, KillLeftovers};
 use serde_json::{json, Value};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// One boot-heavy case at a time on this 2-core machine.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-fn from_default(path: &str) -> Vec<u8> {
-    let root =
-        PathBuf::from(std::env::var("SBX_TEST_IMAGE_ROOTFS").expect("SBX_TEST_IMAGE_ROOTFS"));
-    std::fs::read(root.join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
-}
-
-/// An image with `sh`, `cat` and `test` (binaries of the default image) and
-/// `/marker` holding `marker`.
+/// An image with a shell (`common::oci::shell_layer`) and `/marker` holding `marker`.
 fn sh_image(marker: &str) -> Vec<u8> {
-    let lib = "usr/lib/x86_64-linux-gnu";
-    let base = layer(&[
-        Entry::Dir("usr/"),
-        Entry::Dir("usr/bin/"),
-        Entry::File("usr/bin/dash", from_default("usr/bin/dash"), 0o755),
-        Entry::Symlink("usr/bin/sh", "dash"),
-        Entry::File("usr/bin/cat", from_default("usr/bin/cat"), 0o755),
-        Entry::File(
-            &format!("{lib}/libc.so.6"),
-            from_default(&format!("{lib}/libc.so.6")),
-            0o755,
-        ),
-        Entry::File(
-            &format!("{lib}/ld-linux-x86-64.so.2"),
-            from_default(&format!("{lib}/ld-linux-x86-64.so.2")),
-            0o755,
-        ),
-        Entry::Symlink(
-            "usr/lib64/ld-linux-x86-64.so.2",
-            "/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
-        ),
-        Entry::Symlink("bin", "usr/bin"),
-        Entry::Symlink("lib", "usr/lib"),
-        Entry::Symlink("lib64", "usr/lib64"),
-        Entry::File(
-            "etc/passwd",
-            b"root:x:0:0:root:/root:/bin/sh\n".to_vec(),
-            0o644,
-        ),
-        Entry::Dir("root/"),
-    ]);
     let top = layer(&[Entry::File("marker", marker.as_bytes().to_vec(), 0o644)]);
-    oci_layout(&[base, top], json!({"Env": ["PATH=/usr/bin:/bin"]}))
+    oci_layout(
+        &[shell_layer(&[]), top],
+        json!({"Env": ["PATH=/usr/bin:/bin"]}),
+    )
 }
 
 async fn import(d: &Daemon, name: &str, tag: &str, archive: Vec<u8>) {

@@ -119,3 +119,53 @@ pub fn tiny_image(marker: &str) -> Vec<u8> {
         json!({}),
     )
 }
+
+/// A file of the default image (`SBX_TEST_IMAGE_ROOTFS`), for hand-made layers.
+pub fn from_default(path: &str) -> Vec<u8> {
+    let root = std::env::var("SBX_TEST_IMAGE_ROOTFS").expect("SBX_TEST_IMAGE_ROOTFS");
+    std::fs::read(std::path::Path::new(&root).join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// A layer with just enough of a system to run `sh`, `env` and `cat`
+/// (binaries of the default image, dynamically linked against its libc),
+/// merged-usr symlinks, root in /etc/passwd and /root, then `extra`.
+pub fn shell_layer(extra: &[Entry<'_>]) -> Vec<u8> {
+    let lib = "usr/lib/x86_64-linux-gnu";
+    let (libc, ld) = (
+        format!("{lib}/libc.so.6"),
+        format!("{lib}/ld-linux-x86-64.so.2"),
+    );
+    let mut entries = vec![
+        Entry::Dir("usr/"),
+        Entry::Dir("usr/bin/"),
+        Entry::File("usr/bin/dash", from_default("usr/bin/dash"), 0o755),
+        Entry::Symlink("usr/bin/sh", "dash"),
+        Entry::File("usr/bin/env", from_default("usr/bin/env"), 0o755),
+        Entry::File("usr/bin/cat", from_default("usr/bin/cat"), 0o755),
+        Entry::File(&libc, from_default(&libc), 0o755),
+        Entry::File(&ld, from_default(&ld), 0o755),
+        Entry::Symlink(
+            "usr/lib64/ld-linux-x86-64.so.2",
+            "/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
+        ),
+        Entry::Symlink("bin", "usr/bin"),
+        Entry::Symlink("lib", "usr/lib"),
+        Entry::Symlink("lib64", "usr/lib64"),
+        Entry::File(
+            "etc/passwd",
+            b"root:x:0:0:root:/root:/bin/sh\n".to_vec(),
+            0o644,
+        ),
+        Entry::Dir("root/"),
+    ];
+    for e in extra {
+        entries.push(match e {
+            Entry::File(n, d, m) => Entry::File(n, d.clone(), *m),
+            Entry::Dir(n) => Entry::Dir(n),
+            Entry::Symlink(n, t) => Entry::Symlink(n, t),
+            Entry::Hardlink(n, t) => Entry::Hardlink(n, t),
+            Entry::Char(n) => Entry::Char(n),
+        });
+    }
+    layer(&entries)
+}
