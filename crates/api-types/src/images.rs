@@ -119,7 +119,7 @@ pub struct ImageConfig {
     /// Working directory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workdir: Option<String>,
-    /// User (kept as metadata).
+    /// User that exec and process commands naming none run as.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
     /// Entrypoint (kept as metadata).
