@@ -463,6 +463,10 @@ async fn cli_templates_create_list_clone_and_remove() {
             "cli-bad",
             "--start-cmd",
             "exit 7",
+            // A check that never passes: the build waits, so it sees the
+            // exit (without a check it is ready as soon as it started).
+            "--ready-cmd",
+            "test -e /never-there",
             "--wait",
         ],
     );
