@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::oci::{layer, oci_layout, Entry};
+use common::oci::{image_dirs, layer, oci_layout, Entry};
 use common::{assert_error, Daemon, KillLeftovers};
 use sbx_api_types::signing_key::hashed_signing_key;
 use serde_json::{json, Value};
@@ -59,18 +59,6 @@ async fn listing(d: &Daemon) -> (Vec<String>, u64, u64) {
         list["data"]["usageBytes"].as_u64().unwrap(),
         list["data"]["quotaBytes"].as_u64().unwrap(),
     )
-}
-
-fn image_dirs(d: &Daemon) -> Vec<String> {
-    let mut dirs: Vec<String> = std::fs::read_dir(d.data_dir().join("images/sha256"))
-        .map(|rd| {
-            rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-                .filter(|n| n != "tmp")
-                .collect()
-        })
-        .unwrap_or_default();
-    dirs.sort();
-    dirs
 }
 
 fn hex(v: &Value) -> String {

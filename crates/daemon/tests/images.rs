@@ -19,7 +19,7 @@
 
 mod common;
 
-use common::oci::{gzip, layer, oci_layout, shell_layer, tiny_image, Entry};
+use common::oci::{gzip, image_dirs, layer, oci_layout, shell_layer, tiny_image, Entry};
 use common::{assert_error, Daemon, KillLeftovers};
 use serde_json::{json, Value};
 use std::path::Path;
@@ -118,19 +118,6 @@ fn tree(dir: &Path) -> Vec<String> {
     }
     out.sort();
     out
-}
-
-/// The digest directories of the daemon's image store.
-fn image_dirs(d: &Daemon) -> Vec<String> {
-    let mut dirs: Vec<String> = std::fs::read_dir(d.data_dir().join("images/sha256"))
-        .map(|rd| {
-            rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-                .filter(|n| n != "tmp")
-                .collect()
-        })
-        .unwrap_or_default();
-    dirs.sort();
-    dirs
 }
 
 #[tokio::test]

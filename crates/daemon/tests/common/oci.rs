@@ -169,3 +169,16 @@ pub fn shell_layer(extra: &[Entry<'_>]) -> Vec<u8> {
     }
     layer(&entries)
 }
+
+/// The digest directories of a daemon's image store (sorted, without `tmp`).
+pub fn image_dirs(d: &super::Daemon) -> Vec<String> {
+    let mut dirs: Vec<String> = std::fs::read_dir(d.data_dir().join("images/sha256"))
+        .map(|rd| {
+            rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|n| n != "tmp")
+                .collect()
+        })
+        .unwrap_or_default();
+    dirs.sort();
+    dirs
+}
