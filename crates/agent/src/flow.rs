@@ -7,12 +7,22 @@
 //! kernel buffer fills and the process blocks in `write`. A stream that sends
 //! a chunk, ends, is cancelled or loses its connection wakes the readers.
 //! With no stream open the ring drops old output as usual.
+//!
+//! The first stream is opened by a request of its own, after the start's
+//! reply, and a fast process can fill the ring before it arrives. So a
+//! process starts with a hold at offset 0, as if a stream were open there:
+//! the first stream that opens takes its place, and if none comes within
+//! [`START_HOLD_LIMIT`] the hold goes and the ring drops old output.
 
 use crate::table::Table;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::watch;
 use uuid::Uuid;
+
+/// How long a process's output waits for its first stream.
+pub const START_HOLD_LIMIT: Duration = Duration::from_secs(10);
 
 /// Stream positions of one process started with `backpressure`.
 pub(crate) struct Flow {
@@ -25,17 +35,30 @@ pub(crate) struct Flow {
     /// Set whenever a stream advanced or closed; cleared by the exit grace check.
     pub(crate) progressed: bool,
     advanced: watch::Sender<()>,
+    /// The token of the hold at offset 0 until the first stream opens.
+    start_hold: Option<u64>,
 }
 
 impl Flow {
+    /// A process's flow, holding its output from offset 0 for the first stream.
     pub(crate) fn new() -> Flow {
-        Flow {
+        let mut flow = Flow {
             positions: HashMap::new(),
             next_token: 0,
             waiting: 0,
             held: false,
             progressed: false,
             advanced: watch::Sender::new(()),
+            start_hold: None,
+        };
+        flow.start_hold = Some(flow.open(0));
+        flow
+    }
+
+    /// Ends the start hold (a stream opened, or nobody came in time).
+    pub(crate) fn release_start_hold(&mut self) {
+        if let Some(token) = self.start_hold.take() {
+            self.close(token);
         }
     }
 
@@ -107,6 +130,8 @@ mod tests {
     fn slowest_tracks_open_streams() {
         let mut f = Flow::new();
         let mut rx = f.subscribe();
+        assert_eq!(f.slowest(), Some(0), "held for the first stream");
+        f.release_start_hold();
         assert_eq!(f.slowest(), None);
         let a = f.open(10);
         let b = f.open(5);
@@ -123,5 +148,17 @@ mod tests {
         assert_eq!(f.slowest(), Some(20));
         f.close(b);
         assert_eq!(f.slowest(), None);
+    }
+
+    #[test]
+    fn the_start_hold_keeps_output_until_released() {
+        let mut f = Flow::new();
+        let a = f.open(0);
+        f.advance(a, 100);
+        assert_eq!(f.slowest(), Some(0), "the hold is still at 0");
+        f.release_start_hold();
+        assert_eq!(f.slowest(), Some(100));
+        f.release_start_hold();
+        assert_eq!(f.slowest(), Some(100), "releasing twice is harmless");
     }
 }

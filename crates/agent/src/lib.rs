@@ -26,6 +26,7 @@
 
 pub mod control;
 pub mod dns;
+pub mod drain;
 pub mod exec;
 pub mod files;
 pub mod flow;

@@ -5,7 +5,7 @@
 //! exits immediately can never be reaped before it is registered. Statuses of
 //! pids the table does not know (orphans reparented to the agent) are dropped.
 
-use crate::flow::{Flow, StreamSlot};
+use crate::flow::{Flow, StreamSlot, START_HOLD_LIMIT};
 use crate::input::Input;
 use crate::launch::{self, ChildIo, LaunchError, Spawned};
 use crate::pipes::PipeReader;
@@ -26,16 +26,8 @@ use uuid::Uuid;
 pub const MAX_RETAINED_OUTPUTS: usize = 32;
 /// Metadata of at most this many processes is kept (oldest finished dropped first).
 pub const MAX_PROCESS_RECORDS: usize = 1000;
-/// How long output pipes may stay open after the process exited (a grandchild
-/// holding them) before the process is declared terminal anyway.
-pub const PIPE_GRACE: Duration = Duration::from_millis(100);
 /// Read size for output pipes (and so the largest single read).
 pub const PIPE_READ_BYTES: usize = 64 * 1024;
-/// After the exit, output held back for an open stream (backpressure) keeps
-/// the process non-terminal only while some stream sent something within
-/// this long; a stalled stream then no longer holds the process's end.
-pub const EXIT_STALL_LIMIT: Duration = Duration::from_secs(5);
-
 /// How a process ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
@@ -91,7 +83,9 @@ pub(crate) struct Proc {
     /// The terminal's master (for resizing), while the process runs.
     pub(crate) master: Option<OwnedFd>,
     /// Open streams' positions, for a process started with `backpressure`.
-    flow: Option<Flow>,
+    pub(crate) flow: Option<Flow>,
+    /// Output was pushed since the exit watcher last looked (see [`crate::drain`]).
+    pub(crate) pushed: bool,
 }
 
 impl Proc {
@@ -107,6 +101,7 @@ impl Proc {
             input: None,
             master: None,
             flow: None,
+            pushed: false,
         }
     }
 }
@@ -240,6 +235,13 @@ impl Table {
             }
         }
         let info = proc.info.clone();
+        if proc.flow.is_some() {
+            let table = Arc::clone(self);
+            tokio::spawn(async move {
+                tokio::time::sleep(START_HOLD_LIMIT).await;
+                table.with_flow(id, Flow::release_start_hold);
+            });
+        }
         inner.by_pid.insert(pid, Owner::Managed(id));
         inner.procs.insert(id, proc);
         Ok(info)
@@ -364,6 +366,7 @@ impl Table {
                 };
                 if !blocked {
                     p.info.output_bytes += data.len() as u64;
+                    p.pushed = true;
                     if let Some(ring) = p.ring.as_mut() {
                         ring.push(stream, now_ms(), data);
                     }
@@ -384,6 +387,7 @@ impl Table {
         let mut inner = self.lock();
         let flow = inner.procs.get_mut(&id)?.flow.as_mut()?;
         let token = flow.open(position);
+        flow.release_start_hold();
         Some(StreamSlot {
             table: Arc::clone(self),
             id,
@@ -453,40 +457,12 @@ impl Table {
         if p.open_pipes == 0 {
             inner.finalize(id);
         } else {
-            let table = Arc::clone(self);
             if let Some(flow) = p.flow.as_mut() {
                 flow.held = false;
                 flow.progressed = false;
             }
-            tokio::spawn(async move {
-                let mut stalled = Duration::ZERO;
-                loop {
-                    tokio::time::sleep(PIPE_GRACE).await;
-                    let mut inner = table.lock();
-                    let Some(p) = inner.procs.get_mut(&id) else {
-                        return;
-                    };
-                    if p.info.state.is_terminal() {
-                        return;
-                    }
-                    // Output held back for a stream is not cut off: wait
-                    // until no reader had to wait for a whole grace period,
-                    // unless the streams stopped sending.
-                    if let Some(flow) = p.flow.as_mut() {
-                        let held = flow.waiting > 0 || flow.held;
-                        flow.held = false;
-                        stalled = match std::mem::take(&mut flow.progressed) {
-                            true => Duration::ZERO,
-                            false => stalled + PIPE_GRACE,
-                        };
-                        if held && stalled < EXIT_STALL_LIMIT {
-                            continue;
-                        }
-                    }
-                    inner.finalize(id);
-                    return;
-                }
-            });
+            p.pushed = false;
+            crate::drain::spawn(Arc::clone(self), id, p.info.pid);
         }
     }
 
@@ -610,7 +586,7 @@ impl Table {
 impl Inner {
     /// Marks the process terminal: output is final, waiters wake up, and the
     /// retention limits are applied.
-    fn finalize(&mut self, id: Uuid) {
+    pub(crate) fn finalize(&mut self, id: Uuid) {
         let Some(p) = self.procs.get_mut(&id) else {
             return;
         };

@@ -241,3 +241,77 @@ async fn kill_after_ms_ends_a_blocked_writer() {
     assert_eq!(done.signal, Some(9));
     assert!(done.output_bytes < READY.len() as u64 + TOTAL);
 }
+
+/// Starts `head -c TOTAL /dev/zero` at once: nothing to wait for before the flood.
+async fn start_flood(c: &mut Client) -> ProcessInfo {
+    let script = format!("head -c {TOTAL} /dev/zero");
+    c.start_with(
+        spec(&["sh", "-c", &script]),
+        ProcessOptions {
+            backpressure: true,
+            ..Default::default()
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn output_written_before_the_first_stream_opens_is_kept() {
+    // The stream request comes after the start's reply (as sbxd sends it):
+    // the process is held at the ring's size until it arrives.
+    let agent = TestAgent::start();
+    let mut c = agent.connect().await;
+    let p = start_flood(&mut c).await;
+    let held = blocked_at(&mut c, p.id).await;
+    assert!(held < TOTAL, "held at {held}");
+    let mut reader = agent.connect().await;
+    let id = reader.fresh_id();
+    reader
+        .send_req(
+            id,
+            Request::ProcessStream {
+                process: p.id,
+                tail_bytes: 0,
+                from_offset: Some(0),
+            },
+        )
+        .await;
+    let mut expected = 0;
+    let end = loop {
+        let f = reader.next_for(id).await;
+        match f.header.body {
+            Body::Event(Event::Chunk { chunk }) => {
+                assert_eq!(chunk.offset, expected, "stream has a gap");
+                assert!(f.payload.iter().all(|b| *b == 0), "unexpected bytes");
+                expected += chunk.len;
+            }
+            Body::Reply(Reply::StreamEnd { next_offset }) => break next_offset,
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    assert_eq!((expected, end), (TOTAL, TOTAL));
+    let done = c.wait(p.id).await;
+    assert_eq!(done.exit_code, Some(0));
+    assert_eq!(done.output_bytes, TOTAL);
+}
+
+#[tokio::test]
+async fn with_no_stream_at_all_the_start_hold_lets_go() {
+    // Nobody streams (the client went away after the start): after
+    // START_HOLD_LIMIT the ring drops old output and the process finishes.
+    let agent = TestAgent::start();
+    let mut c = agent.connect().await;
+    let p = start_flood(&mut c).await;
+    let done = c.wait(p.id).await;
+    assert_eq!(done.state, ProcessState::Exited);
+    assert_eq!(done.exit_code, Some(0));
+    assert_eq!(done.output_bytes, TOTAL);
+    let started = done.started_at_ms.unwrap();
+    let ended = done.ended_at_ms.unwrap();
+    let limit = sbx_agent::flow::START_HOLD_LIMIT.as_millis() as u64;
+    assert!(
+        ended - started >= limit,
+        "the hold did not hold: {} ms",
+        ended - started
+    );
+}

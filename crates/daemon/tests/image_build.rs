@@ -1,11 +1,13 @@
 //! Dockerfile builds on real gVisor (issue 17): `POST /v1/images/build`.
 //!
-//! - a Dockerfile that installs a small pure-Python package (copied from
-//!   the context and put on `sys.path` by a RUN: the default image has no
-//!   pip, and tests reach no registry), COPYs context files (one left out by
-//!   `.dockerignore`, some `--chown`ed), sets ENV/ARG/WORKDIR/USER: a sandbox
-//!   of the image sees the package importable, the files, the env, the cwd,
-//!   and runs commands as the USER;
+//! - a Dockerfile that `pip install`s a package from a package index (PyPI's
+//!   wheel of six 1.17.0, fetched by tests/pypi/fetch.sh and served as a
+//!   PEP 503 index by a test host in its own network namespace, which
+//!   `--network-test-public-cidr` makes "public" for the build sandbox's
+//!   default network policy), puts a package from the context on `sys.path`,
+//!   COPYs context files (one left out by `.dockerignore`, some `--chown`ed),
+//!   sets ENV/ARG/WORKDIR/USER: a sandbox of the image imports both packages,
+//!   sees the files, the env, the cwd, and runs commands as the USER;
 //! - the second build of the same Dockerfile and context is a cache hit:
 //!   every step `cached`, no output (nothing ran), a small fraction of the
 //!   first build's time; a changed build arg runs every step; a Dockerfile with one more step replays the others from their
@@ -16,9 +18,43 @@
 
 mod common;
 
+use common::netns::{Names, Veth};
 use common::{assert_error, Daemon, KillLeftovers};
 use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::process::Stdio;
 use std::time::{Duration, Instant};
+
+const NAMES: Names = Names {
+    net: "10.217",
+    ns: "sbxb-",
+    host_if: "sbxbh",
+    ns_if: "sbxbn",
+};
+
+/// A package index on a test host: tests/pypi (a `simple/six/` directory
+/// holding PyPI's wheel, which http.server lists as the project page pip
+/// reads) served on port 80 of a fresh network namespace.
+fn package_index() -> Veth {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/pypi");
+    assert!(
+        root.join("simple/six").join(SIX_WHEEL).exists(),
+        "{SIX_WHEEL} is not in {}/simple/six; run ./scripts/test (tests/pypi/fetch.sh)",
+        root.display()
+    );
+    let mut host = Veth::create(&NAMES);
+    let mut server = host.command("python3");
+    server
+        .args(["-m", "http.server", "80", "--bind", &host.ip, "--directory"])
+        .arg(&root)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    host.spawn(&mut server);
+    host.wait_port(80);
+    host
+}
+
+const SIX_WHEEL: &str = "six-1.17.0-py2.py3-none-any.whl";
 
 /// One boot-heavy case at a time on this 2-core machine.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -62,6 +98,7 @@ fn of_type<'a>(events: &'a [Value], t: &str) -> Vec<&'a Value> {
     events.iter().filter(|e| e["type"] == t).collect()
 }
 
+/// `{HOST}` is replaced by the package index's address.
 const DOCKERFILE: &str = r#"# a small tools image
 FROM default
 ARG GREETING=hello
@@ -71,7 +108,8 @@ WORKDIR /srv/app
 COPY --chown=user:user app/ ./
 COPY . /ctx/
 COPY mypkg /opt/pkgs/mypkg
-RUN echo /opt/pkgs > /usr/local/lib/python3.11/dist-packages/pkgs.pth && echo installed mypkg
+RUN pip install --no-cache-dir --index-url http://{HOST}/simple/ --trusted-host {HOST} six==1.17.0 && \
+    echo /opt/pkgs > /usr/local/lib/python3.11/dist-packages/pkgs.pth && echo installed mypkg
 USER user
 LABEL purpose=test
 CMD ["python3"]
@@ -94,14 +132,16 @@ fn tools_context(dockerfile: &str, greet: &str) -> Vec<u8> {
 #[ignore = "needs root, runsc and the image; run ./scripts/test"]
 async fn a_dockerfile_builds_an_image_and_a_second_build_is_a_cache_hit() {
     let _serial = SERIAL.lock().await;
-    let d = Daemon::start(&[]).await;
+    let index = package_index();
+    let d = Daemon::start(&["--network-test-public-cidr", &index.cidr]).await;
     let _leftovers = KillLeftovers::of(&d);
+    let dockerfile = DOCKERFILE.replace("{HOST}", &index.ip);
 
     let started = Instant::now();
     let (status, events) = build(
         &d,
         "name=tools&tag=1",
-        tools_context(DOCKERFILE, "hi from the context\n"),
+        tools_context(&dockerfile, "hi from the context\n"),
     )
     .await;
     let cold = started.elapsed();
@@ -114,12 +154,16 @@ async fn a_dockerfile_builds_an_image_and_a_second_build_is_a_cache_hit() {
     assert!(steps[7]["instruction"]
         .as_str()
         .unwrap()
-        .starts_with("RUN echo /opt/pkgs"));
+        .starts_with("RUN pip install"));
     let output: String = of_type(&events, "output")
         .iter()
         .map(|o| o["data"].as_str().unwrap().to_string())
         .collect();
     assert!(output.contains("installed mypkg"), "{events:#?}");
+    assert!(
+        output.contains("Successfully installed six-1.17.0"),
+        "pip did not install six from the index: {events:#?}"
+    );
     let result = events.last().unwrap();
     assert_eq!(result["type"], "result", "{events:#?}");
     let image = &result["image"];
@@ -151,14 +195,15 @@ async fn a_dockerfile_builds_an_image_and_a_second_build_is_a_cache_hit() {
     let (code, out, err) = d
         .sh(
             &id,
-            "python3 -c 'import mypkg; print(mypkg.VALUE)'; cat greet.txt; pwd; id -un; \
+            "python3 -c 'import mypkg, six; print(mypkg.VALUE, six.__version__)'; cat greet.txt; pwd; id -un; \
              echo $APP_MODE $GREETING; stat -c %U greet.txt; cat /ctx/keep.txt; \
              test -e /ctx/secret.env && echo LEAKED; test -e /ctx/app/greet.txt && echo whole-context",
         )
         .await;
     assert_eq!(code, 0, "{out} {err}");
     assert_eq!(
-        out, "42\nhi from the context\n/srv/app\nuser\nprod hello\nuser\nkept\nwhole-context\n",
+        out,
+        "42 1.17.0\nhi from the context\n/srv/app\nuser\nprod hello\nuser\nkept\nwhole-context\n",
         "{err}"
     );
 
@@ -167,7 +212,7 @@ async fn a_dockerfile_builds_an_image_and_a_second_build_is_a_cache_hit() {
     let (status, events) = build(
         &d,
         "name=tools&tag=2",
-        tools_context(DOCKERFILE, "hi from the context\n"),
+        tools_context(&dockerfile, "hi from the context\n"),
     )
     .await;
     let cached = started.elapsed();
@@ -194,7 +239,7 @@ async fn a_dockerfile_builds_an_image_and_a_second_build_is_a_cache_hit() {
     let (status, events) = build(
         &d,
         "name=tools&tag=3&buildArgs=%7B%22GREETING%22%3A%22bonjour%22%7D",
-        tools_context(DOCKERFILE, "changed\n"),
+        tools_context(&dockerfile, "changed\n"),
     )
     .await;
     assert_eq!(status, 200);
@@ -210,7 +255,7 @@ async fn a_dockerfile_builds_an_image_and_a_second_build_is_a_cache_hit() {
 
     // Only a new last step: the prefix is replayed from its layers (the
     // RUN that printed "installed mypkg" does not run again).
-    let longer = format!("{DOCKERFILE}RUN echo tail-step > /home/user/tail.txt && echo ran-tail\n");
+    let longer = format!("{dockerfile}RUN echo tail-step > /home/user/tail.txt && echo ran-tail\n");
     let started = Instant::now();
     let (status, events) = build(
         &d,
@@ -254,12 +299,15 @@ async fn a_dockerfile_builds_an_image_and_a_second_build_is_a_cache_hit() {
     let (code, out, err) = d
         .sh(
             &id,
-            "python3 -c 'import mypkg; print(mypkg.VALUE)'; cat greet.txt /home/user/tail.txt; \
+            "python3 -c 'import mypkg, six; print(mypkg.VALUE, six.__version__)'; cat greet.txt /home/user/tail.txt; \
              stat -c %U greet.txt; test -e /.sbx-build-stamp && echo STAMP; true",
         )
         .await;
     assert_eq!(code, 0, "{err}");
-    assert_eq!(out, "42\nhi from the context\ntail-step\nuser\n", "{err}");
+    assert_eq!(
+        out, "42 1.17.0\nhi from the context\ntail-step\nuser\n",
+        "{err}"
+    );
     d.destroy_and_wait(&id).await;
 }
 

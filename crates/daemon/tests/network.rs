@@ -67,15 +67,7 @@ impl TestHost {
     }
 
     fn wait_port(&self, port: u16) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let addr = format!("{}:{port}", self.veth.ip).parse().unwrap();
-        while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "test server :{port} did not start"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        self.veth.wait_port(port);
     }
 
     pub fn ca_pem(&self) -> Vec<u8> {

@@ -5,7 +5,8 @@
 # with `echo 'int main(void){return 0;}' | gcc -static -O2 -x c -o $BIN_DIR/strue -`),
 # bound at /fx. Prints µs per iteration. Root; see NOTES.md section 7.
 set -u
-ROOTFS=${ROOTFS:-/var/lib/sbx/images/default-b681c67274b5a593/rootfs}
+# The default image (scripts/lib/common.sh: its directory is named by its recipe's hash).
+ROOTFS=${ROOTFS:-$(source "$(dirname "$0")/../../../scripts/lib/common.sh" && echo "$SBX_IMAGE_ROOTFS")}
 ROUNDS=${ROUNDS:-5}
 N=${N:-200}
 R=${STATE:-/var/tmp/fx/root}

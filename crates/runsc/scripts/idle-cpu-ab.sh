@@ -5,7 +5,8 @@
 # W seconds: host CPU (utime+stime of every process in the containers' cgroups)
 # per container, in % of a core, and PSS per container. Root; NOTES.md section 9.
 set -u
-ROOTFS=${ROOTFS:-/var/lib/sbx/images/default-b681c67274b5a593/rootfs}
+# The default image (scripts/lib/common.sh: its directory is named by its recipe's hash).
+ROOTFS=${ROOTFS:-$(source "$(dirname "$0")/../../../scripts/lib/common.sh" && echo "$SBX_IMAGE_ROOTFS")}
 K=${K:-5}; ROUNDS=${ROUNDS:-3}; W=${W:-10}
 WORK=${WORK:-/var/tmp/idle-ab}; R=$WORK/root
 mkdir -p $R

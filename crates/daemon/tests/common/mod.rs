@@ -51,7 +51,8 @@ pub fn run_node_script(dir: &Path, script: &str, envs: &[(&str, &str)]) -> (bool
         .output()
         .expect("node");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    println!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}{stderr}({script}: {})", out.status);
     (out.status.success(), stdout)
 }
 
@@ -66,7 +67,8 @@ pub fn run_python_script(dir: &Path, script: &str, envs: &[(&str, &str)]) -> (bo
         .output()
         .expect("the venv's python");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    println!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}{stderr}({script}: {})", out.status);
     (out.status.success(), stdout)
 }
 

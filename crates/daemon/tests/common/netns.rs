@@ -114,6 +114,22 @@ impl Veth {
         cmd
     }
 
+    /// Returns once something in the namespace accepts connections on `port`
+    /// (a server just started with [`Veth::spawn`]); panics after 10 s.
+    pub fn wait_port(&self, port: u16) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let addr = format!("{}:{port}", self.ip).parse().unwrap();
+        while std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_millis(200))
+            .is_err()
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "test server :{port} did not start"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
     /// Starts a server made with [`Veth::command`] and keeps it, so Drop stops it
     /// before the namespace goes.
     pub fn spawn(&mut self, cmd: &mut Command) -> &mut Child {
