@@ -42,6 +42,7 @@ from steps import (
     connection_opts,
     eq,
     fail,
+    passed,
     perm_string,
     raises,
     step,
@@ -490,7 +491,7 @@ async def main():
             except Exception:
                 pass
         sys.exit(1)
-    print("e2b envd (python async): all steps passed", flush=True)
+    passed("e2b envd (python async)")
 
 
 if __name__ == "__main__":

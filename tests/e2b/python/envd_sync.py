@@ -40,6 +40,7 @@ from steps import (
     connection_opts,
     eq,
     fail,
+    passed,
     perm_string,
     raises,
     step,
@@ -481,7 +482,7 @@ def main():
             except Exception:
                 pass
         sys.exit(1)
-    print("e2b envd (python sync): all steps passed", flush=True)
+    passed("e2b envd (python sync)")
 
 
 if __name__ == "__main__":

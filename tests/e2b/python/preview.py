@@ -22,7 +22,7 @@ import urllib.request
 
 from e2b import Sandbox
 
-from steps import check, connection_opts, eq, fail, step
+from steps import check, connection_opts, eq, fail, passed, step
 
 _real_getaddrinfo = socket.getaddrinfo
 
@@ -70,7 +70,7 @@ def main():
         with step("kill"):
             eq(sbx.kill(), True, "kill")
             sbx = None
-        print("e2b preview (python): all steps passed", flush=True)
+        passed("e2b preview (python)")
     except Exception as e:
         fail(e)
         if sbx is not None:

@@ -52,6 +52,18 @@ def fail(e):
         traceback.print_exception(e, file=sys.stderr)
 
 
+def passed(what):
+    """Prints `<what>: all steps passed` and ends the process at once, with
+    status 0. Skipping the interpreter's finalization is deliberate: the
+    SDK's native HTTP layer (pyqwest, Rust) sometimes aborts in it (SIGABRT,
+    "Fatal Python error: Aborted" with no Python frame), seen about once in
+    ten runs of envd_async.py on a loaded machine, after every step passed.
+    That crash is the client library's, not the server's under test."""
+    print(f"{what}: all steps passed", flush=True)
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def check(cond, what, detail=None):
     if not cond:
         raise AssertionError(what if detail is None else f"{what}: {detail!r}")

@@ -63,6 +63,8 @@ pub fn run_python_script(dir: &Path, script: &str, envs: &[(&str, &str)]) -> (bo
     let out = Command::new(dir.join(".venv/bin/python"))
         .arg(script)
         .current_dir(dir)
+        // A crash prints the Python stacks of every thread.
+        .env("PYTHONFAULTHANDLER", "1")
         .envs(envs.iter().copied())
         .output()
         .expect("the venv's python");
