@@ -137,6 +137,8 @@ pub enum Target {
     MinMbps(f64),
     /// sbx p99 < this many ms (latency rows).
     P99Below(f64),
+    /// sbx p99 ≤ factor × raw p99 (latency rows).
+    P99RatioAtMost(f64),
     /// sbx p50 < this many ms (latency rows).
     P50Below(f64),
     /// Mean of the sbx samples ≤ this many MiB (memory rows).
@@ -231,6 +233,10 @@ impl Row {
             Target::RatioAtMost(f) => format!("sbx p50 ≤ {f}× raw"),
             Target::MinMbps(m) => format!("≥ {m:.0} MB/s"),
             Target::P99Below(ms) => format!("sbx p99 < {ms} ms"),
+            Target::P99RatioAtMost(f) => match (self.sbx.pct(99.0), self.raw.pct(99.0)) {
+                (Some(s), Some(r)) => format!("sbx p99 ≤ {f}× raw p99 (here {:.2}×)", s / r),
+                _ => format!("sbx p99 ≤ {f}× raw p99"),
+            },
             Target::P50Below(ms) => format!("sbx p50 < {ms} ms"),
             Target::MeanMibAtMost(m) => format!("sbx mean ≤ {m} MiB"),
             Target::MeanPctAtMost(m) => format!("sbx mean ≤ {m} % of a core"),
@@ -255,6 +261,11 @@ impl Row {
                 Some(ms) if ms < max && self.sbx.failure.is_none() => "yes",
                 Some(_) => "**no**",
                 None => "—",
+            },
+            Target::P99RatioAtMost(f) => match (self.sbx.pct(99.0), self.raw.pct(99.0)) {
+                (Some(s), Some(r)) if s <= f * r && self.sbx.failure.is_none() => "yes",
+                (Some(_), Some(_)) => "**no**",
+                _ => "—",
             },
             Target::P50Below(max) => match self.sbx.pct(50.0) {
                 Some(ms) if ms < max && self.sbx.failure.is_none() => "yes",
@@ -347,6 +358,20 @@ mod tests {
         u.raw.ms = vec![17.0];
         assert!(u.markdown().contains("n/a (server: 501 not_implemented)"));
         assert_eq!(u.met(), "—");
+    }
+
+    #[test]
+    fn p99_ratio_target() {
+        let mut r = Row::new("exec-load", Kind::Latency, Target::P99RatioAtMost(0.5));
+        r.sbx.ms = (1..=100).map(f64::from).collect();
+        r.raw.ms = (1..=100).map(|v| f64::from(v) * 2.0).collect();
+        assert_eq!(r.met(), "yes");
+        assert!(r.markdown().contains("sbx p99 ≤ 0.5× raw p99 (here 0.50×)"));
+        r.sbx.ms.push(150.0);
+        r.sbx.ms.push(160.0);
+        assert_eq!(r.met(), "**no**");
+        r.raw.ms.clear();
+        assert_eq!(r.met(), "—");
     }
 
     #[test]

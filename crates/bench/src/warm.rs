@@ -64,7 +64,7 @@ impl Bench {
     /// tearing the exec down) that slowed an sbx sample taken right after it (measured: 0.63×
     /// alternating single samples against 0.33× with each side back to back on one sandbox).
     async fn exec(&mut self, sbx: &Result<String, Failure>, raw: &Result<String, Failure>) {
-        let mut row = Row::new("exec", Kind::Latency, Target::RatioAtMost(0.5));
+        let mut row = Row::new("exec", Kind::Latency, Target::RatioAtMost(0.4));
         seed(&mut row, sbx, raw);
         let mut done = 0;
         while done < self.n {

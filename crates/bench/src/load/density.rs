@@ -141,7 +141,7 @@ impl Bench {
     pub(crate) async fn density(&mut self) {
         let o = self.load.clone();
         let n = o.density.max(1);
-        let mut mem = Row::new("density-mem", Kind::Mib, Target::MeanMibAtMost(40.0));
+        let mut mem = Row::new("density-mem", Kind::Mib, Target::MeanMibAtMost(12.0));
         let mut exec = Row::new("density-exec", Kind::Latency, Target::AllAnswer(n));
         // Issue 21: an idle sandbox takes at most 0.5 % of a core.
         let mut cpu = Row::new("density-cpu", Kind::CorePct, Target::MeanPctAtMost(0.5));

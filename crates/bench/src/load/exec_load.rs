@@ -51,7 +51,7 @@ impl Bench {
         let o = self.load.clone();
         let (s, c) = (o.sandboxes.max(1), o.concurrency.max(1));
         let rounds = self.warm + o.rounds.max(1);
-        let mut row = Row::new("exec-load", Kind::Latency, Target::P99Below(20.0));
+        let mut row = Row::new("exec-load", Kind::Latency, Target::P99RatioAtMost(0.5));
         eprintln!("[exec-load] {s} sbx sandboxes");
         let (ids, errs) = self.fill_sbx(&self.api, "load", s).await;
         if let Some(e) = errs.into_iter().next() {
