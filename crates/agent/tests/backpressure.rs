@@ -26,9 +26,8 @@ async fn start_writer(c: &mut Client, backpressure: bool) -> ProcessInfo {
     .await
 }
 
-/// Opens a stream from offset 0 and waits for `ready` (so the stream is
-/// registered before the flood starts); returns the stream's request id.
-async fn open_stream(c: &mut Client, process: Uuid) -> u64 {
+/// Sends a `ProcessStream` request from offset 0; returns its request id.
+async fn request_stream(c: &mut Client, process: Uuid) -> u64 {
     let id = c.fresh_id();
     c.send_req(
         id,
@@ -39,6 +38,13 @@ async fn open_stream(c: &mut Client, process: Uuid) -> u64 {
         },
     )
     .await;
+    id
+}
+
+/// Opens a stream from offset 0 and waits for `ready` (so the stream is
+/// registered before the flood starts); returns the stream's request id.
+async fn open_stream(c: &mut Client, process: Uuid) -> u64 {
+    let id = request_stream(c, process).await;
     let f = c.next_for(id).await;
     match f.header.body {
         Body::Event(Event::Chunk { chunk }) => {
@@ -223,17 +229,7 @@ async fn kill_after_ms_ends_a_blocked_writer() {
         )
         .await;
     let mut reader = agent.connect().await;
-    let id = reader.fresh_id();
-    reader
-        .send_req(
-            id,
-            Request::ProcessStream {
-                process: p.id,
-                tail_bytes: 0,
-                from_offset: Some(0),
-            },
-        )
-        .await;
+    let id = request_stream(&mut reader, p.id).await;
     // Nobody reads the stream: the writer stalls until the deadline kills
     // it; the stalled stream holds the end for at most EXIT_STALL_LIMIT.
     let done = c.wait(p.id).await;
@@ -265,17 +261,7 @@ async fn output_written_before_the_first_stream_opens_is_kept() {
     let held = blocked_at(&mut c, p.id).await;
     assert!(held < TOTAL, "held at {held}");
     let mut reader = agent.connect().await;
-    let id = reader.fresh_id();
-    reader
-        .send_req(
-            id,
-            Request::ProcessStream {
-                process: p.id,
-                tail_bytes: 0,
-                from_offset: Some(0),
-            },
-        )
-        .await;
+    let id = request_stream(&mut reader, p.id).await;
     let mut expected = 0;
     let end = loop {
         let f = reader.next_for(id).await;
