@@ -229,7 +229,7 @@ async fn kill_after_ms_ends_a_blocked_writer() {
         )
         .await;
     let mut reader = agent.connect().await;
-    let id = request_stream(&mut reader, p.id).await;
+    request_stream(&mut reader, p.id).await;
     // Nobody reads the stream: the writer stalls until the deadline kills
     // it; the stalled stream holds the end for at most EXIT_STALL_LIMIT.
     let done = c.wait(p.id).await;
