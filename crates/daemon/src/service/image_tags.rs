@@ -49,14 +49,9 @@ impl Service {
         &self,
         workspace: &str,
     ) -> Result<Option<ResolvedImage>> {
-        if self
-            .store
-            .get_image(workspace, DEFAULT_IMAGE, "latest")
-            .await?
-            .is_none()
-        {
-            return Ok(None);
+        match self.image_row(workspace, DEFAULT_IMAGE).await? {
+            Some(row) => self.resolve_row(DEFAULT_IMAGE, row).await.map(Some),
+            None => Ok(None),
         }
-        self.resolve_image(workspace, DEFAULT_IMAGE).await.map(Some)
     }
 }

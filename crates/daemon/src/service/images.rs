@@ -157,12 +157,17 @@ impl Service {
     /// Resolves a create's `image` in the tenant: unknown (or another
     /// tenant's) is 404, an image on another node 409.
     pub(super) async fn resolve_image(&self, workspace: &str, raw: &str) -> Result<ResolvedImage> {
-        let Some(row) = self.image_row(workspace, raw).await? else {
-            return Ok(ResolvedImage {
+        match self.image_row(workspace, raw).await? {
+            Some(row) => self.resolve_row(raw, row).await,
+            None => Ok(ResolvedImage {
                 image_ref: self.config.image_ref.clone(),
                 config: ImageConfig::default(),
-            });
-        };
+            }),
+        }
+    }
+
+    /// The image `row` (found for the reference `raw`), on this node.
+    pub(super) async fn resolve_row(&self, raw: &str, row: ImageRecord) -> Result<ResolvedImage> {
         if !self.images_shared() && row.node_id != self.config.node.id {
             return Err(ServiceError::Conflict(format!(
                 "image {raw:?} lives on node {:?} (images are node-local without an object store); create the sandbox there",
