@@ -1,6 +1,6 @@
 //! The daemon's end of the protocol (feature `client`): a multiplexed connection to
-//! one sandbox's agent over a byte stream (the stdio of a `runsc exec ... sbx-agent
-//! relay` process).
+//! one sandbox's agent over a byte stream (PID 1's stdio channel, or the stdio
+//! of a `runsc exec ... sbx-agent relay` process).
 //!
 //! Many requests share the stream: each gets an id; one reader task routes
 //! replies and events back to the waiting caller.
@@ -102,7 +102,12 @@ type Writer = Box<dyn AsyncWrite + Send + Unpin>;
 struct Inner {
     /// Kills the transport (the relay process) when fired.
     closer: Mutex<Option<oneshot::Sender<Closing>>>,
-    writer: tokio::sync::Mutex<Writer>,
+    writer: Arc<tokio::sync::Mutex<Writer>>,
+    /// The task reading the stream, stopped by [`AgentConn::shutdown`] so
+    /// that a later session on the same stream is its only reader.
+    reader: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The stream survives a checkpoint of the sandbox (the stdio channel).
+    kept_through_checkpoint: bool,
     pending: Mutex<HashMap<u64, Pending>>,
     next_id: AtomicU64,
     closed: watch::Sender<bool>,
@@ -114,6 +119,9 @@ pub struct AgentConn {
     inner: Arc<Inner>,
 }
 
+/// Holds a connection's writer: nothing else is written until it is dropped.
+pub struct WriterHold(#[allow(dead_code)] tokio::sync::OwnedMutexGuard<Writer>);
+
 impl AgentConn {
     /// Wraps a stream; spawns the reader task.
     pub fn new<R, W>(reader: R, writer: W) -> Self
@@ -121,16 +129,84 @@ impl AgentConn {
         R: AsyncRead + Send + Unpin + 'static,
         W: AsyncWrite + Send + Unpin + 'static,
     {
+        Self::build(reader, writer, false)
+    }
+
+    /// Wraps a session of PID 1's stdio channel (already attached): the
+    /// stream stays usable through a checkpoint taken under [`AgentConn::quiesce_holding_writer`].
+    pub fn over_stdio_channel<R, W>(reader: R, writer: W) -> Self
+    where
+        R: AsyncRead + Send + Unpin + 'static,
+        W: AsyncWrite + Send + Unpin + 'static,
+    {
+        Self::build(reader, writer, true)
+    }
+
+    fn build<R, W>(reader: R, writer: W, kept_through_checkpoint: bool) -> Self
+    where
+        R: AsyncRead + Send + Unpin + 'static,
+        W: AsyncWrite + Send + Unpin + 'static,
+    {
         let (closed, _) = watch::channel(false);
         let inner = Arc::new(Inner {
             closer: Mutex::new(None),
-            writer: tokio::sync::Mutex::new(Box::new(writer)),
+            writer: Arc::new(tokio::sync::Mutex::new(Box::new(writer))),
+            reader: Mutex::new(None),
+            kept_through_checkpoint,
             pending: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             closed,
         });
-        tokio::spawn(read_loop(reader, inner.clone()));
+        let task = tokio::spawn(read_loop(reader, inner.clone()));
+        *inner.reader.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
         AgentConn { inner }
+    }
+
+    /// Whether the connection survives a checkpoint of its sandbox.
+    pub fn kept_through_checkpoint(&self) -> bool {
+        self.inner.kept_through_checkpoint
+    }
+
+    /// Sends `request` and waits for its answer while keeping the writer:
+    /// once it returns, the agent has read every frame sbxd sent, and no
+    /// other frame is written until the hold is dropped. A checkpoint taken
+    /// meanwhile finds the agent's reader at a frame boundary. A failure
+    /// closes the connection (a frame may be half written).
+    pub async fn quiesce_holding_writer(
+        &self,
+        request: Request,
+        limit: Duration,
+    ) -> Result<(Answer, WriterHold), AgentCallError> {
+        if self.is_closed() {
+            return Err(AgentCallError::Closed);
+        }
+        let id = self.next_id();
+        let rx = self.register_once(id);
+        let frame = Frame::new(Header {
+            id,
+            body: Body::Request(request),
+        });
+        let exchange = async {
+            let mut w = Arc::clone(&self.inner.writer).lock_owned().await;
+            write_frame(&mut *w, &frame).await?;
+            let answer = Self::await_once(rx).await?;
+            Ok::<_, AgentCallError>((answer, WriterHold(w)))
+        };
+        match tokio::time::timeout(limit, exchange).await {
+            Ok(Ok(held)) => Ok(held),
+            Ok(Err(e)) => {
+                self.pending().remove(&id);
+                if matches!(e, AgentCallError::Codec(_)) {
+                    self.abort();
+                }
+                Err(e)
+            }
+            Err(_) => {
+                self.pending().remove(&id);
+                self.abort();
+                Err(AgentCallError::TimedOut(limit))
+            }
+        }
     }
 
     /// Wraps a stream whose transport is told to stop through the returned receiver.
@@ -163,6 +239,20 @@ impl AgentConn {
                 let _ = stopped.await;
             }
         }
+        if let Some(task) = self.take_reader() {
+            task.abort();
+            let _ = task.await;
+        }
+        // The stopped reader no longer wakes waiters: fail them here.
+        self.pending().clear();
+    }
+
+    fn take_reader(&self) -> Option<tokio::task::JoinHandle<()>> {
+        self.inner
+            .reader
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
     }
 
     fn take_closer(&self) -> Option<oneshot::Sender<Closing>> {
@@ -225,6 +315,10 @@ impl AgentConn {
             let (done, _) = oneshot::channel();
             let _ = tx.send(Closing { done });
         }
+        if let Some(task) = self.take_reader() {
+            task.abort();
+        }
+        self.pending().clear();
     }
 
     /// Sends a request and waits for its final answer, at most [`deadline_for`] it.
@@ -682,6 +776,48 @@ mod tests {
             conn.call(Request::Ping).await,
             Err(AgentCallError::Closed)
         ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_held_writer_keeps_every_other_frame_back_until_dropped() {
+        let (client, server) = tokio::io::duplex(1 << 16);
+        let (cr, cw) = tokio::io::split(client);
+        let conn = AgentConn::over_stdio_channel(cr, cw);
+        assert!(conn.kept_through_checkpoint());
+        let (mut sr, mut sw) = tokio::io::split(server);
+        let quiesce = tokio::spawn({
+            let conn = conn.clone();
+            async move {
+                conn.quiesce_holding_writer(Request::Quiesce, Duration::from_secs(10))
+                    .await
+            }
+        });
+        let first = read_frame(&mut sr).await.unwrap();
+        assert_eq!(first.header.body, Body::Request(Request::Quiesce));
+        let ok = Frame::new(Header {
+            id: first.header.id,
+            body: Body::Reply(Reply::Ok),
+        });
+        write_frame(&mut sw, &ok).await.unwrap();
+        let ((reply, _), hold) = quiesce.await.unwrap().unwrap();
+        assert_eq!(reply, Reply::Ok);
+        let ping = tokio::spawn({
+            let conn = conn.clone();
+            async move { conn.call(Request::Ping).await }
+        });
+        // Virtual time: the timer fires only once every task is idle, so a
+        // ping written while the hold lasts would be read first.
+        let early = tokio::time::timeout(Duration::from_secs(1), read_frame(&mut sr)).await;
+        assert!(early.is_err(), "a frame was written during the hold");
+        drop(hold);
+        let f = read_frame(&mut sr).await.unwrap();
+        assert_eq!(f.header.body, Body::Request(Request::Ping));
+        let pong = Frame::new(Header {
+            id: f.header.id,
+            body: Body::Reply(Reply::Pong),
+        });
+        write_frame(&mut sw, &pong).await.unwrap();
+        assert_eq!(ping.await.unwrap().unwrap().0, Reply::Pong);
     }
 
     #[test]

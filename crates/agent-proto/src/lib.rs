@@ -1,12 +1,14 @@
 //! The protocol between `sbxd` and `sbx-agent` (PID 1 inside every sandbox).
 //!
 //! See `PROTOCOL.md` in this crate for the documented schema. In short: the
-//! daemon and the agent exchange [`Frame`]s over a byte stream (the stdio of a
-//! `runsc exec sbx-agent relay` process, bridged to the agent's in-sandbox
-//! socket). Every frame carries a request id so that many requests run
+//! daemon and the agent exchange [`Frame`]s over a byte stream: PID 1's own
+//! stdin and stdout (a host socket pair, see [`attach`]) or, for a sandbox
+//! that outlived the sbxd that started it, the stdio of a `runsc exec
+//! sbx-agent relay` process bridged to the agent's in-sandbox socket. Every frame carries a request id so that many requests run
 //! concurrently on one stream; bulk bytes (file contents, process output) ride
 //! in the frame's binary payload, never inside the JSON header.
 
+pub mod attach;
 #[cfg(feature = "client")]
 pub mod client;
 pub mod codec;

@@ -44,6 +44,7 @@ pub mod relay;
 pub mod ring;
 pub mod server;
 pub mod spawn;
+pub mod stdio;
 pub mod table;
 pub mod upload;
 pub mod users;

@@ -1,4 +1,6 @@
 //! `sbx-agent`: `init` (PID 1), `serve --socket PATH` (tests) and `relay`.
+//! `init` and `serve` also serve their stdin/stdout when stdin is a socket
+//! (sbxd's end of a socket pair; see `stdio.rs`).
 
 use sbx_agent::server::ListenAddr;
 use sbx_agent::{console, server, Agent};
@@ -166,6 +168,9 @@ fn main() -> ExitCode {
 }
 
 fn run_server(addr: ListenAddr, mode: Mode) -> Result<(), String> {
+    // Before anything can start a child: fds 0 and 1 must not stay the channel.
+    let channel =
+        sbx_agent::stdio::take().map_err(|e| format!("cannot take the stdio channel: {e}"))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         // Every running process holds two blocking threads reading its
@@ -205,6 +210,10 @@ fn run_server(addr: ListenAddr, mode: Mode) -> Result<(), String> {
         );
         if mode == Mode::Init {
             write_hosts();
+        }
+        if let Some((input, output)) = channel {
+            console!("serving the stdio channel");
+            tokio::spawn(sbx_agent::stdio::serve(Arc::clone(&agent), input, output));
         }
         if mode == Mode::Serve {
             let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;

@@ -199,7 +199,13 @@ pub async fn read_frame_lenient<R: AsyncRead + Unpin>(
             CodecError::Io(e)
         }
     })?;
-    match Frame::decode_body(&body) {
+    decode_lenient(&body)
+}
+
+/// Decodes one frame body; a header that is valid JSON with an `id` but an
+/// unknown message yields [`ServerError::BadMessage`].
+pub fn decode_lenient(body: &[u8]) -> Result<Frame, ServerError> {
+    match Frame::decode_body(body) {
         Ok(frame) => Ok(frame),
         Err(CodecError::Json(err)) => {
             #[derive(serde::Deserialize)]
@@ -223,26 +229,31 @@ pub async fn read_frame_lenient<R: AsyncRead + Unpin>(
     }
 }
 
+/// A frame's wire bytes; a reply that cannot be encoded becomes an error
+/// frame for its request (`None` if even that fails).
+pub fn encode_or_error(frame: &Frame) -> Option<Vec<u8>> {
+    match frame.encode() {
+        Ok(b) => Some(b),
+        Err(e) => {
+            let id = frame.header.id;
+            console!("request {id}: reply cannot be encoded: {e}");
+            let fallback = Frame::new(Header {
+                id,
+                body: Body::Error(AgentError::new(
+                    AgentErrorCode::Io,
+                    format!("reply cannot be encoded: {e}"),
+                )),
+            });
+            fallback.encode().ok()
+        }
+    }
+}
+
 async fn write_loop(writer: OwnedWriteHalf, mut rx: mpsc::Receiver<Frame>) {
     let mut out = BufWriter::with_capacity(IO_BUFFER_BYTES, writer);
     while let Some(frame) = rx.recv().await {
-        let bytes = match frame.encode() {
-            Ok(b) => b,
-            Err(e) => {
-                let id = frame.header.id;
-                console!("request {id}: reply cannot be encoded: {e}");
-                let fallback = Frame::new(Header {
-                    id,
-                    body: Body::Error(AgentError::new(
-                        AgentErrorCode::Io,
-                        format!("reply cannot be encoded: {e}"),
-                    )),
-                });
-                match fallback.encode() {
-                    Ok(b) => b,
-                    Err(_) => continue,
-                }
-            }
+        let Some(bytes) = encode_or_error(&frame) else {
+            continue;
         };
         if out.write_all(&bytes).await.is_err() {
             return;
@@ -257,7 +268,8 @@ async fn write_loop(writer: OwnedWriteHalf, mut rx: mpsc::Receiver<Frame>) {
 /// In-flight request tasks of one connection, by request id.
 type Tasks = Arc<Mutex<HashMap<u64, (u64, AbortHandle)>>>;
 
-struct Connection {
+/// One session: the requests of one connection (or of one attach on the stdio channel).
+pub struct Connection {
     agent: Arc<Agent>,
     tx: mpsc::Sender<Frame>,
     tasks: Tasks,
@@ -272,25 +284,11 @@ async fn serve_connection(agent: Arc<Agent>, stream: UnixStream, conn_no: u64) {
     let (tx, rx) = mpsc::channel(OUTBOUND_QUEUE);
     tokio::spawn(write_loop(wr, rx));
     let mut reader = BufReader::with_capacity(IO_BUFFER_BYTES, rd);
-    let mut conn = Connection {
-        agent,
-        tx,
-        tasks: Arc::default(),
-        uploads: HashMap::new(),
-        ports: port::Ports::default(),
-        next_seq: 0,
-    };
+    let mut conn = Connection::new(agent, tx);
     let why = loop {
         match read_frame_lenient(&mut reader).await {
             Ok(frame) => conn.handle(frame).await,
-            Err(ServerError::BadMessage { id, message }) => {
-                conn.error(
-                    id,
-                    AgentErrorCode::Protocol,
-                    format!("unknown message: {message}"),
-                )
-                .await
-            }
+            Err(ServerError::BadMessage { id, message }) => conn.unknown_message(id, message).await,
             Err(ServerError::Frame(CodecError::Closed)) => break None,
             Err(e) => break Some(e),
         }
@@ -298,18 +296,45 @@ async fn serve_connection(agent: Arc<Agent>, stream: UnixStream, conn_no: u64) {
     if let Some(e) = why {
         console!("connection {conn_no} closed: {e}");
     }
-    let tasks: Vec<_> = {
-        let mut t = conn.tasks.lock().unwrap_or_else(|e| e.into_inner());
-        t.drain().map(|(_, (_, h))| h).collect()
-    };
-    for h in tasks {
-        h.abort();
-    }
-    // Dropping the upload handles makes each upload task remove its temp file.
-    conn.uploads.clear();
+    conn.close();
 }
 
 impl Connection {
+    /// A session whose frames go out through `tx`.
+    pub fn new(agent: Arc<Agent>, tx: mpsc::Sender<Frame>) -> Self {
+        Connection {
+            agent,
+            tx,
+            tasks: Arc::default(),
+            uploads: HashMap::new(),
+            ports: port::Ports::default(),
+            next_seq: 0,
+        }
+    }
+
+    /// Ends the session: its requests are cancelled; processes live on.
+    pub fn close(mut self) {
+        let tasks: Vec<_> = {
+            let mut t = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
+            t.drain().map(|(_, (_, h))| h).collect()
+        };
+        for h in tasks {
+            h.abort();
+        }
+        // Dropping the upload handles makes each upload task remove its temp file.
+        self.uploads.clear();
+    }
+
+    /// Answers a frame whose message is not understood.
+    pub async fn unknown_message(&self, id: u64, message: String) {
+        self.error(
+            id,
+            AgentErrorCode::Protocol,
+            format!("unknown message: {message}"),
+        )
+        .await
+    }
+
     async fn error(&self, id: u64, code: AgentErrorCode, message: String) {
         Sink::new(id, self.tx.clone())
             .finish(Err(AgentError::new(code, message)))
@@ -325,7 +350,8 @@ impl Connection {
                 .contains_key(&id)
     }
 
-    async fn handle(&mut self, frame: Frame) {
+    /// Handles one frame of the session.
+    pub async fn handle(&mut self, frame: Frame) {
         let id = frame.header.id;
         match frame.header.body {
             Body::Request(req) => self.request(id, req, frame.payload).await,

@@ -159,6 +159,12 @@ struct Args {
     /// sandbox's memory. 0: no limit.
     #[arg(long, env = "SBX_GUEST_TASK_LIMIT", default_value_t = 1024)]
     guest_task_limit: u64,
+    /// How sbxd reaches each sandbox's agent: `stdio` (PID 1's stdin and
+    /// stdout, a socket pair sbxd keeps; no process in between) or `relay`
+    /// (a `runsc exec sbx-agent relay` process per sandbox, as sandboxes
+    /// from before a restart are always reached).
+    #[arg(long, env = "SBX_AGENT_CHANNEL", default_value = "stdio", value_parser = ["stdio", "relay"])]
+    agent_channel: String,
     /// A file upload or download that gets no data from the sandbox for this
     /// many seconds is stopped (503) and its host `runsc exec` killed.
     #[arg(long, env = "SBX_FILE_TRANSFER_IDLE_SECS", default_value_t = 30)]
@@ -660,6 +666,7 @@ async fn daemon_main(args: Args) -> anyhow::Result<()> {
             agent_dir: config.agent_dir.clone(),
             pids_limit: config.limits.pids_per_sandbox,
             guest_task_limit: config.limits.guest_tasks,
+            stdio_channel: args.agent_channel == "stdio",
             extra_flags: config.runsc_extra_flags.clone(),
             sandbox_disk_mb: config.limits.sandbox_disk_mb,
             spare_disks_dir: config.spare_disks_dir(),

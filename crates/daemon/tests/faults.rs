@@ -470,7 +470,7 @@ async fn kill9_of_the_relay_reconnects() {
     let _serial = SERIAL.lock().await;
     // Declared first so that it is dropped last, after sbxd is gone.
     let _leftovers: KillLeftovers;
-    let d = Daemon::start(&[]).await;
+    let d = Daemon::start(&["--agent-channel", "relay"]).await;
     _leftovers = KillLeftovers::of(&d);
     let id = d.create_running("relay").await;
     let root = d.data_dir().join("runsc");
@@ -486,6 +486,70 @@ async fn kill9_of_the_relay_reconnects() {
     );
     assert_eq!(d.assert_truthful(&id, SETTLE).await, "RUNNING");
     d.assert_host_matches_store(SETTLE).await;
+    d.destroy_all(SETTLE).await;
+    d.assert_host_matches_store(SETTLE).await;
+}
+
+/// A restarted sbxd has lost its end of every stdio channel: the sandboxes
+/// it finds are reached through relays (their snapshots too), while a clone
+/// it restores gets a channel of its own and no relay.
+#[tokio::test]
+#[ignore = "needs root, runsc and the image; run ./scripts/test"]
+async fn sandboxes_from_before_a_restart_are_reached_through_a_relay() {
+    let _serial = SERIAL.lock().await;
+    // Declared first so that it is dropped last, after sbxd is gone.
+    let _leftovers: KillLeftovers;
+    let mut d = Daemon::start(&[]).await;
+    _leftovers = KillLeftovers::of(&d);
+    let id = d.create_running("older").await;
+    let root = d.data_dir().join("runsc");
+    let relay_of = |sandbox: &str| {
+        host_pids(&[
+            &root.to_string_lossy(),
+            &format!("exec sbx-{sandbox} /.sbx/sbx-agent relay"),
+        ])
+    };
+    assert_eq!(d.sh(&id, "echo one > /tmp/mark").await.0, 0);
+    assert!(relay_of(&id).is_empty(), "a relay beside the stdio channel");
+    d.kill9();
+    d.spawn().await;
+    let (code, out, _) = d.exec(&id, &["cat", "/tmp/mark"]).await;
+    assert_eq!((code, out.as_str()), (0, "one\n"));
+    assert!(!relay_of(&id).is_empty(), "no relay after the restart");
+
+    let (status, snap) = d
+        .call("POST", &format!("/v2/sandboxes/{id}/snapshots"), None)
+        .await;
+    assert!(status == 201 || status == 202, "{snap}");
+    let sid = snap["data"]["id"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        let (_, got) = d.call("GET", &format!("/v2/snapshots/{sid}"), None).await;
+        if got["data"]["status"] == "READY" {
+            break;
+        }
+        assert_eq!(got["data"]["status"], "CREATING", "{got}");
+        assert!(Instant::now() < deadline, "snapshot never READY");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (status, c) = d
+        .call(
+            "POST",
+            "/v2/sandboxes",
+            Some(json!({"name": "younger", "snapshotId": sid})),
+        )
+        .await;
+    assert!(status == 201 || status == 202, "{c}");
+    let cid = c["data"]["id"].as_str().unwrap().to_string();
+    d.wait_status(&cid, "RUNNING", SETTLE).await;
+    let (code, out, _) = d.exec(&cid, &["cat", "/tmp/mark"]).await;
+    assert_eq!((code, out.as_str()), (0, "one\n"));
+    assert!(
+        relay_of(&cid).is_empty(),
+        "the clone is reached through a relay"
+    );
+    // The source still answers after its snapshot, through a new relay.
+    assert_eq!(d.sh(&id, "true").await.0, 0);
     d.destroy_all(SETTLE).await;
     d.assert_host_matches_store(SETTLE).await;
 }

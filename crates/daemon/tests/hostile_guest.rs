@@ -100,6 +100,38 @@ for pid in [1, p.pid] + relays:
 p.kill()
 "#;
 
+/// Lists PID 1's descriptors and tries to open each socket among them
+/// (the stdio channel's copies, the agent's listener) for reading and
+/// writing through `/proc/1/fd`; counts the in-guest relays.
+const CHANNEL_PROBE: &str = r#"
+import os
+sockets = 0
+for fd in os.listdir("/proc/1/fd"):
+    try:
+        target = os.readlink("/proc/1/fd/" + fd)
+    except OSError:
+        continue
+    if not target.startswith("socket:"):
+        continue
+    sockets += 1
+    for mode in ("rb", "wb"):
+        try:
+            open("/proc/1/fd/" + fd, mode, buffering=0).close()
+            print("opened", fd, mode)
+        except OSError as e:
+            print("refused", fd, mode, e.errno)
+print("sockets", sockets)
+relays = 0
+for d in os.listdir("/proc"):
+    try:
+        argv = open("/proc/%s/cmdline" % d, "rb").read().split(b"\0")
+    except (OSError, ValueError):
+        continue
+    if d.isdigit() and len(argv) > 1 and argv[0].endswith(b"sbx-agent") and argv[1] == b"relay":
+        relays += 1
+print("relays", relays)
+"#;
+
 /// Finds the in-guest `sbx-agent WHAT` processes (argv[1] is `sys.argv[1]`),
 /// waiting up to 20 s for one, and freezes them with SIGSTOP; prints their pids.
 const FREEZE: &str = r#"
@@ -178,7 +210,8 @@ async fn wait_for(d: &Daemon, id: &str, want: &str, limit: Duration) -> (Value, 
 #[tokio::test]
 #[ignore = "needs root, runsc and the image; run ./scripts/test"]
 async fn the_guest_cannot_replace_the_agent_sbxd_runs() {
-    let d = Daemon::start(&[]).await;
+    // Relays only exist when asked for (or after a restart): this test is about them.
+    let d = Daemon::start(&["--agent-channel", "relay"]).await;
     let id = d.create_running("renamer").await;
 
     // The attack of the issue, step by step. Each step must be refused.
@@ -264,6 +297,28 @@ async fn the_guest_cannot_replace_the_agent_sbxd_runs() {
     assert!(status == 204 || status == 202, "{status}");
 }
 
+/// sbxd reaches the agent over PID 1's stdin/stdout (a host socket pair): no
+/// relay runs in the guest, and the guest cannot open the channel's
+/// descriptors through `/proc/1/fd` to speak for sbxd or for the agent.
+#[tokio::test]
+#[ignore = "needs root, runsc and the image; run ./scripts/test"]
+async fn the_guest_cannot_open_the_agents_stdio_channel() {
+    let d = Daemon::start(&[]).await;
+    let id = d.create_running("channel").await;
+    let (code, out, err) = d.exec(&id, &["python3", "-c", CHANNEL_PROBE]).await;
+    println!("{out}{err}");
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("relays 0\n"), "{out}");
+    assert!(
+        !out.contains("sockets 0\n"),
+        "no socket found in PID 1: {out}"
+    );
+    assert!(!out.contains("opened"), "{out}");
+    assert!(out.contains("refused"), "{out}");
+    // And it still answers afterwards.
+    assert_eq!(d.sh(&id, "true").await.0, 0);
+}
+
 #[tokio::test]
 #[ignore = "needs root, runsc and the image; run ./scripts/test"]
 async fn an_agent_that_never_answers_wedges_nothing() {
@@ -273,6 +328,8 @@ async fn an_agent_that_never_answers_wedges_nothing() {
     let mut d = Daemon::start(&[
         "--agent-dir",
         &agent.path().to_string_lossy(),
+        "--agent-channel",
+        "relay",
         "--active-runtime-secs",
         &limit,
     ])
@@ -466,7 +523,13 @@ async fn poke(http: &reqwest::Client, base: &str, id: &str, round: u64) -> Resul
 #[ignore = "needs root, runsc and the image; run ./scripts/test"]
 async fn guest_side_fuzzer_of_the_agent_protocol() {
     let agent = hostile::agent_dir();
-    let mut d = Daemon::start(&["--agent-dir", &agent.path().to_string_lossy()]).await;
+    let mut d = Daemon::start(&[
+        "--agent-dir",
+        &agent.path().to_string_lossy(),
+        "--agent-channel",
+        "relay",
+    ])
+    .await;
     let pid = d.sbxd_pid().unwrap();
     let control = d.create_running("control").await;
     assert_eq!(d.exec(&control, &["true"]).await.0, 0);
@@ -581,6 +644,8 @@ async fn a_reused_connection_id_flood_keeps_descriptors_bounded() {
     let d = Daemon::start(&[
         "--agent-dir",
         &agent.path().to_string_lossy(),
+        "--agent-channel",
+        "relay",
         "--network-test-public-cidr",
         &host.cidr,
     ])

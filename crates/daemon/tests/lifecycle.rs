@@ -606,3 +606,60 @@ async fn snapshots_after_process_output_restore() {
             .await;
     }
 }
+
+/// A snapshot keeps the source's agent connection (the stdio channel): an
+/// exec in flight carries on through the checkpoint and answers afterwards
+/// (over a relay it used to be killed and answered `409`). The clone, whose
+/// image holds that exec's session, starts clean and answers.
+#[tokio::test]
+#[ignore = "needs root, runsc and the image; run ./scripts/test"]
+async fn a_snapshot_does_not_interrupt_work_in_flight_on_the_source() {
+    let d = Daemon::start(&[]).await;
+    let _leftovers = common::KillLeftovers::of(&d);
+    let id = d.create_running("busy").await;
+    let exec = {
+        let (http, url) = (
+            reqwest::Client::new(),
+            d.url(&format!("/v2/sandboxes/{id}/exec")),
+        );
+        tokio::spawn(async move {
+            let body = json!({
+                "command": ["sh", "-c", "touch /tmp/started; while [ ! -e /tmp/go ]; do sleep 0.05; done; echo finished"],
+                "timeout": "60000ms",
+            });
+            let resp = http
+                .post(url)
+                .header("content-type", "application/json")
+                .body(body.to_string())
+                .send()
+                .await
+                .expect("exec request");
+            let status = resp.status().as_u16();
+            (status, resp.json::<Value>().await.unwrap_or(Value::Null))
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while d.sh(&id, "test -e /tmp/started").await.0 != 0 {
+        assert!(Instant::now() < deadline, "the exec never started");
+    }
+    let snap = snapshot(&d, &id, None).await;
+    // The exec cannot end before /tmp/go exists: the checkpoint happened
+    // while it was in flight.
+    if exec.is_finished() {
+        let (status, body) = exec.await.unwrap();
+        panic!("the exec ended during the snapshot: {status} {body}");
+    }
+    assert_eq!(d.sh(&id, "touch /tmp/go").await.0, 0);
+    let (status, body) = exec.await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["data"]["exitCode"], 0, "{body}");
+    assert_eq!(common::b64(&body["data"]["stdout"]), "finished\n");
+
+    let (status, c) = clone(&d, snap["id"].as_str().unwrap(), "busy-clone").await;
+    assert!(status == 201 || status == 202, "{c}");
+    let cid = c["data"]["id"].as_str().unwrap().to_string();
+    d.wait_status(&cid, "RUNNING", Duration::from_secs(120))
+        .await;
+    let (code, out, err) = d.sh(&cid, "test -e /tmp/started && echo clone-ok").await;
+    assert_eq!((code, out.as_str()), (0, "clone-ok\n"), "{err}");
+}

@@ -32,7 +32,7 @@ pub use checkpoint::{CheckpointOptions, RestoreOptions};
 pub use error::{is_enospc, Error, Result};
 pub use exec::{ExecOptions, ExecOutput};
 pub use lifecycle::{CreateOptions, RunOptions};
-pub use types::{ContainerState, ContainerSummary, IoTarget, ProcessIo, Status};
+pub use types::{ContainerState, ContainerSummary, IoTarget, ProcessIo, SharedFd, Status};
 
 /// Default location of the `runsc` binary (Debian package).
 pub const DEFAULT_BINARY: &str = "/usr/bin/runsc";

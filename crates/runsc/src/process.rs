@@ -2,7 +2,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 
 use crate::error::means_not_found;
@@ -142,6 +142,15 @@ pub(crate) fn open_target(t: &IoTarget, write: bool) -> Result<Stdio> {
     match t {
         IoTarget::Null => Ok(Stdio::null()),
         IoTarget::Inherit => Ok(Stdio::inherit()),
+        IoTarget::Fd(fd) => {
+            fd.0.try_clone()
+                .map(Stdio::from)
+                .map_err(|source| Error::Io {
+                    op: "duplicating",
+                    path: PathBuf::from("(stdio channel)"),
+                    source,
+                })
+        }
         IoTarget::File(p) => {
             let f = if write {
                 OpenOptions::new().create(true).append(true).open(p)

@@ -115,11 +115,25 @@ pub enum IoTarget {
     /// A file: opened read-only for stdin; created and appended to for
     /// stdout/stderr (a sandbox console log).
     File(PathBuf),
+    /// An open descriptor (a socket sbxd made), given to the process as is.
+    Fd(SharedFd),
 }
 
+/// A descriptor shared by the clones of a [`ProcessIo`]; equal only to itself.
+#[derive(Debug, Clone)]
+pub struct SharedFd(pub std::sync::Arc<std::os::fd::OwnedFd>);
+
+impl PartialEq for SharedFd {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for SharedFd {}
+
 /// Standard streams of a `run`/`create`/`restore` invocation. With
-/// `--detach`, the sandbox keeps these as its console for its whole life, so
-/// they are files or null, never pipes read to EOF.
+/// `--detach`, the sandbox keeps these for its whole life, so they are
+/// files, null or a socket sbxd holds, never pipes read to EOF.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ProcessIo {
     /// stdin of PID 1.
@@ -139,6 +153,15 @@ impl ProcessIo {
             stdin: IoTarget::Null,
             stdout: IoTarget::File(log.clone()),
             stderr: IoTarget::File(log),
+        }
+    }
+
+    /// PID 1's stdin and stdout on `channel` (a socket); stderr appended to `log`.
+    pub fn channel_and_log(channel: SharedFd, log: impl Into<PathBuf>) -> Self {
+        ProcessIo {
+            stdin: IoTarget::Fd(channel.clone()),
+            stdout: IoTarget::Fd(channel),
+            stderr: IoTarget::File(log.into()),
         }
     }
 }

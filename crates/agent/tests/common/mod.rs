@@ -50,6 +50,24 @@ impl TestAgent {
         TestAgent { child, dir, socket }
     }
 
+    /// An agent whose stdin and stdout are one end of a socket pair, as
+    /// PID 1's are in a sandbox (the stdio channel); returns sbxd's end.
+    pub fn start_with_channel() -> (TestAgent, std::os::unix::net::UnixStream) {
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().expect("socket pair");
+        let theirs_out = theirs.try_clone().expect("dup");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let socket = dir.path().join("a.sock");
+        let child = Command::new(agent_bin())
+            .arg("serve")
+            .arg("--socket")
+            .arg(&socket)
+            .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
+            .stdout(Stdio::from(std::os::fd::OwnedFd::from(theirs_out)))
+            .spawn()
+            .expect("spawn agent");
+        (TestAgent { child, dir, socket }, ours)
+    }
+
     /// The agent's pid.
     pub fn pid(&self) -> u32 {
         self.child.id()
@@ -91,6 +109,37 @@ impl Drop for TestAgent {
     }
 }
 
+/// Attaches a new session to the stdio channel `channel` (sbxd's end), as
+/// sbxd does: the marker with a fresh nonce, then everything up to the
+/// agent's answer is skipped. Nothing may follow the answer unasked.
+pub async fn attach(channel: &std::os::unix::net::UnixStream) -> Client {
+    use tokio::io::AsyncWriteExt;
+    let dup = channel.try_clone().expect("dup");
+    dup.set_nonblocking(true).expect("nonblocking");
+    let mut stream = UnixStream::from_std(dup).expect("tokio stream");
+    let nonce = *Uuid::new_v4().as_bytes();
+    stream
+        .write_all(&sbx_agent_proto::attach::attach_bytes(&nonce))
+        .await
+        .expect("write attach");
+    let rest = tokio::time::timeout(
+        Duration::from_secs(10),
+        sbx_agent_proto::attach::skip_past(
+            &mut stream,
+            sbx_agent_proto::attach::attached_bytes(&nonce),
+            64 << 20,
+        ),
+    )
+    .await
+    .expect("the agent answers the attach within 10 s")
+    .expect("attach answer");
+    assert!(
+        rest.is_empty(),
+        "bytes followed the attach answer: {rest:?}"
+    );
+    Client::new(stream)
+}
+
 /// A protocol client over one connection; frames for other ids are queued.
 pub struct Client {
     rd: BufReader<OwnedReadHalf>,
@@ -110,6 +159,11 @@ impl Client {
             next_id: 1,
             queued: HashMap::new(),
         }
+    }
+
+    /// How many frames arrived for ids nobody asked for yet.
+    pub fn queued_frames(&self) -> usize {
+        self.queued.values().map(VecDeque::len).sum()
     }
 
     pub fn fresh_id(&mut self) -> u64 {

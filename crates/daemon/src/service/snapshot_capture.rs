@@ -4,7 +4,7 @@
 
 use super::snapshots::{dir_size, SNAPSHOT_UPLOAD_FAILED};
 use super::{agent_error, Result, Service, ServiceError};
-use crate::runtime::SandboxSpec;
+use crate::runtime::{AgentConn, SandboxSpec};
 use chrono::Utc;
 use sbx_agent_proto::Request;
 use sbx_api_types::SandboxStatus;
@@ -185,15 +185,22 @@ impl Service {
                 return Err(ServiceError::not_running(current.status));
             }
             let started = std::time::Instant::now();
-            let taken = self.checkpoint_quiesced(&current, &dir).await;
+            let (taken, kept) = self.checkpoint_quiesced(&current, &dir).await;
             let checkpointed = started.elapsed();
-            // Reconnect whatever happened, so the source keeps serving.
+            // The source keeps serving: over the same connection when it
+            // came through the checkpoint (the network service, which
+            // `quiesce` stopped, starts again on it), else over a new one.
             let reconnect = async {
-                if let Err(e) = self.attach_gated(sandbox).await {
-                    tracing::warn!(%sandbox, error = %e, "reconnecting after snapshot");
+                match kept {
+                    Some(conn) => self.network.serve(sandbox, &current.network, &conn).await,
+                    None => {
+                        if let Err(e) = self.attach_gated(sandbox).await {
+                            tracing::warn!(%sandbox, error = %e, "reconnecting after snapshot");
+                        }
+                    }
                 }
                 drop(gate);
-                tracing::debug!(%sandbox, ms = started.elapsed().as_millis() as u64, "source reconnected after its checkpoint");
+                tracing::debug!(%sandbox, ms = started.elapsed().as_millis() as u64, "source serving again after its checkpoint");
             };
             let check = async {
                 taken?;
@@ -245,39 +252,69 @@ impl Service {
         )))
     }
 
-    /// Flushes the guest, closes its agent connection, then checkpoints it
-    /// into `dir`.
+    /// Flushes the guest, quiesces its agent, then checkpoints it into
+    /// `dir`. A stdio-channel connection is kept (its writer held, so the
+    /// agent's reader is at a frame boundary in the image) and returned;
+    /// any other is closed first: a relay process running at the checkpoint
+    /// would hold host pipes and the image could not be restored.
     async fn checkpoint_quiesced(
         self: &Arc<Self>,
         current: &sbx_store::SandboxRecord,
         dir: &Path,
-    ) -> Result<()> {
+    ) -> (Result<()>, Option<AgentConn>) {
         let sandbox = current.id;
-        // Crash consistency: flush what the guest holds in its page cache first.
-        // Then close the agent connection: a checkpoint taken while the relay
-        // process runs would hold its host pipes and could not be restored.
         // Every call here has the agent client's deadline, and no lock is held.
         let conn = match self.cached_agent(sandbox) {
             Some(conn) => conn,
-            None => self.runtime.connect(sandbox).await.map_err(|e| {
-                ServiceError::Unavailable(format!("sandbox agent unreachable: {e}"))
-            })?,
+            None => match self.runtime.connect(sandbox).await {
+                Ok(conn) => conn,
+                Err(e) => {
+                    return (
+                        Err(ServiceError::Unavailable(format!(
+                            "sandbox agent unreachable: {e}"
+                        ))),
+                        None,
+                    )
+                }
+            },
         };
+        // Crash consistency: flush what the guest holds in its page cache first.
         let synced = conn.call(Request::Sync).await.map_err(agent_error);
-        // Close the in-sandbox proxy listeners first (fewer live sockets in
-        // the image; the next `net_serve` reopens them). An agent too old to
-        // know `quiesce` answers with an error, which is fine to ignore.
-        if let Err(e) = conn.call(Request::Quiesce).await {
+        // `quiesce` closes the in-sandbox proxy listeners (fewer live sockets
+        // in the image; the next `net_serve` reopens them).
+        if conn.kept_through_checkpoint() {
+            match conn
+                .quiesce_holding_writer(
+                    Request::Quiesce,
+                    sbx_agent_proto::client::SHORT_CALL_TIMEOUT,
+                )
+                .await
+            {
+                Ok((_, hold)) => {
+                    let taken = match synced {
+                        Ok(_) => self.checkpoint_once(current, dir).await,
+                        Err(e) => Err(e),
+                    };
+                    drop(hold);
+                    return (taken, Some(conn));
+                }
+                // The failure closed the connection: checkpoint as for a relay.
+                Err(e) => tracing::debug!(%sandbox, error = %e, "agent did not quiesce"),
+            }
+        } else if let Err(e) = conn.call(Request::Quiesce).await {
+            // An agent too old to know `quiesce` answers with an error, which is fine to ignore.
             tracing::debug!(%sandbox, error = %e, "agent did not quiesce");
         }
         let t = std::time::Instant::now();
         conn.shutdown().await;
         self.forget_agent(sandbox);
-        synced?;
+        if let Err(e) = synced {
+            return (Err(e), None);
+        }
         let closed = t.elapsed();
         let taken = self.checkpoint_once(current, dir).await;
         tracing::debug!(%sandbox, relay_close_ms = closed.as_millis() as u64, checkpoint_ms = (t.elapsed() - closed).as_millis() as u64, "checkpoint");
-        taken
+        (taken, None)
     }
 
     /// One `runsc checkpoint` into a fresh `dir`, under the sandbox's
