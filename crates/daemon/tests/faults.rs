@@ -517,31 +517,8 @@ async fn sandboxes_from_before_a_restart_are_reached_through_a_relay() {
     assert_eq!((code, out.as_str()), (0, "one\n"));
     assert!(!relay_of(&id).is_empty(), "no relay after the restart");
 
-    let (status, snap) = d
-        .call("POST", &format!("/v2/sandboxes/{id}/snapshots"), None)
-        .await;
-    assert!(status == 201 || status == 202, "{snap}");
-    let sid = snap["data"]["id"].as_str().unwrap().to_string();
-    let deadline = Instant::now() + SETTLE;
-    loop {
-        let (_, got) = d.call("GET", &format!("/v2/snapshots/{sid}"), None).await;
-        if got["data"]["status"] == "READY" {
-            break;
-        }
-        assert_eq!(got["data"]["status"], "CREATING", "{got}");
-        assert!(Instant::now() < deadline, "snapshot never READY");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let (status, c) = d
-        .call(
-            "POST",
-            "/v2/sandboxes",
-            Some(json!({"name": "younger", "snapshotId": sid})),
-        )
-        .await;
-    assert!(status == 201 || status == 202, "{c}");
-    let cid = c["data"]["id"].as_str().unwrap().to_string();
-    d.wait_status(&cid, "RUNNING", SETTLE).await;
+    let sid = d.snapshot_ready(&id, SETTLE).await;
+    let cid = d.clone_running(&sid, "younger", SETTLE).await;
     let (code, out, _) = d.exec(&cid, &["cat", "/tmp/mark"]).await;
     assert_eq!((code, out.as_str()), (0, "one\n"));
     assert!(

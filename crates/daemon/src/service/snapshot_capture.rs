@@ -172,9 +172,9 @@ impl Service {
     async fn capture_inner(self: &Arc<Self>, snap_id: Uuid, sandbox: Uuid) -> Result<u64> {
         let dir = self.snapshot_dir(snap_id);
         for attempt in 1..=CHECKPOINT_ATTEMPTS {
-            // No new relay may start while the checkpoint is taken: requests
-            // that need the agent wait at the gate (bounded) until the
-            // reconnection below.
+            // No new connection (attach or relay) may open while the
+            // checkpoint is taken: requests that need one wait at the gate
+            // (bounded) until the source serves again below.
             let gate = self.enter_gate(sandbox).await?;
             let current = self
                 .store

@@ -427,6 +427,37 @@ impl Daemon {
         }
     }
 
+    /// Snapshots `id` and waits (up to `timeout`) for READY; returns the snapshot's id.
+    pub async fn snapshot_ready(&self, id: &str, timeout: Duration) -> String {
+        let (status, snap) = self
+            .call("POST", &format!("/v2/sandboxes/{id}/snapshots"), None)
+            .await;
+        assert!(status == 201 || status == 202, "snapshot: {status} {snap}");
+        let sid = snap["data"]["id"].as_str().unwrap().to_string();
+        let deadline = Instant::now() + timeout;
+        loop {
+            let (_, got) = self
+                .call("GET", &format!("/v2/snapshots/{sid}"), None)
+                .await;
+            if got["data"]["status"] == "READY" {
+                return sid;
+            }
+            assert_eq!(got["data"]["status"], "CREATING", "{got}");
+            assert!(Instant::now() < deadline, "snapshot {sid} never READY");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Clones snapshot `sid` as `name` and waits (up to `timeout`) for RUNNING; returns its id.
+    pub async fn clone_running(&self, sid: &str, name: &str, timeout: Duration) -> String {
+        let body = serde_json::json!({"name": name, "snapshotId": sid});
+        let (status, c) = self.call("POST", "/v2/sandboxes", Some(body)).await;
+        assert!(status == 201 || status == 202, "clone: {status} {c}");
+        let cid = c["data"]["id"].as_str().unwrap().to_string();
+        self.wait_status(&cid, "RUNNING", timeout).await;
+        cid
+    }
+
     /// Containers runsc still knows under this daemon's root.
     /// Waits up to `timeout` for runsc to list no container (teardowns run
     /// in the background, and a destroy may answer 202 before they end).

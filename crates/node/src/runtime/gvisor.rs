@@ -4,19 +4,19 @@
 //! or restore (it ran before a restart) is reached through a long-lived
 //! `runsc exec sbx-agent relay` process instead.
 
+use super::channel::{attach, handshake, Channels};
 use super::console_log::Trimmed;
 use super::disk::{self, Disks};
 use super::{AgentConn, JobOptions, Runtime, RuntimeError, SandboxSpec};
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use sbx_agent_proto::{attach, Reply, Request, AGENT_BINARY_PATH, AGENT_MOUNT_PATH};
+use sbx_agent_proto::{AGENT_BINARY_PATH, AGENT_MOUNT_PATH};
 use sbx_api_types::VolumeKind;
 use sbx_runsc::oci::SpecBuilder;
 use sbx_runsc::{
     CheckpointOptions, ExecOptions, GlobalOptions, Network, ProcessIo, RestoreOptions, RunOptions,
     Runsc, SharedFd,
 };
-use std::collections::HashMap;
 use std::os::unix::net::UnixStream as StdUnixStream;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -35,8 +35,6 @@ const RESTORE_READY_TIMEOUT: Duration = Duration::from_secs(30);
 const RELAY_EXIT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long the agent gets to answer the `hello` of a new connection.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// How much of an older session's output an attach may skip before the agent's answer.
-const ATTACH_SCAN_LIMIT: u64 = 64 << 20;
 /// How long `start` waits for the agent to answer after runsc reports running.
 const AGENT_READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long destroy keeps killing a sandbox's host processes before it gives up (and retries later).
@@ -88,22 +86,7 @@ pub struct GvisorRuntime {
     s3_volumes: super::s3_volumes::S3Volumes,
     /// sbxd's end of each sandbox's stdio channel (sandboxes this process
     /// started or restored).
-    channels: std::sync::Mutex<HashMap<Uuid, Arc<Channel>>>,
-}
-
-/// sbxd's end of one sandbox's stdio channel.
-struct Channel {
-    socket: StdUnixStream,
-    /// One attach at a time: each one ends the agent's previous session.
-    attaching: tokio::sync::Mutex<()>,
-}
-
-/// A nonblocking tokio stream on a new descriptor of `socket`. Dropping it
-/// closes only that descriptor (no `shutdown`), so the channel lives on.
-fn tokio_stream(socket: &StdUnixStream) -> std::io::Result<tokio::net::UnixStream> {
-    let dup = socket.try_clone()?;
-    dup.set_nonblocking(true)?;
-    tokio::net::UnixStream::from_std(dup)
+    channels: Channels,
 }
 
 fn container_id(id: Uuid) -> String {
@@ -167,30 +150,8 @@ impl GvisorRuntime {
             disks,
             volumes,
             s3_volumes,
-            channels: std::sync::Mutex::new(HashMap::new()),
+            channels: Channels::default(),
         })
-    }
-
-    fn channel(&self, id: Uuid) -> Option<Arc<Channel>> {
-        self.channels
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&id)
-            .cloned()
-    }
-
-    fn set_channel(&self, id: Uuid, socket: Option<StdUnixStream>) {
-        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
-        match socket {
-            Some(socket) => channels.insert(
-                id,
-                Arc::new(Channel {
-                    socket,
-                    attaching: tokio::sync::Mutex::new(()),
-                }),
-            ),
-            None => channels.remove(&id),
-        };
     }
 
     fn dir(&self, id: Uuid) -> PathBuf {
@@ -292,7 +253,7 @@ impl GvisorRuntime {
     ) -> Result<AgentConn, RuntimeError> {
         let (cid, opts, channel) = self.prepare(&spec, job.as_ref(), true).await?;
         self.runsc.run(&cid, &opts).await?;
-        self.set_channel(spec.id, channel);
+        self.channels.set(spec.id, channel);
         prefer_guest_oom_kills(&cid);
         self.wait_for_agent(spec.id).await
     }
@@ -316,7 +277,7 @@ impl GvisorRuntime {
             ..RestoreOptions::default()
         };
         self.runsc.restore(&cid, &opts).await?;
-        self.set_channel(spec.id, channel);
+        self.channels.set(spec.id, channel);
         prefer_guest_oom_kills(&cid);
         Ok(())
     }
@@ -344,10 +305,10 @@ impl GvisorRuntime {
     /// A new session: over the stdio channel when this sbxd holds one,
     /// otherwise through a relay process.
     async fn connect_inner(&self, id: Uuid) -> Result<AgentConn, RuntimeError> {
-        let Some(channel) = self.channel(id) else {
+        let Some(channel) = self.channels.get(id) else {
             return self.connect_relay(id).await;
         };
-        let unanswered = match self.attach(&channel).await {
+        let unanswered = match attach(&channel, HANDSHAKE_TIMEOUT).await {
             Ok(conn) => return Ok(conn),
             Err(e) => e,
         };
@@ -357,52 +318,11 @@ impl GvisorRuntime {
         match self.connect_relay(id).await {
             Ok(conn) => {
                 tracing::info!(sandbox = %id, attach = %unanswered, "the agent does not answer on its stdio channel; using a relay");
-                self.set_channel(id, None);
+                self.channels.set(id, None);
                 Ok(conn)
             }
             Err(_) => Err(unanswered),
         }
-    }
-
-    /// Attaches a new session to the stdio channel: the marker exchange
-    /// (skipping whatever an older session left in the stream), then `hello`.
-    async fn attach(&self, channel: &Channel) -> Result<AgentConn, RuntimeError> {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let _one = channel.attaching.lock().await;
-        let mut reader = tokio_stream(&channel.socket)?;
-        let mut writer = tokio_stream(&channel.socket)?;
-        let nonce = Uuid::new_v4().into_bytes();
-        let exchange = async {
-            writer.write_all(&attach::attach_bytes(&nonce)).await?;
-            attach::skip_past(
-                &mut reader,
-                attach::attached_bytes(&nonce),
-                ATTACH_SCAN_LIMIT,
-            )
-            .await
-        };
-        let rest = match tokio::time::timeout(HANDSHAKE_TIMEOUT, exchange).await {
-            Ok(Ok(rest)) => rest,
-            Ok(Err(e)) => return Err(RuntimeError::AgentNotReady(format!("attach: {e}"))),
-            Err(_) => {
-                return Err(RuntimeError::AgentNotReady(
-                    "the agent did not answer the attach".into(),
-                ))
-            }
-        };
-        let conn = AgentConn::over_stdio_channel(std::io::Cursor::new(rest).chain(reader), writer);
-        self.handshake(conn).await
-    }
-
-    /// `hello` within its deadline; a connection that fails it is closed.
-    async fn handshake(&self, conn: AgentConn) -> Result<AgentConn, RuntimeError> {
-        let failure = match conn.call_within(Request::Hello, HANDSHAKE_TIMEOUT).await {
-            Ok((Reply::Hello { .. }, _)) => return Ok(conn),
-            Ok((other, _)) => format!("unexpected hello reply {other:?}"),
-            Err(e) => e.to_string(),
-        };
-        conn.shutdown().await;
-        Err(RuntimeError::AgentNotReady(failure))
     }
 
     async fn connect_relay(&self, id: Uuid) -> Result<AgentConn, RuntimeError> {
@@ -436,7 +356,7 @@ impl GvisorRuntime {
         });
         // The handshake has a deadline (the relay's peer is untrusted); a
         // connection that fails it is closed, which stops its relay.
-        self.handshake(conn).await
+        handshake(conn, HANDSHAKE_TIMEOUT).await
     }
 
     /// Waits until no `runsc exec` process (relay) is left inside the sandbox:
@@ -464,7 +384,7 @@ impl GvisorRuntime {
     }
 
     async fn destroy_inner(&self, id: Uuid) -> Result<(), RuntimeError> {
-        self.set_channel(id, None);
+        self.channels.set(id, None);
         let cid = container_id(id);
         // Kill the sandbox's host processes first, then let runsc clean up.
         // `runsc delete --force` alone asks the Sentry to stop, and a Sentry

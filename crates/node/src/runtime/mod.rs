@@ -5,6 +5,7 @@
 
 /// The agent connection lives beside the protocol it speaks.
 pub use sbx_agent_proto::client as agent_conn;
+mod channel;
 pub mod console_log;
 pub mod disk;
 pub mod fake;
