@@ -184,6 +184,9 @@ async fn the_installed_unit_runs_sbxd_and_a_reinstall_with_restart_keeps_sandbox
         .prefix("sbx-it-install-")
         .tempdir_in("/var/tmp")
         .unwrap();
+    // sbxd stops with SIGTERM and its sandboxes (the warm pool's too) live
+    // on, as in production: kill whatever is left under the root at the end.
+    let _leftovers = common::KillLeftovers(root.path().to_path_buf());
     let sbxd = PathBuf::from(common::sbxd_binary());
     let bin_dir = sbxd.parent().expect("sbxd's directory").to_path_buf();
     assert!(

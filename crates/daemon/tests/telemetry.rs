@@ -53,6 +53,9 @@ async fn start(
         .arg(env_path("SBX_TEST_AGENT_DIR"))
         .arg("--connect-sdk-dir")
         .arg(common::connect_sdk_dir())
+        // No warm pool: its members would outlive the sbxd each test kills.
+        .arg("--warm-pool")
+        .arg("none")
         .args(args)
         .envs(envs.iter().copied())
         .stdin(Stdio::null())
@@ -160,6 +163,8 @@ async fn destroy(port: u16, id: &str) {
 #[ignore = "needs root, runsc, the image and the agent; run ./scripts/test"]
 async fn json_logs_are_one_object_per_stderr_line() {
     let dir = data_dir();
+    // Anything the test leaves running under its data dir is killed at the end.
+    let _leftovers = common::KillLeftovers(dir.path().to_path_buf());
     let port = free_port();
     let child = start(
         dir.path(),
@@ -257,6 +262,8 @@ async fn spans_of_a_request_and_its_boot_reach_an_otlp_collector() {
     let received = Received::default();
     let collector_port = collector(received.clone()).await;
     let dir = data_dir();
+    // Anything the test leaves running under its data dir is killed at the end.
+    let _leftovers = common::KillLeftovers(dir.path().to_path_buf());
     let port = free_port();
     let endpoint = format!("http://127.0.0.1:{collector_port}");
     let child = start(
