@@ -17,7 +17,9 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, oneshot, watch};
 
+mod doze;
 mod port;
+pub use doze::Thaw;
 pub use port::PortStream;
 
 /// Why a call to the agent failed.
@@ -38,6 +40,9 @@ pub enum AgentCallError {
     /// No answer (or the frame could not be written) before the call's deadline.
     #[error("the agent did not answer within {0:?}")]
     TimedOut(Duration),
+    /// A quiet call found the sandbox frozen while idle (it was not woken).
+    #[error("the sandbox is asleep")]
+    Asleep,
 }
 
 /// Deadline of calls that do no long work in the agent (ping, hello,
@@ -76,6 +81,9 @@ pub type Answer = (Reply, Vec<u8>);
 
 enum Pending {
     Once(oneshot::Sender<Result<Answer, AgentError>>),
+    /// A call that is not activity: it neither keeps the sandbox awake nor
+    /// counts as work in flight (sbxd's own process counts).
+    Quiet(oneshot::Sender<Result<Answer, AgentError>>),
     Stream(mpsc::Sender<StreamItem>),
 }
 
@@ -111,6 +119,8 @@ struct Inner {
     pending: Mutex<HashMap<u64, Pending>>,
     next_id: AtomicU64,
     closed: watch::Sender<bool>,
+    /// Whether the sandbox sleeps (frozen while idle) and when it was last busy.
+    doze: doze::Doze,
 }
 
 /// Cheap-to-clone handle to an agent connection.
@@ -156,6 +166,7 @@ impl AgentConn {
             pending: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             closed,
+            doze: doze::Doze::new(),
         });
         let task = tokio::spawn(read_loop(reader, inner.clone()));
         *inner.reader.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
@@ -180,6 +191,7 @@ impl AgentConn {
         if self.is_closed() {
             return Err(AgentCallError::Closed);
         }
+        self.inner.doze.wake().await;
         let id = self.next_id();
         let rx = self.register_once(id);
         let frame = Frame::new(Header {
@@ -289,6 +301,12 @@ impl AgentConn {
         if self.is_closed() {
             return Err(AgentCallError::Closed);
         }
+        self.inner.doze.wake().await;
+        self.write(id, body, payload).await
+    }
+
+    /// Writes one frame without waking the sandbox or counting as activity.
+    async fn write(&self, id: u64, body: Body, payload: Vec<u8>) -> Result<(), AgentCallError> {
         let frame = Frame::with_payload(Header { id, body }, payload);
         let write = async {
             let mut w = self.inner.writer.lock().await;
@@ -387,6 +405,74 @@ impl AgentConn {
                 Err(AgentCallError::TimedOut(limit))
             }
         }
+    }
+
+    /// Sends a request that is not activity: it does not wake a sleeping
+    /// sandbox (`Asleep` instead) and does not keep an idle one awake.
+    pub async fn call_quietly(
+        &self,
+        request: Request,
+        limit: Duration,
+    ) -> Result<Answer, AgentCallError> {
+        if self.is_closed() {
+            return Err(AgentCallError::Closed);
+        }
+        if self.is_asleep() {
+            return Err(AgentCallError::Asleep);
+        }
+        let id = self.next_id();
+        let (tx, rx) = oneshot::channel();
+        self.pending().insert(id, Pending::Quiet(tx));
+        let exchange = async {
+            self.write(id, Body::Request(request), Vec::new()).await?;
+            Self::await_once(rx).await
+        };
+        match tokio::time::timeout(limit, exchange).await {
+            Ok(res) => {
+                self.pending().remove(&id);
+                res
+            }
+            Err(_) => {
+                self.pending().remove(&id);
+                Err(AgentCallError::TimedOut(limit))
+            }
+        }
+    }
+
+    /// Time since a frame was last sent, or a call last answered.
+    pub fn idle_for(&self) -> Duration {
+        self.inner.doze.idle_for()
+    }
+
+    /// Whether the sandbox sleeps: frozen by [`AgentConn::sleep_if_idle`]
+    /// and not woken since.
+    pub fn is_asleep(&self) -> bool {
+        self.inner.doze.is_asleep()
+    }
+
+    /// Runs `freeze` if the connection has been idle for `idle` with no call
+    /// waiting for an answer (streams do not count: they wait for the
+    /// guest, which has nothing running when sbxd puts it to sleep); the
+    /// [`Thaw`] it returns runs before the next frame is written. Ok(false):
+    /// not idle, nothing frozen.
+    pub async fn sleep_if_idle<E>(
+        &self,
+        idle: Duration,
+        freeze: impl std::future::Future<Output = Result<Thaw, E>>,
+    ) -> Result<bool, E> {
+        let busy = || {
+            self.is_closed()
+                || self
+                    .pending()
+                    .values()
+                    .any(|p| matches!(p, Pending::Once(_)))
+        };
+        self.inner.doze.sleep(idle, busy, freeze).await
+    }
+
+    /// Thaws the sandbox if it sleeps.
+    pub async fn wake(&self) {
+        self.inner.doze.wake().await;
     }
 
     /// Tells the agent to drop request `id`, without waiting for the write.
@@ -585,6 +671,11 @@ async fn read_loop<R: AsyncRead + Unpin>(mut reader: R, inner: Arc<Inner>) {
         };
         match waiter {
             Some(Pending::Once(tx)) => {
+                // The end of work counts: idleness starts when it finished.
+                inner.doze.touch();
+                let _ = tx.send(item);
+            }
+            Some(Pending::Quiet(tx)) => {
                 let _ = tx.send(item);
             }
             Some(Pending::Stream(tx)) => {

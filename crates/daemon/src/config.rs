@@ -415,6 +415,9 @@ pub struct Limits {
     pub idempotency_ttl: Duration,
     /// How often each running sandbox's usage is sampled; zero: never.
     pub usage_sample: Duration,
+    /// How long a sandbox with nothing running and no request sits before
+    /// its host processes are frozen (thawed by the next request); zero: never.
+    pub freeze_idle_after: Duration,
 }
 
 impl Default for Limits {
@@ -437,6 +440,7 @@ impl Default for Limits {
             image_quota_mb: 20 * 1024,
             idempotency_ttl: Duration::from_secs(24 * 3600),
             usage_sample: Duration::from_secs(5),
+            freeze_idle_after: Duration::from_secs(10),
         }
     }
 }

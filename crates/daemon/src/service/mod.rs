@@ -22,6 +22,7 @@ pub mod envd;
 mod error;
 mod files;
 mod idempotency;
+mod idle;
 mod image_quota;
 mod image_remote;
 mod image_tags;

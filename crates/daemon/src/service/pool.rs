@@ -96,6 +96,15 @@ impl Pool {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Ids and connections of every ready member.
+    fn members(&self) -> Vec<(Uuid, AgentConn)> {
+        self.lock()
+            .shapes
+            .values()
+            .flat_map(|s| s.ready.iter().map(|m| (m.id, m.conn.clone())))
+            .collect()
+    }
+
     /// Removes one ready member of the shape (never the same one twice).
     fn pop(&self, shape: Shape) -> Option<Member> {
         self.lock().shapes.get_mut(&shape)?.ready.pop_front()
@@ -371,6 +380,11 @@ impl Service {
             self.refill_pool();
         }
         None
+    }
+
+    /// The ready members of every shape: their ids and connections.
+    pub(super) fn pool_members(&self) -> Vec<(Uuid, AgentConn)> {
+        self.pool.members()
     }
 
     /// Returns a member a create did not use (its name was held), untouched.

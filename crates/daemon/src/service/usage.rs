@@ -10,8 +10,9 @@
 //! cgroup holds the sentry, the gofer and the platform's stub processes, not
 //! one process per guest process): it is the number of pids in the guest's
 //! `/proc`, asked of the sandbox's agent over its open connection (no
-//! `runsc exec`), with a short deadline. The guest can lie about it; it only
-//! misinforms its own owner.
+//! `runsc exec`), with a short deadline, as a quiet call (it neither wakes
+//! a sandbox frozen while idle nor keeps one awake; see `idle.rs`). The guest
+//! can lie about it; it only misinforms its own owner.
 //!
 //! [`Runtime::usage`]: crate::runtime::Runtime::usage
 
@@ -22,9 +23,6 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 use uuid::Uuid;
-
-/// How long the agent gets to list `/proc` for the process count.
-const PROCESS_COUNT_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// How long samples are kept.
 pub const USAGE_HISTORY: std::time::Duration = std::time::Duration::from_secs(600);
@@ -146,18 +144,11 @@ impl Service {
 
 /// The number of processes in the guest's `/proc` (`None` when the agent does not answer in time).
 async fn count_processes(conn: crate::runtime::AgentConn) -> Option<u64> {
-    let request = sbx_agent_proto::Request::ListDir {
-        path: "/proc".into(),
-        depth: 1,
-    };
-    match conn.call_within(request, PROCESS_COUNT_WAIT).await {
-        Ok((sbx_agent_proto::Reply::Dir { entries }, _)) => Some(
-            entries
-                .iter()
-                .filter(|e| !e.name.is_empty() && e.name.bytes().all(|b| b.is_ascii_digit()))
-                .count() as u64,
-        ),
-        _ => None,
+    match super::idle::guest_processes(&conn).await {
+        Ok(n) => Some(n),
+        // A sandbox sleeps only with PID 1 as its only process (`idle.rs`).
+        Err(crate::runtime::AgentCallError::Asleep) => Some(1),
+        Err(_) => None,
     }
 }
 

@@ -197,6 +197,14 @@ impl Daemon {
         self.extra_args.extend(args.iter().map(|s| s.to_string()));
     }
 
+    /// Sets `flag`'s value for the next [`Daemon::spawn`] (replacing it if given).
+    pub fn set_arg(&mut self, flag: &str, value: &str) {
+        match self.extra_args.iter().position(|a| a == flag) {
+            Some(i) if i + 1 < self.extra_args.len() => self.extra_args[i + 1] = value.to_string(),
+            _ => self.add_args(&[flag, value]),
+        }
+    }
+
     /// The PostgreSQL URL this daemon's store is on (`None`: the SQLite file).
     pub fn database_url(&self) -> Option<&str> {
         self.extra_args
@@ -236,6 +244,15 @@ impl Daemon {
         // daemon would cost CI a sandbox boot each and change what tests count.
         if !self.extra_args.iter().any(|a| a == "--warm-pool") {
             cmd.arg("--warm-pool").arg("none");
+        }
+        // Idle sandboxes are not frozen unless a test asks (idle_freeze.rs):
+        // tests that kill a sandbox's host processes need them to take SIGKILL.
+        if !self
+            .extra_args
+            .iter()
+            .any(|a| a == "--freeze-idle-after-secs")
+        {
+            cmd.arg("--freeze-idle-after-secs").arg("0");
         }
         // The test S3 server's credentials (scripts/lib/s3.sh), for daemons
         // started with --snapshot-store s3://...; unused otherwise.

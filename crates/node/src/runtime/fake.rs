@@ -62,6 +62,10 @@ pub enum Op {
     Resume,
     /// [`Runtime::checkpoint`].
     Checkpoint,
+    /// [`Runtime::freeze`].
+    Freeze,
+    /// [`Runtime::thaw`] (logged only when it thawed something).
+    Thaw,
     /// [`Runtime::restore`] (logged with the new sandbox's id).
     Restore,
 }
@@ -193,6 +197,18 @@ impl FakeRuntime {
     pub fn add_host_sandbox(&self, id: Uuid, life: Life) {
         let guest = Guest::new(Uuid::new_v4(), life, GuestData::default());
         self.state().sandboxes.insert(id, guest);
+    }
+
+    /// Puts a file into a sandbox's guest (`/proc/N` makes pid N show up
+    /// in the guest's process listing).
+    pub fn put_guest_file(&self, id: Uuid, path: &str, bytes: &[u8]) {
+        if let Some(g) = self.guest(id) {
+            g.data
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .files
+                .insert(path.to_string(), (0o644, bytes.to_vec()));
+        }
     }
 
     /// Sets what [`Runtime::usage`] reports for a running sandbox.
@@ -337,7 +353,26 @@ impl FakeRuntime {
         }
     }
 
+    /// What the real runtime does before runsc talks to a sandbox: thaw it.
+    fn thaw_inner(&self, id: Uuid) {
+        if let Some(g) = self.guest(id) {
+            if g.life() == Life::Asleep {
+                g.life.send_replace(Life::Running);
+                self.calls
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push((Op::Thaw, id));
+            }
+        }
+    }
+
+    /// Whether the sandbox is frozen by [`Runtime::freeze`] and not thawed.
+    pub fn is_asleep(&self, id: Uuid) -> bool {
+        self.life(id) == Some(Life::Asleep)
+    }
+
     async fn checkpoint_inner(&self, id: Uuid, dir: PathBuf) -> Result<(), RuntimeError> {
+        self.thaw_inner(id);
         self.enter(Op::Checkpoint, id).await?;
         let guest = match self.guest(id) {
             Some(g) if g.life() == Life::Running => g,
@@ -418,7 +453,10 @@ impl Runtime for FakeRuntime {
     fn is_alive(&self, id: Uuid) -> BoxFuture<'_, Result<bool, RuntimeError>> {
         async move {
             self.enter(Op::IsAlive, id).await?;
-            Ok(matches!(self.life(id), Some(Life::Running | Life::Paused)))
+            Ok(matches!(
+                self.life(id),
+                Some(Life::Running | Life::Paused | Life::Asleep)
+            ))
         }
         .boxed()
     }
@@ -428,7 +466,7 @@ impl Runtime for FakeRuntime {
             self.enter(Op::IsPaused, id).await?;
             Ok(match self.life(id) {
                 Some(Life::Paused) => Some(true),
-                Some(Life::Running) => Some(false),
+                Some(Life::Running | Life::Asleep) => Some(false),
                 Some(Life::Stopped) | None => None,
             })
         }
@@ -458,8 +496,24 @@ impl Runtime for FakeRuntime {
     }
 
     fn pause(&self, id: Uuid) -> BoxFuture<'_, Result<(), RuntimeError>> {
-        self.flip(Op::Pause, id, Life::Running, Life::Paused)
+        async move {
+            self.thaw_inner(id);
+            self.flip(Op::Pause, id, Life::Running, Life::Paused).await
+        }
+        .boxed()
+    }
+
+    fn freeze(&self, id: Uuid) -> BoxFuture<'_, Result<(), RuntimeError>> {
+        self.flip(Op::Freeze, id, Life::Running, Life::Asleep)
             .boxed()
+    }
+
+    fn thaw(&self, id: Uuid) -> BoxFuture<'_, Result<(), RuntimeError>> {
+        async move {
+            self.thaw_inner(id);
+            Ok(())
+        }
+        .boxed()
     }
 
     fn resume(&self, id: Uuid) -> BoxFuture<'_, Result<(), RuntimeError>> {

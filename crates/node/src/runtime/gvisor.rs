@@ -87,6 +87,8 @@ pub struct GvisorRuntime {
     /// sbxd's end of each sandbox's stdio channel (sandboxes this process
     /// started or restored).
     channels: Channels,
+    /// Freezes idle sandboxes (and thaws them before runsc talks to them).
+    freezer: super::freezer::Freezer,
 }
 
 fn container_id(id: Uuid) -> String {
@@ -144,6 +146,11 @@ impl GvisorRuntime {
             &config.volumes_dir.join("s3"),
             config.s3_volumes.clone(),
         )?;
+        let freezer = super::freezer::Freezer::new(
+            Path::new(sbx_runsc::cleanup::DEFAULT_CGROUP_MOUNT),
+            CGROUP_PARENT,
+        );
+        freezer.thaw_leftovers(&config.sandboxes_dir, container_id);
         Ok(GvisorRuntime {
             config,
             runsc,
@@ -151,7 +158,19 @@ impl GvisorRuntime {
             volumes,
             s3_volumes,
             channels: Channels::default(),
+            freezer,
         })
+    }
+
+    /// Thaws the sandbox before runsc talks to it: a frozen sandbox answers
+    /// no control call, and SIGKILL does not end a frozen process (cgroup v1).
+    async fn thaw_for_runsc(&self, id: Uuid) -> Result<(), RuntimeError> {
+        let freezer = self.freezer.clone();
+        let cid = container_id(id);
+        tokio::task::spawn_blocking(move || freezer.thaw(&cid))
+            .await
+            .map_err(|e| RuntimeError::Io(std::io::Error::other(e)))??;
+        Ok(())
     }
 
     fn dir(&self, id: Uuid) -> PathBuf {
@@ -326,6 +345,7 @@ impl GvisorRuntime {
     }
 
     async fn connect_relay(&self, id: Uuid) -> Result<AgentConn, RuntimeError> {
+        self.thaw_for_runsc(id).await?;
         let opts = ExecOptions {
             argv: vec![AGENT_BINARY_PATH.to_string(), "relay".to_string()],
             ..ExecOptions::default()
@@ -386,6 +406,10 @@ impl GvisorRuntime {
     async fn destroy_inner(&self, id: Uuid) -> Result<(), RuntimeError> {
         self.channels.set(id, None);
         let cid = container_id(id);
+        // A frozen process takes SIGKILL only once thawed (cgroup v1).
+        if let Err(e) = self.thaw_for_runsc(id).await {
+            tracing::warn!(sandbox = %id, error = %e, "cannot thaw before destroy");
+        }
         // Kill the sandbox's host processes first, then let runsc clean up.
         // `runsc delete --force` alone asks the Sentry to stop, and a Sentry
         // thrashing at its memory limit (a fork bomb whose stubs the OOM
@@ -530,6 +554,8 @@ impl Runtime for GvisorRuntime {
             argv,
             ..ExecOptions::default()
         };
+        // Blocking, but one write of a cgroup file (a thaw is immediate).
+        self.freezer.thaw(&container_id(id))?;
         let mut cmd = self.runsc.exec_command(&container_id(id), &opts);
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -609,7 +635,27 @@ impl Runtime for GvisorRuntime {
     }
 
     fn pause(&self, id: Uuid) -> BoxFuture<'_, Result<(), RuntimeError>> {
-        async move { Ok(self.runsc.pause(&container_id(id)).await?) }.boxed()
+        async move {
+            self.thaw_for_runsc(id).await?;
+            Ok(self.runsc.pause(&container_id(id)).await?)
+        }
+        .boxed()
+    }
+
+    fn freeze(&self, id: Uuid) -> BoxFuture<'_, Result<(), RuntimeError>> {
+        let freezer = self.freezer.clone();
+        let cid = container_id(id);
+        async move {
+            tokio::task::spawn_blocking(move || freezer.freeze(&cid))
+                .await
+                .map_err(|e| RuntimeError::Io(std::io::Error::other(e)))??;
+            Ok(())
+        }
+        .boxed()
+    }
+
+    fn thaw(&self, id: Uuid) -> BoxFuture<'_, Result<(), RuntimeError>> {
+        self.thaw_for_runsc(id).boxed()
     }
 
     fn resume(&self, id: Uuid) -> BoxFuture<'_, Result<(), RuntimeError>> {
@@ -624,6 +670,7 @@ impl Runtime for GvisorRuntime {
                 leave_running: true,
                 compression: Some("none".into()),
             };
+            self.thaw_for_runsc(id).await?;
             self.wait_for_no_exec(id).await?;
             Ok(self.runsc.checkpoint(&container_id(id), &opts).await?)
         };

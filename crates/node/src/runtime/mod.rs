@@ -9,6 +9,7 @@ mod channel;
 pub mod console_log;
 pub mod disk;
 pub mod fake;
+pub mod freezer;
 pub mod gvisor;
 mod leftovers;
 mod oom;
@@ -91,6 +92,9 @@ pub enum RuntimeError {
     /// An S3 volume could not be mounted, unmounted or removed.
     #[error("s3 volume: {0}")]
     S3Volume(#[from] s3_volumes::S3VolumeError),
+    /// The sandbox could not be frozen or thawed.
+    #[error("freezer: {0}")]
+    Freezer(#[from] freezer::FreezerError),
 }
 
 impl RuntimeError {
@@ -104,7 +108,8 @@ impl RuntimeError {
             | RuntimeError::NotRunning
             | RuntimeError::Unkillable(_)
             | RuntimeError::Usage(_)
-            | RuntimeError::S3Volume(_) => false,
+            | RuntimeError::S3Volume(_)
+            | RuntimeError::Freezer(_) => false,
         }
     }
 }
@@ -146,6 +151,13 @@ pub trait Runtime: Send + Sync {
     fn pause(&self, id: Uuid) -> BoxFuture<'_, Result<(), RuntimeError>>;
     /// Thaws a paused sandbox.
     fn resume(&self, id: Uuid) -> BoxFuture<'_, Result<(), RuntimeError>>;
+    /// Stops every host process of a running sandbox while it is idle (the
+    /// cgroup freezer: no CPU at all, memory kept) until [`Runtime::thaw`].
+    /// The caller makes sure nothing waits on the agent meanwhile
+    /// (`AgentConn::sleep_if_idle`).
+    fn freeze(&self, id: Uuid) -> BoxFuture<'_, Result<(), RuntimeError>>;
+    /// Undoes [`Runtime::freeze`]; nothing when the sandbox is not frozen.
+    fn thaw(&self, id: Uuid) -> BoxFuture<'_, Result<(), RuntimeError>>;
     /// Writes memory and disk of a running sandbox into `dir`, leaving it running.
     fn checkpoint(&self, id: Uuid, dir: PathBuf) -> BoxFuture<'_, Result<(), RuntimeError>>;
     /// Boots a new sandbox from a checkpoint in `dir`. Its agent is running

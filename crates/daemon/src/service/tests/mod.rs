@@ -7,6 +7,7 @@ mod agent;
 mod concurrency;
 mod create;
 mod failover;
+mod idle;
 mod lifecycle;
 mod nodes;
 mod reconcile;

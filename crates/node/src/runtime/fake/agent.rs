@@ -21,6 +21,9 @@ pub enum Life {
     Running,
     /// Frozen: the agent reads nothing until resumed.
     Paused,
+    /// Frozen while idle (`Runtime::freeze`): reads nothing until thawed,
+    /// but runsc would still call it running.
+    Asleep,
     /// The container exists but its processes are dead (connections closed).
     Stopped,
 }
@@ -135,7 +138,7 @@ async fn serve(
         };
         // A frozen guest reads nothing: wait for the thaw (or the end).
         let thawed = tokio::select! {
-            running = wait_life(&mut life, |l| l != Life::Paused) => running,
+            running = wait_life(&mut life, |l| l != Life::Paused && l != Life::Asleep) => running,
             c = &mut closing => break c.ok(),
             _ = epoch.changed() => break None,
         };
@@ -449,7 +452,13 @@ impl Session {
                     .iter()
                     .filter(|(p, _)| p.starts_with(&prefix) && !p[prefix.len()..].contains('/'))
                     .map(|(p, (mode, bytes))| stat(p, *mode, bytes.len() as u64))
-                    .collect();
+                    .collect::<Vec<_>>();
+                // The guest's /proc always lists PID 1, the agent (fake
+                // processes have exited; a test adds pids as files).
+                let mut entries = entries;
+                if prefix == "/proc/" {
+                    entries.push(stat("/proc/1", 0o555, 0));
+                }
                 vec![reply(id, Reply::Dir { entries })]
             }
         }

@@ -1,0 +1,95 @@
+//! Idle sandboxes sleep: one task of this node freezes the host processes
+//! of every sandbox (and warm pool member) of the node that has had no
+//! request for `--freeze-idle-after-secs` and runs nothing but its agent.
+//!
+//! Why: an idle gVisor sandbox burns ~2 % of a host core in systrap's own
+//! wake-ups, even paused (crates/runsc/NOTES.md §10); 100 idle sandboxes
+//! took two cores. Frozen, it burns none and keeps its memory, and the next
+//! frame sbxd writes to its agent thaws it first (`client::doze`), so no API
+//! call can tell, except for the thaw's millisecond on the first request.
+//!
+//! "Runs nothing" is the guest's own `/proc` listing only PID 1: a process
+//! the guest started in the background (a server waiting for connections,
+//! a `sleep`) keeps the sandbox awake, because freezing it would stop its
+//! clocks from the guest's point of view. The listing is a quiet call: it
+//! neither wakes a sleeping sandbox nor counts as a request.
+
+use super::Service;
+use crate::runtime::{AgentCallError, AgentConn, Runtime};
+use sbx_agent_proto::client::Thaw;
+use sbx_agent_proto::{Reply, Request};
+use std::sync::Arc;
+use std::time::Duration;
+use uuid::Uuid;
+
+/// How long the agent gets to list `/proc`.
+const LIST_WAIT: Duration = Duration::from_secs(1);
+
+/// The number of processes in the guest (pids in its `/proc`), asked
+/// quietly: `Asleep` when the sandbox sleeps (it was not woken).
+pub(super) async fn guest_processes(conn: &AgentConn) -> Result<u64, AgentCallError> {
+    let request = Request::ListDir {
+        path: "/proc".into(),
+        depth: 1,
+    };
+    match conn.call_quietly(request, LIST_WAIT).await? {
+        (Reply::Dir { entries }, _) => Ok(entries
+            .iter()
+            .filter(|e| !e.name.is_empty() && e.name.bytes().all(|b| b.is_ascii_digit()))
+            .count() as u64),
+        (other, _) => Err(AgentCallError::Unexpected(format!("{other:?}"))),
+    }
+}
+
+impl Service {
+    /// Freezes each sandbox of this node that has been idle for the
+    /// configured time with only its agent running. Returns how many it froze.
+    pub async fn freeze_idle(self: &Arc<Self>) -> usize {
+        let after = self.config.limits.freeze_idle_after;
+        if after.is_zero() {
+            return 0;
+        }
+        let mut candidates: Vec<(Uuid, AgentConn)> = self
+            .agents
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(id, conn)| (*id, conn.clone()))
+            .collect();
+        candidates.extend(self.pool_members());
+        let mut frozen = 0;
+        for (id, conn) in candidates {
+            if conn.is_closed() || conn.is_asleep() || conn.idle_for() < after {
+                continue;
+            }
+            // Only PID 1: anything else (and any failure to tell) keeps it awake.
+            if !matches!(guest_processes(&conn).await, Ok(1)) {
+                continue;
+            }
+            let freeze = freeze(self.runtime.clone(), id);
+            match conn.sleep_if_idle(after, freeze).await {
+                Ok(true) => {
+                    tracing::debug!(sandbox = %id, "idle sandbox frozen");
+                    frozen += 1;
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(sandbox = %id, error = %e, "cannot freeze an idle sandbox")
+                }
+            }
+        }
+        frozen
+    }
+}
+
+/// Freezes sandbox `id`; the returned [`Thaw`] undoes it.
+async fn freeze(runtime: Arc<dyn Runtime>, id: Uuid) -> Result<Thaw, crate::runtime::RuntimeError> {
+    runtime.freeze(id).await?;
+    Ok(Box::new(move || {
+        Box::pin(async move {
+            if let Err(e) = runtime.thaw(id).await {
+                tracing::warn!(sandbox = %id, error = %e, "cannot thaw a sleeping sandbox");
+            }
+        })
+    }))
+}
