@@ -163,3 +163,38 @@ async fn sandboxes_left_frozen_by_a_dead_sbxd_are_thawed_when_it_restarts() {
     assert_eq!((code, out.trim()), (0, "back"));
     d.destroy_and_wait(&id).await;
 }
+
+#[tokio::test]
+#[ignore = "needs root, runsc and the image; run ./scripts/test"]
+async fn a_sleeping_warm_pool_member_is_handed_out_awake_and_configured() {
+    let d = Daemon::start(&["--warm-pool", "1x1024=1", "--freeze-idle-after-secs", "1"]).await;
+    let _cleanup = KillLeftovers::of(&d);
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let member = loop {
+        let found: Vec<String> = d
+            .runsc_containers()
+            .into_iter()
+            .filter_map(|c| c.strip_prefix("sbx-").map(str::to_string))
+            .collect();
+        if let [one] = found.as_slice() {
+            break one.clone();
+        }
+        assert!(Instant::now() < deadline, "no pool member: {found:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    wait_frozen(&member).await;
+    let (status, body) = d
+        .call(
+            "POST",
+            "/v2/sandboxes",
+            Some(json!({"name": "warm", "vcpu": 1, "memoryMb": 1024,
+                        "environment": {"GREETING": "hi"}})),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["data"]["status"], "RUNNING");
+    assert_eq!(body["data"]["id"], member.as_str(), "not the pool member");
+    let (code, out, _) = d.exec(&member, &["sh", "-c", "echo $GREETING"]).await;
+    assert_eq!((code, out.trim()), (0, "hi"));
+    d.destroy_and_wait(&member).await;
+}
