@@ -157,6 +157,26 @@ pub fn pss_kib(pid: u32) -> Option<u64> {
     parse_pss_kib(&std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?)
 }
 
+/// Whether `a` and `b` share one address space (`kcmp` `KCMP_VM`), as a
+/// gVisor systrap stub process and the stub threads it clones with
+/// `CLONE_VM` do: each one's `smaps_rollup` reports the whole address space,
+/// so it must be counted once. False when the kernel cannot tell (no
+/// permission, a process gone).
+pub fn same_address_space(a: u32, b: u32) -> bool {
+    const KCMP_VM: libc::c_long = 1;
+    // SAFETY: kcmp with integer arguments only.
+    unsafe {
+        libc::syscall(
+            libc::SYS_kcmp,
+            a as libc::pid_t,
+            b as libc::pid_t,
+            KCMP_VM,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+        ) == 0
+    }
+}
+
 /// One host process: pid, parent pid, command line (NULs as spaces).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Proc {
@@ -286,6 +306,19 @@ mod tests {
         assert_eq!(parse_pss_kib(text), Some(21034));
         assert_eq!(parse_pss_kib("Rss: 1 kB\n"), None);
         assert_eq!(parse_pss_kib(""), None);
+    }
+
+    #[test]
+    fn address_space_comparison() {
+        let me = std::process::id();
+        assert!(same_address_space(me, me));
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        assert!(!same_address_space(me, child.id()));
+        child.kill().unwrap();
+        child.wait().unwrap();
     }
 
     #[test]

@@ -23,6 +23,8 @@ struct Footprint {
     procs: usize,
     /// Processes whose smaps_rollup could not be read (exited, or denied).
     unreadable: usize,
+    /// Processes not summed: they share their parent's address space.
+    shared_mm: usize,
     /// PSS KiB summed by process role (boot/gofer/exec/other).
     by_role_kib: BTreeMap<&'static str, u64>,
 }
@@ -60,6 +62,12 @@ fn footprint(keys: &[String]) -> Footprint {
             continue;
         }
         f.procs += 1;
+        // A systrap stub thread shares its parent's address space: that
+        // one's PSS already counts it.
+        if owners.contains_key(&p.ppid) && sys::same_address_space(p.pid, p.ppid) {
+            f.shared_mm += 1;
+            continue;
+        }
         match sys::pss_kib(p.pid) {
             Some(kib) => {
                 f.per_sandbox_kib[k] += kib;
@@ -121,6 +129,21 @@ fn idle_cpu_text(
         t.push_str(&format!(", sbxd {:.1} %", pct(a.1, b.1)));
     }
     t
+}
+
+/// The processes of a footprint that added no PSS of their own.
+fn fmt_skipped(f: &Footprint) -> String {
+    let mut s = String::new();
+    if f.shared_mm > 0 {
+        s += &format!(
+            " ({} of them stub threads sharing their parent's address space, counted once)",
+            f.shared_mm
+        );
+    }
+    if f.unreadable > 0 {
+        s += &format!(" ({} processes unreadable)", f.unreadable);
+    }
+    s
 }
 
 fn fmt_roles(f: &Footprint, n: usize) -> String {
@@ -237,11 +260,7 @@ impl Bench {
                 after.map(sys::mib).unwrap_or_else(|| "? (no sbxd pid)".into()),
                 ids.len(),
                 fmt_roles(&fp, ids.len()),
-                if fp.unreadable > 0 {
-                    format!(" ({} processes unreadable)", fp.unreadable)
-                } else {
-                    String::new()
-                },
+                fmt_skipped(&fp),
             ));
             eprintln!("[density] one exec per sbx sandbox");
             let limit = o.op_timeout;
@@ -337,11 +356,7 @@ impl Bench {
                 fp.per_sandbox_kib.iter().sum::<u64>() as f64 / 1024.0 / cids.len() as f64,
                 fp.procs,
                 fmt_roles(&fp, cids.len()),
-                if fp.unreadable > 0 {
-                    format!(" ({} processes unreadable)", fp.unreadable)
-                } else {
-                    String::new()
-                },
+                fmt_skipped(&fp),
             ));
             eprintln!("[density] one runsc exec per raw container");
             let limit = o.op_timeout;
@@ -374,7 +389,8 @@ impl Bench {
         notes.push(format!(
             "density: memory = PSS (`/proc/<pid>/smaps_rollup`) of every host process whose \
              command line names the sandbox (runsc sandbox, gofer, sbxd's `runsc exec` agent \
-             relay) and their descendants, read after the sandboxes sat idle; creates run {} at \
+             relay) and their descendants, each address space once (a systrap stub's threads \
+             are processes sharing it), read after the sandboxes sat idle; creates run {} at \
              a time. density-exec = one `true` exec per sandbox (10 at a time) after the memory \
              read; `(a/n answered)` counts the answers. density-cpu = each sandbox's host CPU \
              (utime+stime of the same processes) over the idle window, in % of one core; \
