@@ -59,6 +59,13 @@ impl Service {
         candidates.extend(self.pool_members());
         let mut frozen = 0;
         for (id, conn) in candidates {
+            if conn.is_asleep() && !self.runtime.is_frozen(id) {
+                // Thawed behind the connection's back (a runsc call for a
+                // direct transfer, an operator): mark it awake so that it can
+                // sleep again instead of burning CPU while counted asleep.
+                conn.wake().await;
+                continue;
+            }
             if conn.is_closed() || conn.is_asleep() || conn.idle_for() < after {
                 continue;
             }

@@ -366,6 +366,12 @@ impl FakeRuntime {
         }
     }
 
+    /// Thaws a sleeping sandbox behind its connection's back (as a direct
+    /// transfer's `runsc exec` does).
+    pub fn thaw_behind_its_back(&self, id: Uuid) {
+        self.thaw_inner(id);
+    }
+
     /// Whether the sandbox is frozen by [`Runtime::freeze`] and not thawed.
     pub fn is_asleep(&self, id: Uuid) -> bool {
         self.life(id) == Some(Life::Asleep)
@@ -514,6 +520,10 @@ impl Runtime for FakeRuntime {
             Ok(())
         }
         .boxed()
+    }
+
+    fn is_frozen(&self, id: Uuid) -> bool {
+        self.is_asleep(id)
     }
 
     fn resume(&self, id: Uuid) -> BoxFuture<'_, Result<(), RuntimeError>> {

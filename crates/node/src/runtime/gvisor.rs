@@ -658,6 +658,10 @@ impl Runtime for GvisorRuntime {
         self.thaw_for_runsc(id).boxed()
     }
 
+    fn is_frozen(&self, id: Uuid) -> bool {
+        self.freezer.is_frozen(&container_id(id))
+    }
+
     fn resume(&self, id: Uuid) -> BoxFuture<'_, Result<(), RuntimeError>> {
         async move { Ok(self.runsc.resume(&container_id(id)).await?) }.boxed()
     }

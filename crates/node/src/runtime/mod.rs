@@ -158,6 +158,8 @@ pub trait Runtime: Send + Sync {
     fn freeze(&self, id: Uuid) -> BoxFuture<'_, Result<(), RuntimeError>>;
     /// Undoes [`Runtime::freeze`]; nothing when the sandbox is not frozen.
     fn thaw(&self, id: Uuid) -> BoxFuture<'_, Result<(), RuntimeError>>;
+    /// Whether the sandbox is frozen now (a file read; false when unknown).
+    fn is_frozen(&self, id: Uuid) -> bool;
     /// Writes memory and disk of a running sandbox into `dir`, leaving it running.
     fn checkpoint(&self, id: Uuid, dir: PathBuf) -> BoxFuture<'_, Result<(), RuntimeError>>;
     /// Boots a new sandbox from a checkpoint in `dir`. Its agent is running

@@ -83,6 +83,19 @@ async fn pause_snapshot_and_destroy_work_on_a_sleeping_sandbox() {
 }
 
 #[tokio::test]
+async fn a_sandbox_thawed_behind_its_connection_sleeps_again() {
+    let h = sleepy();
+    let r = h.running("a").await;
+    assert_eq!(h.service.freeze_idle().await, 1);
+    h.runtime.thaw_behind_its_back(r.id);
+    // The first round notices (and counts activity), the next one freezes again.
+    assert_eq!(h.service.freeze_idle().await, 0);
+    assert_eq!(h.service.freeze_idle().await, 1);
+    assert!(h.runtime.is_asleep(r.id));
+    assert_eq!(h.runtime.calls_for(Op::Freeze, r.id), 2);
+}
+
+#[tokio::test]
 async fn a_failed_freeze_leaves_the_sandbox_awake_and_serving() {
     let h = sleepy();
     let r = h.running("a").await;
