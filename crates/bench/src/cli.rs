@@ -139,6 +139,11 @@ pub struct Args {
     /// (the window of the density-cpu row).
     #[arg(long, default_value_t = 10)]
     pub density_settle_secs: u64,
+    /// density: seconds after the last create before that window opens, on
+    /// both sides: sbxd freezes a sandbox idle for 10 s (`--freeze-idle-after-secs`),
+    /// so the window then shows idle sandboxes as they stay.
+    #[arg(long, default_value_t = 15)]
+    pub density_quiet_secs: u64,
     /// density: run the sbx side on this sbxd instead of --url (one started
     /// with `--memory-overcommit`, so 100 × 1 GiB pass admission).
     #[arg(long)]

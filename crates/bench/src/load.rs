@@ -37,6 +37,8 @@ pub struct LoadOpts {
     pub parallel: usize,
     /// density: idle time before the memory is read.
     pub settle: Duration,
+    /// density: time between the last create and the idle window.
+    pub quiet: Duration,
     /// Upper bound on one exec / create / destroy in these scenarios.
     pub op_timeout: Duration,
 }

@@ -258,6 +258,7 @@ async fn main() -> Result<()> {
             density: args.density_count,
             parallel: args.fill_parallel,
             settle: Duration::from_secs(args.density_settle_secs),
+            quiet: Duration::from_secs(args.density_quiet_secs),
             op_timeout: Duration::from_secs(args.op_timeout_secs.max(1)),
         },
         density_api,

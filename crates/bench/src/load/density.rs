@@ -225,6 +225,7 @@ impl Bench {
                 ids.len(),
                 o.settle
             );
+            tokio::time::sleep(o.quiet).await;
             let c0 = owned_cpu_ticks(&ids, pid);
             let t = Instant::now();
             tokio::time::sleep(o.settle).await;
@@ -247,11 +248,12 @@ impl Bench {
             let total: u64 = fp.per_sandbox_kib.iter().sum::<u64>() + growth;
             notes.push(format!(
                 "density-mem (sbx): {} idle sandboxes on {where_} (filled in {fill_s:.1} s, then \
-                 {:?} idle): {:.1} MiB per sandbox = ({:.0} MiB PSS of {} host processes + sbxd PSS \
+                 {:?} quiet and {:?} idle): {:.1} MiB per sandbox = ({:.0} MiB PSS of {} host processes + sbxd PSS \
                  growth {} → {}) / {}; by role per sandbox: {}{}. Cells are per-sandbox values \
                  (own processes + an equal share of sbxd's growth); the target is on the mean. \
                  Host CPU while idle: {idle_cpu}.",
                 ids.len(),
+                o.quiet,
                 o.settle,
                 total as f64 / 1024.0 / ids.len() as f64,
                 fp.per_sandbox_kib.iter().sum::<u64>() as f64 / 1024.0,
@@ -334,6 +336,7 @@ impl Bench {
             ));
         }
         if !cids.is_empty() {
+            tokio::time::sleep(o.quiet).await;
             let c0 = owned_cpu_ticks(&cids, None);
             let t = Instant::now();
             tokio::time::sleep(o.settle).await;
@@ -349,9 +352,11 @@ impl Bench {
                 .collect();
             notes.push(format!(
                 "density-mem (raw): {} `runsc run` containers (same rootfs, 1 vCPU / 1 GiB, PID 1 \
-                 `sleep infinity`, filled in {fill_s:.1} s, then {:?} idle): {:.1} MiB per \
-                 container ({} host processes); by role: {}{}. Host CPU while idle: {idle_cpu}.",
+                 `sleep infinity`, filled in {fill_s:.1} s, then {:?} quiet and {:?} idle): {:.1} \
+                 MiB per container ({} host processes); by role: {}{}. Host CPU while idle: \
+                 {idle_cpu}.",
                 cids.len(),
+                o.quiet,
                 o.settle,
                 fp.per_sandbox_kib.iter().sum::<u64>() as f64 / 1024.0 / cids.len() as f64,
                 fp.procs,
