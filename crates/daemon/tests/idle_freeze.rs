@@ -87,6 +87,14 @@ async fn an_idle_sandbox_is_frozen_burns_nothing_and_wakes_for_each_request() {
     assert_eq!(status, 200, "{m}");
     assert_eq!(state(&idle), "FROZEN");
 
+    // The metrics count it (`busy` is awake).
+    let scrape = d.http.get(d.url("/metrics")).send().await.unwrap();
+    let text = scrape.text().await.unwrap();
+    assert!(
+        text.lines().any(|l| l == "sbx_sandboxes_asleep 1"),
+        "{text}"
+    );
+
     // An exec wakes it and answers.
     let (code, out, _) = d.exec(&idle, &["echo", "awake"]).await;
     assert_eq!((code, out.trim()), (0, "awake"));

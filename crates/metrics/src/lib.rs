@@ -78,6 +78,7 @@ pub struct Metrics {
     sandboxes: Family<SandboxLabels, Gauge>,
     warm_pool_ready: Family<Vec<(&'static str, String)>, Gauge>,
     warm_pool_claims: Count,
+    asleep: Gauge,
     admission_refusals: Count,
     runsc_duration: Hist,
     runsc_failures: Count,
@@ -111,6 +112,7 @@ impl Metrics {
             sandboxes: Family::default(),
             warm_pool_ready: Family::default(),
             warm_pool_claims: Family::default(),
+            asleep: Gauge::default(),
             admission_refusals: Family::default(),
             runsc_duration: Family::new_with_constructor(latency),
             runsc_failures: Family::default(),
@@ -151,6 +153,11 @@ impl Metrics {
             "warm_pool_claims",
             "Creates of a shape that has a warm pool, by result (hit: a member was taken; miss: booted cold)",
             m.warm_pool_claims.clone(),
+        );
+        r.register(
+            "sandboxes_asleep",
+            "Sandboxes and warm-pool members of this node frozen while idle (no host CPU until the next request)",
+            m.asleep.clone(),
         );
         r.register(
             "admission_refusals",
@@ -285,6 +292,11 @@ impl Metrics {
                 .get_or_create(&vec![("shape", shape)])
                 .set(n);
         }
+    }
+
+    /// Sets the number of sandboxes frozen while idle, read at scrape time.
+    pub fn set_asleep(&self, n: i64) {
+        self.asleep.set(n);
     }
 
     /// A create of a pooled shape took a member (`hit`) or booted cold.
@@ -466,9 +478,12 @@ mod tests {
         // A state with no sandbox left disappears instead of keeping its last count.
         assert!(!text.contains(r#"state="running""#), "{text}");
         m.set_warm_pool([("1x1024".into(), 2)]);
+        m.set_asleep(3);
         assert_eq!(
             sample(&m.encode(), r#"sbx_warm_pool_ready{shape="1x1024"}"#),
             Some(2.0)
         );
+        m.set_asleep(0);
+        assert_eq!(sample(&m.encode(), "sbx_sandboxes_asleep"), Some(0.0));
     }
 }

@@ -42,6 +42,23 @@ pub(super) async fn guest_processes(conn: &AgentConn) -> Result<u64, AgentCallEr
 }
 
 impl Service {
+    /// How many sandboxes and warm pool members of this node sleep now.
+    pub(super) fn asleep_count(&self) -> usize {
+        let sandboxes = self
+            .agents
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter(|c| c.is_asleep())
+            .count();
+        let members = self
+            .pool_members()
+            .iter()
+            .filter(|(_, c)| c.is_asleep())
+            .count();
+        sandboxes + members
+    }
+
     /// Freezes each sandbox of this node that has been idle for the
     /// configured time with only its agent running. Returns how many it froze.
     pub async fn freeze_idle(self: &Arc<Self>) -> usize {

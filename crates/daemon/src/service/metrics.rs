@@ -51,6 +51,7 @@ impl Service {
             // The last counts stay; the store's error counter shows the failure.
             Err(e) => tracing::warn!(error = %e, "metrics: reading this node's sandboxes"),
         }
+        metrics.set_asleep(self.asleep_count() as i64);
         metrics.set_warm_pool(
             self.pool_status()
                 .into_iter()
