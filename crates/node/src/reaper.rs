@@ -9,8 +9,9 @@
 
 use std::time::Duration;
 
-/// How often zombies are looked for.
-const SCAN_INTERVAL: Duration = Duration::from_millis(20);
+/// How often zombies are looked for when no SIGCHLD says so (a safety net:
+/// the signal is what normally triggers a scan).
+const SCAN_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Makes this process the subreaper of its descendants and starts the reaping task.
 pub fn start() {
@@ -20,11 +21,35 @@ pub fn start() {
         tracing::warn!("could not become child subreaper; destroy will be slower");
         return;
     }
-    tokio::spawn(async {
-        let mut tick = tokio::time::interval(SCAN_INTERVAL);
+    // A scan reads /proc/PID/stat of every child (two per sandbox): polling
+    // every 20 ms cost sbxd 3 % of a core with 100 idle sandboxes, 16 % when
+    // they were frozen (a frozen task's stat is dearer). An orphan that
+    // dies sends sbxd SIGCHLD, so scan on that.
+    let mut sigchld = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child()) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!(error = %e, "no SIGCHLD stream; reaping by polling");
+            None
+        }
+    };
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(match sigchld {
+            Some(_) => SCAN_INTERVAL,
+            None => Duration::from_millis(20),
+        });
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            tick.tick().await;
+            match sigchld.as_mut() {
+                Some(signal) => {
+                    tokio::select! {
+                        _ = signal.recv() => {}
+                        _ = tick.tick() => {}
+                    }
+                }
+                None => {
+                    tick.tick().await;
+                }
+            }
             reap_orphans();
         }
     });
