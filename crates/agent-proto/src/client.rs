@@ -420,6 +420,9 @@ impl AgentConn {
         if self.is_asleep() {
             return Err(AgentCallError::Asleep);
         }
+        // Not under the sleep lock: a freeze that slips in between this
+        // check and the answer costs this call its deadline (the frame is
+        // answered after the next thaw, to nobody), never a request's.
         let id = self.next_id();
         let (tx, rx) = oneshot::channel();
         self.pending().insert(id, Pending::Quiet(tx));
