@@ -4,7 +4,7 @@
 //! or restore (it ran before a restart) is reached through a long-lived
 //! `runsc exec sbx-agent relay` process instead.
 
-use super::channel::{attach, handshake, Channels};
+use super::channel::Channels;
 use super::console_log::Trimmed;
 use super::disk::{self, Disks};
 use super::{AgentConn, JobOptions, Runtime, RuntimeError, SandboxSpec};
@@ -23,6 +23,11 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use uuid::Uuid;
+
+mod connect;
+mod teardown;
+
+use teardown::remove_sandbox_dir;
 
 /// Prefix of every container id sbxd creates; anything else under its runsc root is not ours.
 pub const CONTAINER_PREFIX: &str = "sbx-";
@@ -301,84 +306,6 @@ impl GvisorRuntime {
         Ok(())
     }
 
-    async fn wait_for_agent(&self, id: Uuid) -> Result<AgentConn, RuntimeError> {
-        self.connect_within(id, AGENT_READY_TIMEOUT).await
-    }
-
-    /// Connects, retrying for up to `limit`: right after a boot or a restore
-    /// `runsc exec` can fail for a moment before the sandbox accepts it.
-    async fn connect_within(&self, id: Uuid, limit: Duration) -> Result<AgentConn, RuntimeError> {
-        let deadline = Instant::now() + limit;
-        loop {
-            match self.connect_inner(id).await {
-                Ok(conn) => return Ok(conn),
-                Err(e) if Instant::now() >= deadline => {
-                    return Err(RuntimeError::AgentNotReady(e.to_string()))
-                }
-                // The agent binds its socket a few milliseconds after PID 1 starts.
-                Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
-            }
-        }
-    }
-
-    /// A new session: over the stdio channel when this sbxd holds one,
-    /// otherwise through a relay process.
-    async fn connect_inner(&self, id: Uuid) -> Result<AgentConn, RuntimeError> {
-        let Some(channel) = self.channels.get(id) else {
-            return self.connect_relay(id).await;
-        };
-        let unanswered = match attach(&channel, HANDSHAKE_TIMEOUT).await {
-            Ok(conn) => return Ok(conn),
-            Err(e) => e,
-        };
-        // An agent older than the channel (restored from a snapshot an
-        // older sbxd took) never reads it: a relay reaches it, and the
-        // channel is dropped (its peer writes its console there).
-        match self.connect_relay(id).await {
-            Ok(conn) => {
-                tracing::info!(sandbox = %id, attach = %unanswered, "the agent does not answer on its stdio channel; using a relay");
-                self.channels.set(id, None);
-                Ok(conn)
-            }
-            Err(_) => Err(unanswered),
-        }
-    }
-
-    async fn connect_relay(&self, id: Uuid) -> Result<AgentConn, RuntimeError> {
-        self.thaw_for_runsc(id).await?;
-        let opts = ExecOptions {
-            argv: vec![AGENT_BINARY_PATH.to_string(), "relay".to_string()],
-            ..ExecOptions::default()
-        };
-        let mut cmd = self.runsc.exec_command(&container_id(id), &opts);
-        cmd.stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null());
-        let mut child = cmd.spawn()?;
-        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-            return Err(RuntimeError::AgentNotReady("relay has no stdio".into()));
-        };
-        let (conn, close) = AgentConn::with_closer(stdout, stdin);
-        // Reap the relay when it exits. On shutdown our end of its stdin is
-        // already closed, so the relay inside the sandbox sees EOF and exits, and
-        // `runsc exec` returns after it: waiting for that (instead of killing
-        // `runsc exec`) tells us the in-sandbox process is gone.
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = child.wait() => {}
-                Ok(closing) = close => {
-                    if tokio::time::timeout(RELAY_EXIT_TIMEOUT, child.wait()).await.is_err() {
-                        let _ = child.kill().await;
-                    }
-                    let _ = closing.done.send(());
-                }
-            }
-        });
-        // The handshake has a deadline (the relay's peer is untrusted); a
-        // connection that fails it is closed, which stops its relay.
-        handshake(conn, HANDSHAKE_TIMEOUT).await
-    }
-
     /// Waits until no `runsc exec` process (relay) is left inside the sandbox:
     /// a checkpoint taken while one runs holds its host pipes and cannot be restored.
     async fn wait_for_no_exec(&self, id: Uuid) -> Result<(), RuntimeError> {
@@ -401,92 +328,6 @@ impl GvisorRuntime {
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-    }
-
-    async fn destroy_inner(&self, id: Uuid) -> Result<(), RuntimeError> {
-        self.channels.set(id, None);
-        let cid = container_id(id);
-        // A frozen process takes SIGKILL only once thawed (cgroup v1).
-        if let Err(e) = self.thaw_for_runsc(id).await {
-            tracing::warn!(sandbox = %id, error = %e, "cannot thaw before destroy");
-        }
-        // Kill the sandbox's host processes first, then let runsc clean up.
-        // `runsc delete --force` alone asks the Sentry to stop, and a Sentry
-        // thrashing at its memory limit (a fork bomb whose stubs the OOM
-        // killer keeps taking) did not answer within 60 s, leaving the sandbox
-        // TERMINATING. It also covers a container runsc does not know (sbxd
-        // died inside `runsc run`) whose processes are still there.
-        let cgroup = super::leftovers::CgroupOf::new(
-            Path::new(sbx_runsc::cleanup::DEFAULT_CGROUP_MOUNT),
-            CGROUP_PARENT,
-            &cid,
-        );
-        let killed = super::leftovers::kill_container_processes(
-            &self.config.runsc_root,
-            &cid,
-            &cgroup,
-            KILL_PATIENCE,
-        )
-        .await;
-        tracing::debug!(sandbox = %id, ?killed, "sandbox processes killed");
-        if killed.remaining > 0 {
-            return Err(RuntimeError::Unkillable(killed.remaining));
-        }
-        // With every process gone, runsc only removes files; its own state
-        // files, cgroups and the sandbox dir are removed below anyway, so a
-        // runsc that fails or hangs here must not keep the sandbox alive.
-        let delete = self.runsc.clone().with_timeout(Some(DELETE_TIMEOUT));
-        match delete.delete(&cid, true).await {
-            Ok(()) => {}
-            Err(e) if e.is_not_found() => {}
-            Err(e) => {
-                tracing::warn!(sandbox = %id, error = %e, "runsc delete failed after every process was gone; removing its state directly");
-            }
-        }
-        super::leftovers::remove_state_files(&self.config.runsc_root, &cid);
-        sbx_runsc::cleanup::remove_cgroups(
-            Path::new(sbx_runsc::cleanup::DEFAULT_CGROUP_MOUNT),
-            CGROUP_PARENT,
-            |name| name == cid,
-        );
-        remove_sandbox_dir(&self.dir(id)).await
-    }
-
-    async fn list_inner(&self) -> Result<Vec<Uuid>, RuntimeError> {
-        let mut ids: Vec<Uuid> = self
-            .runsc
-            .list()
-            .await?
-            .into_iter()
-            .filter_map(|c| parse_container_id(&c.id))
-            .collect();
-        if let Ok(mut entries) = tokio::fs::read_dir(&self.config.sandboxes_dir).await {
-            while let Ok(Some(e)) = entries.next_entry().await {
-                if let Some(id) = e.file_name().to_str().and_then(|s| Uuid::parse_str(s).ok()) {
-                    ids.push(id);
-                }
-            }
-        }
-        ids.sort();
-        ids.dedup();
-        Ok(ids)
-    }
-}
-
-/// Unmounts the sandbox's disk (and anything else mounted below its dir),
-/// then removes the dir. Unmounting first matters: removing a dir with a live
-/// mount below it deletes the files inside the mount and then fails (EBUSY),
-/// leaking the mount and its loop device. Always done, even with the limit
-/// off, so that a restart with `--sandbox-disk-mb 0` still cleans old mounts.
-async fn remove_sandbox_dir(dir: &Path) -> Result<(), RuntimeError> {
-    let target = dir.to_path_buf();
-    tokio::task::spawn_blocking(move || disk::unmount_under(&target))
-        .await
-        .map_err(|e| RuntimeError::Io(std::io::Error::other(e.to_string())))??;
-    match tokio::fs::remove_dir_all(dir).await {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e.into()),
     }
 }
 
