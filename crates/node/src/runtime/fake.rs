@@ -262,12 +262,17 @@ impl FakeRuntime {
 
     // ---- the operations ----
 
-    /// Logs the call, waits its delay, and takes a failure scripted for it.
-    async fn enter(&self, op: Op, id: Uuid) -> Result<(), RuntimeError> {
+    /// Records a call in the log [`FakeRuntime::calls_for`] reads.
+    fn log(&self, op: Op, id: Uuid) {
         self.calls
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push((op, id));
+    }
+
+    /// Logs the call, waits its delay, and takes a failure scripted for it.
+    async fn enter(&self, op: Op, id: Uuid) -> Result<(), RuntimeError> {
+        self.log(op, id);
         let delay = self.state().delays.get(&op).copied();
         if let Some(delay) = delay.filter(|d| !d.is_zero()) {
             tokio::time::sleep(delay).await;
@@ -358,10 +363,7 @@ impl FakeRuntime {
         if let Some(g) = self.guest(id) {
             if g.life() == Life::Asleep {
                 g.life.send_replace(Life::Running);
-                self.calls
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push((Op::Thaw, id));
+                self.log(Op::Thaw, id);
             }
         }
     }

@@ -170,9 +170,19 @@ impl GvisorRuntime {
     /// Thaws the sandbox before runsc talks to it: a frozen sandbox answers
     /// no control call, and SIGKILL does not end a frozen process (cgroup v1).
     async fn thaw_for_runsc(&self, id: Uuid) -> Result<(), RuntimeError> {
+        self.on_freezer(id, super::freezer::Freezer::thaw).await
+    }
+
+    /// Runs a freezer operation on the sandbox's container off the async
+    /// workers (it reads and writes cgroup files, a freeze waits for them).
+    async fn on_freezer(
+        &self,
+        id: Uuid,
+        op: fn(&super::freezer::Freezer, &str) -> Result<(), super::freezer::FreezerError>,
+    ) -> Result<(), RuntimeError> {
         let freezer = self.freezer.clone();
         let cid = container_id(id);
-        tokio::task::spawn_blocking(move || freezer.thaw(&cid))
+        tokio::task::spawn_blocking(move || op(&freezer, &cid))
             .await
             .map_err(|e| RuntimeError::Io(std::io::Error::other(e)))??;
         Ok(())
@@ -484,15 +494,7 @@ impl Runtime for GvisorRuntime {
     }
 
     fn freeze(&self, id: Uuid) -> BoxFuture<'_, Result<(), RuntimeError>> {
-        let freezer = self.freezer.clone();
-        let cid = container_id(id);
-        async move {
-            tokio::task::spawn_blocking(move || freezer.freeze(&cid))
-                .await
-                .map_err(|e| RuntimeError::Io(std::io::Error::other(e)))??;
-            Ok(())
-        }
-        .boxed()
+        self.on_freezer(id, super::freezer::Freezer::freeze).boxed()
     }
 
     fn thaw(&self, id: Uuid) -> BoxFuture<'_, Result<(), RuntimeError>> {
