@@ -22,8 +22,15 @@ use tokio::sync::mpsc;
 
 /// Frames queued towards the writer thread.
 const OUTBOUND_QUEUE: usize = 8;
-/// Buffer sizes of the reader and the writer.
-const IO_BUFFER_BYTES: usize = 256 * 1024;
+/// The writer's buffer: only the bytes written into it are ever touched.
+const WRITE_BUFFER_BYTES: usize = 256 * 1024;
+/// The reader's buffer. std's `BufReader` zeroes all of it on the first read
+/// (`File`-like readers get no uninitialised reads on stable Rust), so every
+/// sandbox holds this much of its memory for good; frames larger than it are
+/// read straight into their own buffer, so a small one costs no throughput
+/// (crates/runsc/NOTES.md section 12: 256 KiB here was a quarter of the
+/// agent's idle memory).
+const READ_BUFFER_BYTES: usize = 32 * 1024;
 /// After EOF (the sbxd that held the other end is gone), how often the
 /// reader tries again: a restore gives the same guest file a new peer.
 const EOF_RETRY: Duration = Duration::from_secs(1);
@@ -208,18 +215,18 @@ impl Session {
 
 /// Writes queued bytes of the current epoch; flushes when the queue is empty.
 fn write_loop(output: File, mut rx: mpsc::Receiver<(u64, Vec<u8>)>, epoch: Arc<AtomicU64>) {
-    let mut out = BufWriter::with_capacity(IO_BUFFER_BYTES, Blocking(output));
+    let mut out = BufWriter::with_capacity(WRITE_BUFFER_BYTES, Blocking(output));
     while let Some((first_epoch, first)) = rx.blocking_recv() {
         let mut next = Some((first_epoch, first));
         while let Some((e, bytes)) = next.take() {
             // A write error (no peer) drops the bytes: the next attach starts clean.
             if e == epoch.load(Ordering::SeqCst) && out.write_all(&bytes).is_err() {
-                out = BufWriter::with_capacity(IO_BUFFER_BYTES, out.into_parts().0);
+                out = BufWriter::with_capacity(WRITE_BUFFER_BYTES, out.into_parts().0);
             }
             next = rx.try_recv().ok();
         }
         if out.flush().is_err() {
-            out = BufWriter::with_capacity(IO_BUFFER_BYTES, out.into_parts().0);
+            out = BufWriter::with_capacity(WRITE_BUFFER_BYTES, out.into_parts().0);
         }
     }
 }
@@ -227,7 +234,7 @@ fn write_loop(output: File, mut rx: mpsc::Receiver<(u64, Vec<u8>)>, epoch: Arc<A
 /// Reads frames and attach markers; after a broken stream, scans for the
 /// next attach; after EOF, tries again every [`EOF_RETRY`].
 fn read_loop(input: File, tx: mpsc::Sender<Incoming>) {
-    let mut r = BufReader::with_capacity(IO_BUFFER_BYTES, Blocking(input));
+    let mut r = BufReader::with_capacity(READ_BUFFER_BYTES, Blocking(input));
     let mut scanning = false;
     loop {
         let item = if scanning {
