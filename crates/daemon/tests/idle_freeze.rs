@@ -1,7 +1,8 @@
 //! Idle sandboxes sleep (integration: real gVisor, sbxd, the cgroup freezer
 //! of this host): an idle sandbox's host processes are frozen and burn no
 //! CPU; every way of reaching it (exec, files, snapshot, pause, destroy,
-//! an sbxd restart) wakes it first; a guest process keeps it awake.
+//! an sbxd restart) wakes it first; a guest process keeps it awake. And what
+//! an idle sandbox holds: the agent's read-only data is not copied into it.
 
 mod common;
 
@@ -205,4 +206,40 @@ async fn a_sleeping_warm_pool_member_is_handed_out_awake_and_configured() {
     let (code, out, _) = d.exec(&member, &["sh", "-c", "echo $GREETING"]).await;
     assert_eq!((code, out.trim()), (0, "hi"));
     d.destroy_and_wait(&member).await;
+}
+
+/// The agent's read-only segment (`.rodata`, `.eh_frame`: ~0.9 MB) stays
+/// the host's page cache of the one agent binary, shared by every sandbox:
+/// gVisor's loader would copy it into each sandbox if its file part ended
+/// inside a page (crates/agent/link/pad-rodata.ld, crates/runsc/NOTES.md
+/// section 12). gVisor's `/proc/1/smaps` counts private pages as `Anonymous`.
+#[tokio::test]
+#[ignore = "needs root, runsc and the image; run ./scripts/test"]
+async fn the_agents_read_only_data_is_shared_not_copied_into_each_sandbox() {
+    let d = Daemon::start(&[]).await;
+    let id = d.create_running("lean").await;
+    // One line per mapping of the agent binary: its permissions and private kB.
+    let script = r#"/^[0-9a-f]+-/ { m = ($6 ~ /sbx-agent$/) ? $2 : "" }
+                    m != "" && /^Anonymous:/ { print m, $2 }"#;
+    let (code, out, err) = d.exec(&id, &["awk", script, "/proc/1/smaps"]).await;
+    assert_eq!(code, 0, "{err}");
+    let maps: Vec<(String, u64)> = out
+        .lines()
+        .filter_map(|l| {
+            let (perms, kb) = l.split_once(' ')?;
+            Some((perms.to_string(), kb.trim().parse().ok()?))
+        })
+        .collect();
+    let first_read_only = maps.iter().find(|(perms, _)| perms == "r--p");
+    assert_eq!(
+        first_read_only.map(|(_, kb)| *kb),
+        Some(0),
+        "the agent's read-only data was copied into the sandbox:\n{out}"
+    );
+    // The column measures something: the writable data is private, as it must be.
+    assert!(
+        maps.iter().any(|(perms, kb)| perms == "rw-p" && *kb > 0),
+        "no private page in any agent mapping:\n{out}"
+    );
+    d.destroy_and_wait(&id).await;
 }
