@@ -700,7 +700,7 @@ async fn daemon_main(args: Args) -> anyhow::Result<()> {
         &args.connect,
         args.database_url.as_deref(),
         &service,
-        runtime,
+        runtime.clone(),
         keys,
     )?;
     connect.start_delivery_worker();
@@ -824,9 +824,10 @@ async fn daemon_main(args: Args) -> anyhow::Result<()> {
         });
     }
     let freeze_after = config.limits.freeze_idle_after;
+    let mut freezing = None;
     if !freeze_after.is_zero() {
         let freezer = service.clone();
-        tokio::spawn(async move {
+        freezing = Some(tokio::spawn(async move {
             // Looking twice per period bounds how long past the period a sandbox stays awake.
             let mut tick =
                 tokio::time::interval((freeze_after / 2).max(Duration::from_millis(500)));
@@ -835,7 +836,7 @@ async fn daemon_main(args: Args) -> anyhow::Result<()> {
                 tick.tick().await;
                 freezer.freeze_idle().await;
             }
-        });
+        }));
     }
     let trimmer = service.clone();
     tokio::spawn(async move {
@@ -862,6 +863,16 @@ async fn daemon_main(args: Args) -> anyhow::Result<()> {
         shutdown_signal(),
     )
     .await;
+    // Sandboxes outlive sbxd; none of them stays frozen without an sbxd to
+    // thaw it (runsc commands an operator runs meanwhile would wait on it).
+    if let Some(task) = freezing {
+        task.abort();
+        // Cancelled at its next await; a freeze already handed to a blocking
+        // thread may still land, and the next sbxd thaws that one at start.
+        let _ = task.await;
+    }
+    let thawed = runtime.thaw_all().await;
+    tracing::info!(thawed, "stopped; sleeping sandboxes thawed");
     Ok(())
 }
 

@@ -1,8 +1,9 @@
 //! Idle sandboxes sleep (integration: real gVisor, sbxd, the cgroup freezer
 //! of this host): an idle sandbox's host processes are frozen and burn no
 //! CPU; every way of reaching it (exec, files, snapshot, pause, destroy,
-//! an sbxd restart) wakes it first; a guest process keeps it awake. And what
-//! an idle sandbox holds: the agent's read-only data is not copied into it.
+//! an sbxd restart) wakes it first; a guest process keeps it awake; an sbxd
+//! that stops leaves none frozen. And what an idle sandbox holds: the
+//! agent's read-only data is not copied into it.
 
 mod common;
 
@@ -168,6 +169,31 @@ async fn sandboxes_left_frozen_by_a_dead_sbxd_are_thawed_when_it_restarts() {
     d.set_arg("--freeze-idle-after-secs", "0");
     d.spawn().await;
     assert_eq!(state(&id), "THAWED");
+    let (code, out, _) = d.exec(&id, &["echo", "back"]).await;
+    assert_eq!((code, out.trim()), (0, "back"));
+    d.destroy_and_wait(&id).await;
+}
+
+#[tokio::test]
+#[ignore = "needs root, runsc and the image; run ./scripts/test"]
+async fn an_sbxd_that_stops_leaves_no_sandbox_frozen() {
+    let mut d = sleepy_daemon().await;
+    let _cleanup = KillLeftovers::of(&d);
+    let id = d.create_running("stays").await;
+    wait_frozen(&id).await;
+    d.terminate();
+    let after = state(&id);
+    if after == "FROZEN" {
+        // Thawed here so that the cleanup's runsc calls can end it (they
+        // would wait forever), then the test fails.
+        std::fs::write(freezer_state(&id), "THAWED").expect("thaw");
+    }
+    assert_eq!(after, "THAWED", "a stopped sbxd left its sandbox frozen");
+    // `runsc list` asks every sandbox for its state: it answers again (it
+    // waited forever while one was frozen).
+    let listed = d.runsc_containers();
+    assert!(listed.contains(&format!("sbx-{id}")), "{listed:?}");
+    d.spawn().await;
     let (code, out, _) = d.exec(&id, &["echo", "back"]).await;
     assert_eq!((code, out.trim()), (0, "back"));
     d.destroy_and_wait(&id).await;

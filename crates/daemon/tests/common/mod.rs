@@ -287,6 +287,15 @@ impl Daemon {
         }
     }
 
+    /// SIGTERM to sbxd (what systemd sends on stop), then waits for it to exit.
+    pub fn terminate(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // SAFETY: kill(2) on the pid of a child not yet waited for.
+            unsafe { libc::kill(c.id() as libc::pid_t, libc::SIGTERM) };
+            let _ = c.wait();
+        }
+    }
+
     /// `kill -9` of sbxd.
     pub fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {

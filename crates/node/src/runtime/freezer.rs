@@ -114,11 +114,13 @@ impl Freezer {
         }
     }
 
-    /// Thaws the containers of the sandboxes with a directory in
-    /// `sandboxes_dir` (named by id; `cid` names its container) that a
-    /// previous sbxd left frozen: it died while they slept, and nothing of
-    /// theirs answers until thawed. Returns how many were thawed.
-    pub fn thaw_leftovers(&self, sandboxes_dir: &Path, cid: impl Fn(Uuid) -> String) -> usize {
+    /// Thaws every frozen container of the sandboxes with a directory in
+    /// `sandboxes_dir` (named by id; `cid` names its container): those a
+    /// previous sbxd left frozen (it died while they slept), and, before
+    /// `runsc list` or when sbxd stops, this sbxd's own sleeping ones (`runsc
+    /// list` asks each sandbox and waits forever for a frozen one). Returns
+    /// how many were thawed.
+    pub fn thaw_all(&self, sandboxes_dir: &Path, cid: impl Fn(Uuid) -> String) -> usize {
         let Ok(entries) = std::fs::read_dir(sandboxes_dir) else {
             return 0;
         };
@@ -133,11 +135,11 @@ impl Freezer {
             }
             match self.thaw(&cid) {
                 Ok(()) => {
-                    tracing::info!(sandbox = %id, "thawed a sandbox left frozen");
+                    tracing::info!(sandbox = %id, "thawed a sleeping sandbox");
                     thawed += 1;
                 }
                 Err(e) => {
-                    tracing::warn!(sandbox = %id, error = %e, "cannot thaw a sandbox left frozen")
+                    tracing::warn!(sandbox = %id, error = %e, "cannot thaw a sleeping sandbox")
                 }
             }
         }
@@ -240,7 +242,7 @@ mod tests {
         let sandboxes = tmp.path().join("sandboxes");
         std::fs::create_dir_all(sandboxes.join(ours.to_string())).unwrap();
         std::fs::create_dir_all(sandboxes.join("not-a-sandbox")).unwrap();
-        assert_eq!(f.thaw_leftovers(&sandboxes, |id| format!("sbx-{id}")), 1);
+        assert_eq!(f.thaw_all(&sandboxes, |id| format!("sbx-{id}")), 1);
         assert!(!f.is_frozen(&format!("sbx-{ours}")));
         assert!(f.is_frozen(&format!("sbx-{theirs}")));
     }

@@ -155,7 +155,7 @@ impl GvisorRuntime {
             Path::new(sbx_runsc::cleanup::DEFAULT_CGROUP_MOUNT),
             CGROUP_PARENT,
         );
-        freezer.thaw_leftovers(&config.sandboxes_dir, container_id);
+        freezer.thaw_all(&config.sandboxes_dir, container_id);
         Ok(GvisorRuntime {
             config,
             runsc,
@@ -186,6 +186,17 @@ impl GvisorRuntime {
             .await
             .map_err(|e| RuntimeError::Io(std::io::Error::other(e)))??;
         Ok(())
+    }
+
+    /// Thaws every sleeping sandbox of this data dir; returns how many.
+    /// sbxd calls it when it stops, so that nothing it froze stays frozen
+    /// without an sbxd to thaw it (runsc commands would wait on them).
+    pub async fn thaw_all(&self) -> usize {
+        let freezer = self.freezer.clone();
+        let dir = self.config.sandboxes_dir.clone();
+        tokio::task::spawn_blocking(move || freezer.thaw_all(&dir, container_id))
+            .await
+            .unwrap_or(0)
     }
 
     fn dir(&self, id: Uuid) -> PathBuf {

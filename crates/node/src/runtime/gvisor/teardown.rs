@@ -60,6 +60,9 @@ impl GvisorRuntime {
     }
 
     pub(super) async fn list_inner(&self) -> Result<Vec<Uuid>, RuntimeError> {
+        // `runsc list` asks every sandbox for its state and would wait
+        // forever on a sleeping one.
+        self.thaw_all().await;
         let mut ids: Vec<Uuid> = self
             .runsc
             .list()
