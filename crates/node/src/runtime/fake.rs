@@ -31,7 +31,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use uuid::Uuid;
 
 /// The file a fake checkpoint writes into its directory.
@@ -326,16 +326,7 @@ impl FakeRuntime {
 
     async fn wait_ready_inner(&self, id: Uuid) -> Result<AgentConn, RuntimeError> {
         self.enter(Op::WaitReady, id).await?;
-        let deadline = Instant::now() + self.ready_timeout;
-        loop {
-            match self.open(id).await {
-                Ok(conn) => return Ok(conn),
-                Err(e) if Instant::now() >= deadline => {
-                    return Err(RuntimeError::AgentNotReady(e.to_string()))
-                }
-                Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
-            }
-        }
+        super::open_within(self.ready_timeout, || self.open(id)).await
     }
 
     async fn destroy_inner(&self, id: Uuid) -> Result<(), RuntimeError> {

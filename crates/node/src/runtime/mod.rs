@@ -20,8 +20,33 @@ pub mod volumes;
 pub use agent_conn::{AgentCallError, AgentConn, AgentStream, StreamItem, Upload};
 
 use futures::future::BoxFuture;
+use std::future::Future;
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 use uuid::Uuid;
+
+/// Calls `open` until it gives a connection or `limit` has passed (then
+/// `AgentNotReady` with the last error): right after a boot or a restore the
+/// agent needs a few milliseconds before it answers. Both runtimes use it.
+pub(crate) async fn open_within<F, Fut>(
+    limit: Duration,
+    mut open: F,
+) -> Result<AgentConn, RuntimeError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<AgentConn, RuntimeError>>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        match open().await {
+            Ok(conn) => return Ok(conn),
+            Err(e) if Instant::now() >= deadline => {
+                return Err(RuntimeError::AgentNotReady(e.to_string()))
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+        }
+    }
+}
 
 /// What the runtime needs to boot one sandbox.
 #[derive(Debug, Clone)]

@@ -9,7 +9,7 @@ use crate::runtime::channel::{attach, handshake};
 use crate::runtime::{AgentConn, RuntimeError};
 use sbx_runsc::ExecOptions;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use uuid::Uuid;
 
 impl GvisorRuntime {
@@ -24,17 +24,7 @@ impl GvisorRuntime {
         id: Uuid,
         limit: Duration,
     ) -> Result<AgentConn, RuntimeError> {
-        let deadline = Instant::now() + limit;
-        loop {
-            match self.connect_inner(id).await {
-                Ok(conn) => return Ok(conn),
-                Err(e) if Instant::now() >= deadline => {
-                    return Err(RuntimeError::AgentNotReady(e.to_string()))
-                }
-                // The agent binds its socket a few milliseconds after PID 1 starts.
-                Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
-            }
-        }
+        crate::runtime::open_within(limit, || self.connect_inner(id)).await
     }
 
     /// A new session: over the stdio channel when this sbxd holds one,
