@@ -729,6 +729,7 @@ fn request_kind(request: &Request) -> &'static str {
         Request::Rename { .. } => "rename",
         Request::Watch { .. } => "watch",
         Request::Sync => "sync",
+        Request::GuestProcesses => "guest_processes",
         Request::Quiesce => "quiesce",
         Request::NetServe => "net_serve",
         Request::NetDialResult { .. } => "net_dial_result",

@@ -212,6 +212,11 @@ pub enum Request {
     },
     /// Flush filesystem buffers (before a snapshot).
     Sync,
+    /// How many processes the guest runs: the pids in its `/proc` except the
+    /// relays sbxd started with `runsc exec` (parent pid 0, `sbx-agent
+    /// relay`); answered with [`Reply::GuestProcesses`]. 1 means only PID 1,
+    /// the agent, runs: the sandbox is idle and may sleep.
+    GuestProcesses,
     /// Before a checkpoint: end every `net_serve`, reset the proxied
     /// connections and close the proxy and DNS listeners, answering only once
     /// they are closed. A checkpoint taken with those listeners open can
@@ -351,6 +356,11 @@ pub enum Reply {
     Dir {
         /// Entries sorted by name.
         entries: Vec<FileStat>,
+    },
+    /// Answer to [`Request::GuestProcesses`].
+    GuestProcesses {
+        /// Processes in the guest, PID 1 included, sbxd's relays not.
+        count: u64,
     },
 }
 

@@ -20,6 +20,7 @@
 //! * [`files`]: stat, list, mkdir, remove, rename, download.
 //! * [`upload`]: chunked uploads finished by an atomic rename.
 //! * [`relay`]: stdio ⇄ socket bridge used by the daemon.
+//! * [`guest_procs`]: how many processes the guest runs (may it sleep).
 //! * [`proxy`]: the HTTP and SOCKS5 egress proxies carried over `net_serve`.
 //! * [`port`]: inbound port streams (`port_open`, preview URLs).
 //! * [`dns`]: the DNS responder on 127.0.0.1:53, answered over `net_serve`.
@@ -31,6 +32,7 @@ pub mod exec;
 pub mod files;
 pub mod flow;
 pub mod forkexec;
+pub mod guest_procs;
 pub mod input;
 pub mod launch;
 pub mod listing;

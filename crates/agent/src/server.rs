@@ -7,7 +7,7 @@
 //! processes, their output and the process table live on.
 
 use crate::upload::Upload;
-use crate::{console, exec, files, listing, port, procs, watch, Agent};
+use crate::{console, exec, files, guest_procs, listing, port, procs, watch, Agent};
 use sbx_agent_proto::{
     AgentError, AgentErrorCode, Body, CodecError, Event, Frame, Header, Reply, Request,
     MAX_FRAME_BYTES, PROTOCOL_VERSION,
@@ -593,6 +593,7 @@ pub async fn dispatch(agent: &Arc<Agent>, req: Request, sink: &Sink) -> Outcome 
             parents_owner,
         } => files::blocking(move || files::rename(&from, &to, parents_owner.as_deref())).await,
         Request::Sync => files::blocking(files::sync).await,
+        Request::GuestProcesses => files::blocking(|| Ok(guest_procs::guest_processes())).await,
         Request::ProcessInput { .. }
         | Request::ProcessCloseStdin { .. }
         | Request::Watch { .. } => Err(AgentError::new(

@@ -1,8 +1,8 @@
 //! Idle sandboxes sleep (integration: real gVisor, sbxd, the cgroup freezer
 //! of this host): an idle sandbox's host processes are frozen and burn no
 //! CPU; every way of reaching it (exec, files, snapshot, pause, destroy,
-//! an sbxd restart) wakes it first; a guest process keeps it awake; an sbxd
-//! that stops leaves none frozen. And what an idle sandbox holds: the
+//! an sbxd restart) wakes it first; a guest process keeps it awake, sbxd's
+//! relay after a restart does not; an sbxd that stops leaves none frozen. And what an idle sandbox holds: the
 //! agent's read-only data is not copied into it.
 
 mod common;
@@ -171,6 +171,34 @@ async fn sandboxes_left_frozen_by_a_dead_sbxd_are_thawed_when_it_restarts() {
     assert_eq!(state(&id), "THAWED");
     let (code, out, _) = d.exec(&id, &["echo", "back"]).await;
     assert_eq!((code, out.trim()), (0, "back"));
+    d.destroy_and_wait(&id).await;
+}
+
+#[tokio::test]
+#[ignore = "needs root, runsc and the image; run ./scripts/test"]
+async fn a_sandbox_reached_through_a_relay_after_a_restart_sleeps_too() {
+    let mut d = Daemon::start(&["--freeze-idle-after-secs", "0"]).await;
+    let _cleanup = KillLeftovers::of(&d);
+    let id = d.create_running("relayed").await;
+    // Its agent's stdio channel ends with this sbxd: the next one reaches it
+    // through `runsc exec … sbx-agent relay`, a process in the guest.
+    d.kill9();
+    d.set_arg("--freeze-idle-after-secs", "1");
+    d.spawn().await;
+    let (code, out, _) = d
+        .exec(
+            &id,
+            &["sh", "-c", "cat /proc/[0-9]*/cmdline | tr '\\0' ' '"],
+        )
+        .await;
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("sbx-agent relay"),
+        "no relay in the guest: {out}"
+    );
+    wait_frozen(&id).await;
+    let (code, out, _) = d.exec(&id, &["echo", "awake"]).await;
+    assert_eq!((code, out.trim()), (0, "awake"));
     d.destroy_and_wait(&id).await;
 }
 

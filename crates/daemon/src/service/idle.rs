@@ -8,11 +8,13 @@
 //! frame sbxd writes to its agent thaws it first (`client::doze`), so no API
 //! call can tell, except for the thaw's millisecond on the first request.
 //!
-//! "Runs nothing" is the guest's own `/proc` listing only PID 1: a process
-//! the guest started in the background (a server waiting for connections,
-//! a `sleep`) keeps the sandbox awake, because freezing it would stop its
-//! clocks from the guest's point of view. The listing is a quiet call: it
-//! neither wakes a sleeping sandbox nor counts as a request.
+//! "Runs nothing" is the guest listing only PID 1 as its processes: a
+//! process the guest started in the background (a server waiting for
+//! connections, a `sleep`) keeps the sandbox awake, because freezing it
+//! would stop its clocks from the guest's point of view. The relay sbxd
+//! reaches a sandbox through after a restart is not the guest's and does not
+//! count. The count is a quiet call: it neither wakes a sleeping sandbox nor
+//! counts as a request.
 
 use super::Service;
 use crate::runtime::{AgentCallError, AgentConn, Runtime};
@@ -22,12 +24,25 @@ use std::sync::Arc;
 use std::time::Duration;
 use uuid::Uuid;
 
-/// How long the agent gets to list `/proc`.
+/// How long the agent gets to count its processes.
 const LIST_WAIT: Duration = Duration::from_secs(1);
 
-/// The number of processes in the guest (pids in its `/proc`), asked
-/// quietly: `Asleep` when the sandbox sleeps (it was not woken).
+/// The number of processes in the guest, PID 1 included and sbxd's relays
+/// not, asked quietly: `Asleep` when the sandbox sleeps (it was not woken).
 pub(super) async fn guest_processes(conn: &AgentConn) -> Result<u64, AgentCallError> {
+    match conn.call_quietly(Request::GuestProcesses, LIST_WAIT).await {
+        Ok((Reply::GuestProcesses { count }, _)) => Ok(count),
+        Ok((other, _)) => Err(AgentCallError::Unexpected(format!("{other:?}"))),
+        // An agent older than `guest_processes` (a sandbox booted before an
+        // upgrade of sbxd) answers it with an error: count its `/proc`
+        // instead, relays included.
+        Err(AgentCallError::Agent(_)) => proc_entries(conn).await,
+        Err(e) => Err(e),
+    }
+}
+
+/// The pids in the guest's `/proc`, every process counted.
+async fn proc_entries(conn: &AgentConn) -> Result<u64, AgentCallError> {
     let request = Request::ListDir {
         path: "/proc".into(),
         depth: 1,

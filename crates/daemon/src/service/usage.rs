@@ -142,7 +142,7 @@ impl Service {
     }
 }
 
-/// The number of processes in the guest's `/proc` (`None` when the agent does not answer in time).
+/// The number of processes in the guest, sbxd's relays left out (`None` when the agent does not answer in time).
 async fn count_processes(conn: crate::runtime::AgentConn) -> Option<u64> {
     match super::idle::guest_processes(&conn).await {
         Ok(n) => Some(n),

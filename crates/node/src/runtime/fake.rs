@@ -200,7 +200,8 @@ impl FakeRuntime {
     }
 
     /// Puts a file into a sandbox's guest (`/proc/N` makes pid N show up
-    /// in the guest's process listing).
+    /// in the guest's process listing; with the contents `relay` it stands
+    /// for a relay sbxd started, which `guest_processes` leaves out).
     pub fn put_guest_file(&self, id: Uuid, path: &str, bytes: &[u8]) {
         if let Some(g) = self.guest(id) {
             g.data
@@ -208,6 +209,13 @@ impl FakeRuntime {
                 .unwrap_or_else(|p| p.into_inner())
                 .files
                 .insert(path.to_string(), (0o644, bytes.to_vec()));
+        }
+    }
+
+    /// Makes a sandbox's agent one that predates `guest_processes`.
+    pub fn use_older_agent(&self, id: Uuid) {
+        if let Some(g) = self.guest(id) {
+            g.data.lock().unwrap_or_else(|p| p.into_inner()).older_agent = true;
         }
     }
 

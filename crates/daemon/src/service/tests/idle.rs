@@ -58,6 +58,29 @@ async fn a_guest_process_or_a_recent_request_keeps_a_sandbox_awake() {
 }
 
 #[tokio::test]
+async fn sbxds_relay_does_not_keep_a_sandbox_awake_unless_the_agent_is_too_old_to_tell() {
+    let h = sleepy();
+    let relayed = h.running("relayed").await;
+    let old = h.running("old").await;
+    // Both reached through a relay (pid 7 in the guest): the agent leaves it
+    // out; an agent older than `guest_processes` is asked for its /proc,
+    // where the relay is one more pid, so that sandbox stays awake.
+    for id in [relayed.id, old.id] {
+        h.runtime.put_guest_file(id, "/proc/7", b"relay");
+    }
+    h.runtime.use_older_agent(old.id);
+    assert_eq!(h.service.freeze_idle().await, 1);
+    assert!(h.runtime.is_asleep(relayed.id));
+    assert!(!h.runtime.is_asleep(old.id));
+
+    // The older agent's sandbox sleeps once only PID 1 shows in its /proc.
+    let fresh = h.running("fresh").await;
+    h.runtime.use_older_agent(fresh.id);
+    assert_eq!(h.service.freeze_idle().await, 1);
+    assert!(h.runtime.is_asleep(fresh.id));
+}
+
+#[tokio::test]
 async fn pause_snapshot_and_destroy_work_on_a_sleeping_sandbox() {
     let h = sleepy();
     let r = h.running("a").await;

@@ -43,6 +43,9 @@ pub(super) struct GuestData {
     pub files: BTreeMap<String, (u32, Vec<u8>)>,
     /// Processes started with `process_start`.
     pub processes: BTreeMap<Uuid, ProcessInfo>,
+    /// The agent predates `guest_processes` and answers it as an unknown
+    /// message, as an agent booted before an upgrade of sbxd would.
+    pub older_agent: bool,
 }
 
 /// One fake sandbox.
@@ -236,6 +239,25 @@ impl Session {
                 vec![reply(id, Reply::Ok)]
             }
             Request::Sync => vec![reply(id, Reply::Ok)],
+            Request::GuestProcesses if self.guest.data().older_agent => {
+                vec![error(id, AgentErrorCode::Protocol, "unknown message")]
+            }
+            Request::GuestProcesses => {
+                // PID 1 and the pids a test added as `/proc/N` files, except
+                // those whose contents say `relay` (sbxd's relay processes).
+                let count = 1 + self
+                    .guest
+                    .data()
+                    .files
+                    .iter()
+                    .filter(|(p, (_, bytes))| {
+                        p.strip_prefix("/proc/")
+                            .is_some_and(|pid| pid.bytes().all(|b| b.is_ascii_digit()))
+                            && bytes.as_slice() != b"relay"
+                    })
+                    .count() as u64;
+                vec![reply(id, Reply::GuestProcesses { count })]
+            }
             Request::Quiesce => {
                 let mut out: Vec<Frame> = self
                     .net_serve
