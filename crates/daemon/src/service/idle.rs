@@ -18,6 +18,7 @@
 
 use super::Service;
 use crate::runtime::{AgentCallError, AgentConn, Runtime};
+use futures::StreamExt;
 use sbx_agent_proto::client::Thaw;
 use sbx_agent_proto::{Reply, Request};
 use std::sync::Arc;
@@ -26,6 +27,9 @@ use uuid::Uuid;
 
 /// How long the agent gets to count its processes.
 const LIST_WAIT: Duration = Duration::from_secs(1);
+
+/// How many sandboxes one round asks and freezes at once.
+const FREEZE_CONCURRENCY: usize = 8;
 
 /// The number of processes in the guest, PID 1 included and sbxd's relays
 /// not, asked quietly: `Asleep` when the sandbox sleeps (it was not woken).
@@ -89,35 +93,44 @@ impl Service {
             .map(|(id, conn)| (*id, conn.clone()))
             .collect();
         candidates.extend(self.pool_members());
-        let mut frozen = 0;
-        for (id, conn) in candidates {
-            if conn.is_asleep() && !self.runtime.is_frozen(id) {
-                // Thawed behind the connection's back (a runsc call for a
-                // direct transfer, an operator): mark it awake so that it can
-                // sleep again instead of burning CPU while counted asleep.
-                conn.wake().await;
-                continue;
+        // A few at a time: a guest that does not answer its count costs the
+        // round its own second, not one second per sandbox after it.
+        futures::stream::iter(candidates)
+            .map(|(id, conn)| self.freeze_if_idle(id, conn, after))
+            .buffer_unordered(FREEZE_CONCURRENCY)
+            .filter(|frozen| futures::future::ready(*frozen))
+            .count()
+            .await
+    }
+
+    /// Freezes one sandbox if it is idle; whether it did.
+    async fn freeze_if_idle(&self, id: Uuid, conn: AgentConn, after: Duration) -> bool {
+        if conn.is_asleep() && !self.runtime.is_frozen(id) {
+            // Thawed behind the connection's back (a runsc call for a
+            // direct transfer, an operator): mark it awake so that it can
+            // sleep again instead of burning CPU while counted asleep.
+            conn.wake().await;
+            return false;
+        }
+        if conn.is_closed() || conn.is_asleep() || conn.idle_for() < after {
+            return false;
+        }
+        // Only PID 1: anything else (and any failure to tell) keeps it awake.
+        if !matches!(guest_processes(&conn).await, Ok(1)) {
+            return false;
+        }
+        let freeze = freeze(self.runtime.clone(), id);
+        match conn.sleep_if_idle(after, freeze).await {
+            Ok(true) => {
+                tracing::debug!(sandbox = %id, "idle sandbox frozen");
+                true
             }
-            if conn.is_closed() || conn.is_asleep() || conn.idle_for() < after {
-                continue;
-            }
-            // Only PID 1: anything else (and any failure to tell) keeps it awake.
-            if !matches!(guest_processes(&conn).await, Ok(1)) {
-                continue;
-            }
-            let freeze = freeze(self.runtime.clone(), id);
-            match conn.sleep_if_idle(after, freeze).await {
-                Ok(true) => {
-                    tracing::debug!(sandbox = %id, "idle sandbox frozen");
-                    frozen += 1;
-                }
-                Ok(false) => {}
-                Err(e) => {
-                    tracing::warn!(sandbox = %id, error = %e, "cannot freeze an idle sandbox")
-                }
+            Ok(false) => false,
+            Err(e) => {
+                tracing::warn!(sandbox = %id, error = %e, "cannot freeze an idle sandbox");
+                false
             }
         }
-        frozen
     }
 }
 

@@ -81,6 +81,26 @@ async fn sbxds_relay_does_not_keep_a_sandbox_awake_unless_the_agent_is_too_old_t
 }
 
 #[tokio::test]
+async fn guests_that_do_not_answer_delay_a_round_once_not_once_each() {
+    let h = sleepy();
+    let mut silent = Vec::new();
+    for i in 0..8 {
+        let r = h.running(&format!("silent{i}")).await;
+        h.runtime.set_stall(r.id, true);
+        silent.push(r.id);
+    }
+    let idle = h.running("idle").await;
+    let started = std::time::Instant::now();
+    assert_eq!(h.service.freeze_idle().await, 1);
+    // Each silent guest's count waits its full second; asked one after
+    // another, the round would take 8 s.
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(5), "round took {took:?}");
+    assert!(h.runtime.is_asleep(idle.id));
+    assert!(silent.iter().all(|id| !h.runtime.is_asleep(*id)));
+}
+
+#[tokio::test]
 async fn pause_snapshot_and_destroy_work_on_a_sleeping_sandbox() {
     let h = sleepy();
     let r = h.running("a").await;
