@@ -284,7 +284,6 @@ impl Api {
             .ok_or_else(|| anyhow!("exec result has no exitCode: {}", r.body))
     }
 
-    /// `exec` that must exit 0.
     /// The URL this client talks to.
     pub fn base(&self) -> &str {
         &self.base
@@ -313,6 +312,7 @@ impl Api {
             .unwrap_or_default())
     }
 
+    /// `exec` that must exit 0.
     pub async fn exec_ok(&self, id: &str, command: &[&str]) -> Result<()> {
         match self.exec(id, command).await? {
             0 => Ok(()),
