@@ -10,12 +10,16 @@
 
 pub mod records;
 mod snapshots;
+mod timeouts;
+mod types;
+
+pub use types::{CreateSpec, E2bError, E2bSandbox, E2bState, ListFilter, Result};
 
 use super::lifecycle::format_cursor;
 use super::{Sandbox, Service, ServiceError, Snapshot};
-use chrono::{DateTime, Duration as ChronoDuration, Utc};
+use chrono::{Duration as ChronoDuration, Utc};
 use records::E2bRecord;
-use sbx_api_types::{CreateSandboxRequest, NetworkPolicy, SandboxStatus};
+use sbx_api_types::{CreateSandboxRequest, SandboxStatus};
 use sbx_store::{AsyncStore, SandboxCursor, StoreError};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, Weak};
@@ -75,114 +79,6 @@ const SETTLE_WAIT: Duration = Duration::from_secs(120);
 const SCAN_PAGE: u32 = 250;
 /// Every how many sweeps the records of ended sandboxes are deleted.
 const FORGET_EVERY: u64 = 10;
-
-/// Why an E2B call failed.
-#[derive(Debug, thiserror::Error)]
-pub enum E2bError {
-    /// No such sandbox, snapshot or template for this tenant.
-    #[error("{0}")]
-    NotFound(String),
-    /// The request is invalid.
-    #[error("{0}")]
-    BadRequest(String),
-    /// The sandbox is not in a state that allows the call (e.g. already paused).
-    #[error("{0}")]
-    Conflict(String),
-    /// Accepted by the wire format but not built in sbx yet.
-    #[error("{0}")]
-    NotSupported(String),
-    /// The lifecycle service refused or failed.
-    #[error(transparent)]
-    Service(#[from] ServiceError),
-}
-
-/// A store failure is reported as the lifecycle service reports it (503 when
-/// the database is unavailable or full).
-impl From<StoreError> for E2bError {
-    fn from(e: StoreError) -> Self {
-        E2bError::Service(ServiceError::from(e))
-    }
-}
-
-/// Result type of E2B calls.
-pub type Result<T, E = E2bError> = std::result::Result<T, E>;
-
-/// A validated create request.
-#[derive(Debug, Clone, Default)]
-pub struct CreateSpec {
-    /// Template id, alias or snapshot id (`base` when empty).
-    pub template_id: String,
-    /// Seconds until the sandbox ends (default [`DEFAULT_TIMEOUT_SECS`]).
-    pub timeout_secs: Option<u64>,
-    /// Caller metadata.
-    pub metadata: BTreeMap<String, String>,
-    /// Environment of every process.
-    pub env_vars: BTreeMap<String, String>,
-    /// Pause instead of destroy at the end of the timeout.
-    pub auto_pause: bool,
-    /// Egress policy (`None`: the server's default, the internet allowed).
-    pub network: Option<NetworkPolicy>,
-    /// Preview URLs open to anyone (E2B's default) rather than to holders
-    /// of the traffic access token.
-    pub allow_public_traffic: bool,
-}
-
-/// Filters of `GET /v2/sandboxes`.
-#[derive(Debug, Clone, Default)]
-pub struct ListFilter {
-    /// Every pair must be in the sandbox's metadata.
-    pub metadata: BTreeMap<String, String>,
-    /// States to keep (empty: running and paused).
-    pub states: Vec<E2bState>,
-    /// Only sandboxes started after this time.
-    pub started_after: Option<DateTime<Utc>>,
-    /// Only sandboxes of this template id.
-    pub template: Option<String>,
-}
-
-/// The two states E2B shows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum E2bState {
-    /// Running (also while starting or resuming).
-    Running,
-    /// Paused (also while pausing).
-    Paused,
-}
-
-impl E2bState {
-    /// The wire name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            E2bState::Running => "running",
-            E2bState::Paused => "paused",
-        }
-    }
-
-    /// The E2B state of an sbx status; `None` for a sandbox that is gone or going.
-    pub fn of(status: SandboxStatus) -> Option<E2bState> {
-        match status {
-            SandboxStatus::Pending
-            | SandboxStatus::Starting
-            | SandboxStatus::Running
-            | SandboxStatus::Resuming => Some(E2bState::Running),
-            SandboxStatus::Pausing | SandboxStatus::Paused => Some(E2bState::Paused),
-            SandboxStatus::Terminating | SandboxStatus::Terminated | SandboxStatus::Failed => None,
-        }
-    }
-}
-
-/// A sandbox with its E2B fields.
-#[derive(Debug, Clone)]
-pub struct E2bSandbox {
-    /// The sbx sandbox.
-    pub sandbox: Sandbox,
-    /// Its E2B fields (defaults for a sandbox created through `/v1` or `/v2`).
-    pub record: E2bRecord,
-    /// Its E2B state.
-    pub state: E2bState,
-    /// The domain its hosts are under (`--e2b-domain`), if one is configured.
-    pub domain: Option<String>,
-}
 
 /// The E2B face of the service.
 pub struct E2b {
@@ -574,82 +470,6 @@ impl E2b {
         Ok((view.sandbox, samples))
     }
 
-    /// Ends (destroys, or pauses with auto-pause) this node's running sandboxes
-    /// past their end time; runs every second. Each node sweeps only the
-    /// sandboxes it runs (pause and destroy act on its host); a lost node's
-    /// sandboxes are failed over by the cluster and their records forgotten.
-    /// Each expiry is claimed by a compare-and-set of the record before it is
-    /// acted on: a `connect` or a timeout set meanwhile wins over it, or loses
-    /// and reads again, never both.
-    pub async fn enforce_timeouts(self: &Arc<Self>) {
-        let node = self.svc.config().node.id.clone();
-        let due = match self.store().e2b_records_due(&node, Utc::now()).await {
-            Ok(due) => due,
-            Err(e) => {
-                tracing::warn!(error = %e, "E2B timeout sweep: reading the store");
-                return;
-            }
-        };
-        for record in due {
-            let id = record.sandbox_id;
-            if !self.lock_ending().insert(id) {
-                continue;
-            }
-            let this = self.clone();
-            tokio::spawn(async move {
-                this.end_one(record).await;
-                this.lock_ending().remove(&id);
-            });
-        }
-    }
-
-    /// Claims one expiry and acts on it.
-    async fn end_one(&self, record: E2bRecord) {
-        let id = record.sandbox_id;
-        let mut claim = record.clone();
-        match self.write_record(&mut claim).await {
-            Ok(true) => {}
-            // Extended (or claimed) by another writer since the sweep read it.
-            Ok(false) => return,
-            Err(e) => {
-                tracing::warn!(sandbox = %id, error = %e, "E2B timeout: claiming the expiry");
-                return;
-            }
-        }
-        let done = if record.auto_pause {
-            self.svc.pause(&record.workspace, id).await.map(|_| ())
-        } else {
-            self.svc.destroy(&record.workspace, id).await.map(|_| ())
-        };
-        match done {
-            Ok(()) => {
-                tracing::info!(sandbox = %id, paused = record.auto_pause, "E2B timeout reached")
-            }
-            Err(e) => {
-                tracing::warn!(sandbox = %id, error = %e, "E2B timeout: could not end the sandbox")
-            }
-        }
-    }
-
-    /// Deletes the E2B records and preview settings of sandboxes that ended
-    /// (any node may: the store decides which, and deleting twice deletes nothing).
-    pub async fn forget_ended(&self) {
-        match self.store().delete_ended_e2b_records().await {
-            Ok(0) => {}
-            Ok(n) => tracing::debug!(records = n, "forgot the E2B records of ended sandboxes"),
-            Err(e) => tracing::warn!(error = %e, "could not forget E2B records of ended sandboxes"),
-        }
-        // The preview settings of /v1 sandboxes end with their sandboxes too;
-        // this sweep runs on every node, E2B or not.
-        match self.store().delete_ended_previews().await {
-            Ok(0) => {}
-            Ok(n) => tracing::debug!(rows = n, "forgot the preview settings of ended sandboxes"),
-            Err(e) => {
-                tracing::warn!(error = %e, "could not forget preview settings of ended sandboxes")
-            }
-        }
-    }
-
     /// Writes a record by compare-and-set: false (nothing written) when
     /// another writer changed it since it was read.
     async fn write_record(&self, record: &mut E2bRecord) -> Result<bool> {
@@ -675,10 +495,6 @@ impl E2b {
             .get_e2b_record(sandbox.id)
             .await?
             .ok_or_else(|| not_found(sandbox.id))
-    }
-
-    fn lock_ending(&self) -> std::sync::MutexGuard<'_, HashSet<Uuid>> {
-        self.ending.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// A sandbox with its E2B fields (`stored`, or defaults); `None` when it is gone or going.
@@ -792,24 +608,6 @@ impl E2b {
             )));
         }
         Ok(secs)
-    }
-}
-
-impl ListFilter {
-    fn matches(&self, s: &E2bSandbox) -> bool {
-        let state_ok = self.states.is_empty() || self.states.contains(&s.state);
-        let meta_ok = self
-            .metadata
-            .iter()
-            .all(|(k, v)| s.record.metadata.get(k) == Some(v));
-        let started_ok = self
-            .started_after
-            .is_none_or(|t| s.sandbox.started_at.unwrap_or(s.sandbox.created_at) > t);
-        let template_ok = self
-            .template
-            .as_ref()
-            .is_none_or(|t| *t == s.record.template_id);
-        state_ok && meta_ok && started_ok && template_ok
     }
 }
 
