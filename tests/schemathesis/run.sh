@@ -136,7 +136,9 @@ ST_RC=$?
 set -e
 if [ -s "$DATA.log" ] && grep -qiE "panick|ERROR" "$DATA.log"; then
     echo "== sbxd log (errors)"
-    grep -iE "panick|ERROR" "$DATA.log" | head -50
+    # -m, not `| head`: with pipefail a head that stops reading makes grep
+    # die of SIGPIPE and this script exit 141 after a clean run.
+    grep -m 50 -iE "panick|ERROR" "$DATA.log"
 fi
 rm -f "$DATA.log"
 exit $ST_RC

@@ -407,6 +407,9 @@ pub struct Limits {
     pub snapshot_ttl: Duration,
     /// Live (CREATING or unexpired READY) snapshots per workspace; 0: no limit.
     pub snapshots_per_workspace: u32,
+    /// What each workspace's active sandboxes may hold together, across the
+    /// cluster (every field 0: no limit).
+    pub workspace_quota: sbx_store::WorkspaceQuota,
     /// Test-restore every checkpoint before its snapshot is READY.
     pub snapshot_verify: bool,
     /// Bytes of images each tenant may keep, MiB; 0: no limit.
@@ -436,6 +439,7 @@ impl Default for Limits {
             console_log_max_mb: 16,
             snapshot_ttl: Duration::from_secs(7 * 24 * 3600),
             snapshots_per_workspace: 50,
+            workspace_quota: sbx_store::WorkspaceQuota::default(),
             snapshot_verify: true,
             image_quota_mb: 20 * 1024,
             idempotency_ttl: Duration::from_secs(24 * 3600),

@@ -10,7 +10,7 @@
 use crate::{
     ApiKeyRecord, CreateOutcome, E2bRecord, IdempotencyBegin, IdempotencyRecord, NodeRecord,
     NodeRegistration, PreviewRecord, SandboxCursor, SandboxRecord, SecretRecord,
-    SnapshotCreateOutcome, SnapshotRecord, SnapshotStatus, Store, StoreError,
+    SnapshotCreateOutcome, SnapshotRecord, SnapshotStatus, Store, StoreError, WorkspaceQuota,
 };
 use chrono::{DateTime, Utc};
 use sbx_api_types::SandboxStatus;
@@ -86,6 +86,19 @@ impl AsyncStore {
         let record = record.clone();
         self.call("create_sandbox", move |s| s.create_sandbox(&record))
             .await
+    }
+
+    /// See [`Store::create_sandbox_within`].
+    pub async fn create_sandbox_within(
+        &self,
+        record: &SandboxRecord,
+        quota: WorkspaceQuota,
+    ) -> Result<CreateOutcome, StoreError> {
+        let record = record.clone();
+        self.call("create_sandbox", move |s| {
+            s.create_sandbox_within(&record, &quota)
+        })
+        .await
     }
 
     /// See [`Store::active_sandbox_named`].

@@ -116,6 +116,48 @@ pub enum CreateOutcome {
     Created,
     /// An active sandbox already holds the name; here it is.
     NameHeld(Box<SandboxRecord>),
+    /// The workspace's active sandboxes hold this much: one more would pass
+    /// its [`WorkspaceQuota`]. Nothing was inserted.
+    QuotaReached(WorkspaceUsage),
+}
+
+/// What one workspace's active sandboxes may hold together, on every node
+/// of the cluster (0: no limit).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkspaceQuota {
+    /// Active sandboxes.
+    pub sandboxes: u64,
+    /// Their vCPUs together.
+    pub vcpus: u64,
+    /// Their memory together, MiB.
+    pub memory_mb: u64,
+}
+
+impl WorkspaceQuota {
+    /// No limit at all: nothing to count.
+    pub fn is_unlimited(&self) -> bool {
+        self.sandboxes == 0 && self.vcpus == 0 && self.memory_mb == 0
+    }
+
+    /// Whether `record` fits beside what the workspace holds (`used`).
+    pub fn admits(&self, used: &WorkspaceUsage, record: &SandboxRecord) -> bool {
+        let fits =
+            |limit: u64, used: u64, more: u64| limit == 0 || used.saturating_add(more) <= limit;
+        fits(self.sandboxes, used.sandboxes, 1)
+            && fits(self.vcpus, used.vcpus, u64::from(record.vcpu))
+            && fits(self.memory_mb, used.memory_mb, u64::from(record.memory_mb))
+    }
+}
+
+/// What a workspace's active sandboxes hold together.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkspaceUsage {
+    /// Active sandboxes.
+    pub sandboxes: u64,
+    /// Their vCPUs.
+    pub vcpus: u64,
+    /// Their memory, MiB.
+    pub memory_mb: u64,
 }
 
 /// Result of [`Store::create_snapshot`].
@@ -145,7 +187,17 @@ pub trait Store: Send + Sync {
     fn is_shared(&self) -> bool;
 
     /// Inserts a sandbox unless an active one in the same workspace holds the name.
-    fn create_sandbox(&self, record: &SandboxRecord) -> Result<CreateOutcome, StoreError>;
+    fn create_sandbox(&self, record: &SandboxRecord) -> Result<CreateOutcome, StoreError> {
+        self.create_sandbox_within(record, &WorkspaceQuota::default())
+    }
+    /// [`Store::create_sandbox`], and unless the workspace's active sandboxes
+    /// with this one would pass `quota`; the name is checked first (a repeated
+    /// create finds its sandbox even at the quota). Checked and inserted atomically.
+    fn create_sandbox_within(
+        &self,
+        record: &SandboxRecord,
+        quota: &WorkspaceQuota,
+    ) -> Result<CreateOutcome, StoreError>;
     /// The active sandbox of the workspace holding `name`, if any.
     fn active_sandbox_named(
         &self,

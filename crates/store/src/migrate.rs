@@ -106,6 +106,12 @@ pub fn copy_store(from: &dyn Store, to: &dyn Store) -> Result<CopyReport, StoreE
         }
         match to.create_sandbox(&sandbox)? {
             CreateOutcome::Created => report.sandboxes.count(true),
+            // `create_sandbox` gives no quota; a store that applied one anyway is refused.
+            CreateOutcome::QuotaReached(_) => {
+                return Err(StoreError::Conflict(
+                    "the target refused a sandbox over a workspace quota".into(),
+                ))
+            }
             CreateOutcome::NameHeld(holder) => {
                 return Err(StoreError::Conflict(
                     format!(

@@ -86,6 +86,8 @@ impl From<ServiceError> for ApiError {
             S::SnapshotNotReady(_) => ErrorCode::SnapshotNotReady,
             S::SnapshotNameTaken(_) => ErrorCode::SnapshotNameTaken,
             S::SnapshotLimit(_) => ErrorCode::SnapshotLimitExceeded,
+            // Retryable on purpose: the quota frees up as the workspace's sandboxes end.
+            S::WorkspaceQuota(_) => ErrorCode::RateLimited,
             S::WrongState { .. } => ErrorCode::InvalidState,
             // A transition that kept losing compare-and-set races: the state moved on.
             S::Conflict(_) => ErrorCode::InvalidState,

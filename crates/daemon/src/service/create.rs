@@ -402,7 +402,10 @@ impl Service {
             record.id = member.id;
         }
         let shape = (record.vcpu, record.memory_mb);
-        let inserted = self.store.create_sandbox(&record).await;
+        let inserted = self
+            .store
+            .create_sandbox_within(&record, self.config.limits.workspace_quota)
+            .await;
         drop(admitted);
         let created = match inserted {
             Ok(created) => created,
@@ -423,6 +426,15 @@ impl Service {
                 } else {
                     Err(ServiceError::NameTaken(record.name))
                 }
+            }
+            sbx_store::CreateOutcome::QuotaReached(used) => {
+                if let Some(member) = warm {
+                    self.return_member(shape, member);
+                }
+                Err(ServiceError::WorkspaceQuota(quota_text(
+                    &self.config.limits.workspace_quota,
+                    &used,
+                )))
             }
             sbx_store::CreateOutcome::Created => {
                 let conn = warm.map(|m| m.conn);
@@ -445,6 +457,21 @@ impl Service {
             }
         }
     }
+}
+
+/// What a workspace holds against its quota, for the error message: the
+/// limits that are set, e.g. `3 of 3 sandboxes, 4 of 8 vCPUs`.
+fn quota_text(quota: &sbx_store::WorkspaceQuota, used: &sbx_store::WorkspaceUsage) -> String {
+    [
+        (quota.sandboxes, used.sandboxes, "sandboxes"),
+        (quota.vcpus, used.vcpus, "vCPUs"),
+        (quota.memory_mb, used.memory_mb, "MiB of memory"),
+    ]
+    .iter()
+    .filter(|(limit, _, _)| *limit > 0)
+    .map(|(limit, used, what)| format!("{used} of {limit} {what} in use"))
+    .collect::<Vec<_>>()
+    .join(", ")
 }
 
 fn same_config(a: &SandboxRecord, b: &SandboxRecord) -> bool {

@@ -46,6 +46,10 @@ pub enum ServiceError {
         "the workspace already has {0} snapshots (CREATING or READY), its limit; delete one first"
     )]
     SnapshotLimit(u32),
+    /// The workspace's active sandboxes hold as much as its quota allows
+    /// (`--workspace-max-*`); one more would pass it.
+    #[error("the workspace's quota is reached: {0}; delete or wait for a sandbox to end")]
+    WorkspaceQuota(String),
     /// The name is held by an active sandbox with another configuration.
     #[error(
         "sandbox name {0:?} is already in use by an active sandbox with a different configuration"

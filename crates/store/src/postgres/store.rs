@@ -9,7 +9,7 @@ use super::PostgresStore;
 use crate::{
     ApiKeyRecord, CreateOutcome, IdempotencyBegin, IdempotencyRecord, NodeRecord, NodeRegistration,
     SandboxCursor, SandboxRecord, SecretRecord, SnapshotCreateOutcome, SnapshotRecord,
-    SnapshotStatus, Store, StoreError,
+    SnapshotStatus, Store, StoreError, WorkspaceQuota, WorkspaceUsage,
 };
 use chrono::{DateTime, Utc};
 use sbx_api_types::SandboxStatus;
@@ -54,8 +54,13 @@ fn cursor(after: Option<&SandboxCursor>) -> (bool, i64, Uuid) {
 }
 
 impl Store for PostgresStore {
-    fn create_sandbox(&self, record: &SandboxRecord) -> Result<CreateOutcome, StoreError> {
+    fn create_sandbox_within(
+        &self,
+        record: &SandboxRecord,
+        quota: &WorkspaceQuota,
+    ) -> Result<CreateOutcome, StoreError> {
         let r = record.clone();
+        let quota = *quota;
         self.pool.run(move |c| {
             let insert = c.statement(&format!(
                 "INSERT INTO sandboxes ({SANDBOX_COLUMNS}, active) \
@@ -75,6 +80,34 @@ impl Store for PostgresStore {
             // (and reconciliation removes orphans at start). This saves a disk
             // flush on every create.
             tx.batch_execute("SET LOCAL synchronous_commit = off")?;
+            if !quota.is_unlimited() {
+                // The count and the insert must see every concurrent create of
+                // the workspace, on any node: serialise them on a lock named
+                // after it (only when there is a quota to keep).
+                tx.execute(
+                    "SELECT pg_advisory_xact_lock(hashtext('sbx.sandboxes/' || $1))",
+                    &[&r.workspace],
+                )?;
+                if let Some(row) = tx.query_opt(&holder, &[&r.workspace, &r.name])? {
+                    return Ok(CreateOutcome::NameHeld(Box::new(rows::sandbox(&row)?)));
+                }
+                let row = tx.query_one(
+                    "SELECT COUNT(*), COALESCE(SUM(vcpu), 0)::BIGINT, COALESCE(SUM(memory_mb), 0)::BIGINT \
+                     FROM sandboxes WHERE workspace = $1 AND active",
+                    &[&r.workspace],
+                )?;
+                let count = |i: usize| -> Result<u64, StoreError> {
+                    Ok(row.try_get::<_, i64>(i)?.max(0) as u64)
+                };
+                let used = WorkspaceUsage {
+                    sandboxes: count(0)?,
+                    vcpus: count(1)?,
+                    memory_mb: count(2)?,
+                };
+                if !quota.admits(&used, &r) {
+                    return Ok(CreateOutcome::QuotaReached(used));
+                }
+            }
             for _ in 0..RACE_RETRIES {
                 let n = tx.execute(
                     &insert,

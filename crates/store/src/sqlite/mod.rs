@@ -3,7 +3,7 @@
 use crate::{
     ApiKeyRecord, CreateOutcome, IdempotencyBegin, IdempotencyRecord, NodeRecord, NodeRegistration,
     SandboxCursor, SandboxRecord, SecretRecord, SnapshotCreateOutcome, SnapshotRecord,
-    SnapshotStatus, Store, StoreError,
+    SnapshotStatus, Store, StoreError, WorkspaceQuota, WorkspaceUsage,
 };
 use chrono::{DateTime, Utc};
 use rusqlite::{params, Connection, OptionalExtension, Row};
@@ -270,7 +270,11 @@ pub(crate) fn json(v: &impl serde::Serialize) -> String {
 }
 
 impl Store for SqliteStore {
-    fn create_sandbox(&self, r: &SandboxRecord) -> Result<CreateOutcome, StoreError> {
+    fn create_sandbox_within(
+        &self,
+        r: &SandboxRecord,
+        quota: &WorkspaceQuota,
+    ) -> Result<CreateOutcome, StoreError> {
         let mut conn = self.lock();
         let tx = write_transaction(&mut conn)?;
         let existing = tx
@@ -282,6 +286,25 @@ impl Store for SqliteStore {
             .optional()?;
         if let Some(existing) = existing {
             return Ok(CreateOutcome::NameHeld(Box::new(existing)));
+        }
+        if !quota.is_unlimited() {
+            // One writer at a time (the write transaction): the count and the
+            // insert cannot interleave with another create.
+            let used = tx.query_row(
+                "SELECT COUNT(*), COALESCE(SUM(vcpu), 0), COALESCE(SUM(memory_mb), 0) \
+                 FROM sandboxes WHERE workspace = ?1 AND active = 1",
+                params![r.workspace],
+                |row| {
+                    Ok(WorkspaceUsage {
+                        sandboxes: row.get::<_, i64>(0)?.max(0) as u64,
+                        vcpus: row.get::<_, i64>(1)?.max(0) as u64,
+                        memory_mb: row.get::<_, i64>(2)?.max(0) as u64,
+                    })
+                },
+            )?;
+            if !quota.admits(&used, r) {
+                return Ok(CreateOutcome::QuotaReached(used));
+            }
         }
         tx.execute(
             &format!("INSERT INTO sandboxes ({SANDBOX_COLUMNS}, active) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20)"),

@@ -88,6 +88,8 @@ on_every_backend!(
     idempotency_leases_are_renewed_by_their_owner_and_ended_for_others,
     concurrent_creates_of_one_name_create_once,
     concurrent_snapshot_creates_respect_the_limit,
+    a_workspace_quota_counts_its_active_sandboxes_only,
+    concurrent_creates_keep_a_workspace_quota,
     concurrent_claims_of_one_key_start_once,
     stale_updates_conflict_and_change_nothing,
     concurrent_updates_of_one_row_let_exactly_one_win,

@@ -220,6 +220,8 @@ fn service_error(e: &ServiceError) -> E2bApiError {
         | S::SnapshotNameTaken(_)
         | S::NameTaken(_) => StatusCode::CONFLICT,
         S::SnapshotLimit(_) | S::AccessDenied(_) => StatusCode::FORBIDDEN,
+        // E2B's own answer to "too many concurrent sandboxes".
+        S::WorkspaceQuota(_) => StatusCode::TOO_MANY_REQUESTS,
         S::IdempotencyKeyReused(_) => StatusCode::UNPROCESSABLE_ENTITY,
         S::Unavailable(_) | S::StorageFull(_) => StatusCode::SERVICE_UNAVAILABLE,
         _ => StatusCode::INTERNAL_SERVER_ERROR,

@@ -86,6 +86,18 @@ pub(crate) struct Args {
     /// 403 sandbox_snapshot_limit_exceeded. 0: no limit.
     #[arg(long, env = "SBX_SNAPSHOT_LIMIT", default_value_t = 50)]
     pub(crate) snapshot_limit: u32,
+    /// Active sandboxes a workspace may hold at once, on all nodes together;
+    /// a create past it is 429 rate_limited. 0: no limit.
+    #[arg(long, env = "SBX_WORKSPACE_MAX_SANDBOXES", default_value_t = 0)]
+    pub(crate) workspace_max_sandboxes: u64,
+    /// vCPUs a workspace's active sandboxes may hold together (as
+    /// --workspace-max-sandboxes). 0: no limit.
+    #[arg(long, env = "SBX_WORKSPACE_MAX_VCPUS", default_value_t = 0)]
+    pub(crate) workspace_max_vcpus: u64,
+    /// Memory a workspace's active sandboxes may hold together, MiB (as
+    /// --workspace-max-sandboxes). 0: no limit.
+    #[arg(long, env = "SBX_WORKSPACE_MAX_MEMORY_MB", default_value_t = 0)]
+    pub(crate) workspace_max_memory_mb: u64,
     /// Image storage a workspace may keep, MiB (each distinct content once);
     /// more is 403 image_quota_exceeded. 0: no limit.
     #[arg(long, env = "SBX_IMAGE_QUOTA_MB", default_value_t = 20 * 1024)]

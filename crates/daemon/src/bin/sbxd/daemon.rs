@@ -61,6 +61,11 @@ pub(crate) async fn daemon_main(args: Args) -> anyhow::Result<()> {
             active_runtime: Duration::from_secs(args.active_runtime_secs),
             snapshot_ttl: Duration::from_secs(args.snapshot_ttl_secs),
             snapshots_per_workspace: args.snapshot_limit,
+            workspace_quota: sbx_store::WorkspaceQuota {
+                sandboxes: args.workspace_max_sandboxes,
+                vcpus: args.workspace_max_vcpus,
+                memory_mb: args.workspace_max_memory_mb,
+            },
             snapshot_verify: args.snapshot_verify,
             image_quota_mb: args.image_quota_mb,
             idempotency_ttl: Duration::from_secs(args.idempotency_ttl_secs),

@@ -10,6 +10,7 @@ mod failover;
 mod idle;
 mod lifecycle;
 mod nodes;
+mod quotas;
 mod reconcile;
 mod snapshots;
 mod stall;

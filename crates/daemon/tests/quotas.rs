@@ -1,0 +1,112 @@
+//! Workspace quotas on real gVisor (`--workspace-max-sandboxes`): a tenant at
+//! its quota gets 429 on both faces (the inngest API's `rate_limited`, E2B's
+//! `{"code": 429}`), nothing boots for it, other tenants are not affected,
+//! and a sandbox that ends gives its place back.
+
+mod common;
+mod e2b_common;
+
+use common::{assert_error, Daemon, KillLeftovers};
+use e2b_common::{assert_e2b_error, e2b, LEGACY_KEY};
+use sbx_api_types::signing_key::hashed_signing_key;
+use serde_json::{json, Value};
+
+/// `POST /v2/sandboxes` of the inngest API with `key`.
+async fn create(d: &Daemon, key: &str, name: &str) -> (u16, Value) {
+    let auth = format!("Bearer {}", hashed_signing_key(key));
+    let body = json!({"name": name, "vcpu": 1, "memoryMb": 1024});
+    d.call_with(
+        "POST",
+        "/v2/sandboxes",
+        Some(body.to_string().into_bytes()),
+        &[("authorization", auth.as_str())],
+    )
+    .await
+}
+
+#[tokio::test]
+#[ignore = "needs root, runsc and the image; run ./scripts/test"]
+async fn a_tenant_at_its_quota_gets_429_on_both_faces_and_others_do_not() {
+    let d = Daemon::start(&[
+        "--signing-key",
+        LEGACY_KEY,
+        "--workspace-max-sandboxes",
+        "2",
+    ])
+    .await;
+    let _leftovers = KillLeftovers::of(&d);
+    let alpha = d.create_key("alpha", None);
+    let beta = d.create_key("beta", None);
+
+    let first = create(&d, &alpha, "one").await;
+    assert_eq!(first.0, 201, "{}", first.1);
+    let (status, e2b_created, _) = e2b(
+        &d,
+        Some(&alpha),
+        "POST",
+        "/v2/sandboxes",
+        Some(json!({"templateID": "base", "timeout": 300})),
+    )
+    .await;
+    assert_eq!(status, 201, "{e2b_created}");
+
+    let containers = d.runsc_containers().len();
+    let refused = create(&d, &alpha, "three").await;
+    assert_error(&refused, 429, "rate_limited");
+    let message = refused.1["errors"][0]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(message.contains("2 of 2 sandboxes"), "{message}");
+    let refused = e2b(
+        &d,
+        Some(&alpha),
+        "POST",
+        "/v2/sandboxes",
+        Some(json!({"templateID": "base"})),
+    )
+    .await;
+    assert_e2b_error(&refused, 429, "E2B create past the quota");
+    assert_eq!(d.runsc_containers().len(), containers, "nothing booted");
+
+    // A repeat of the create that worked answers with its sandbox (idempotent by name).
+    let again = create(&d, &alpha, "one").await;
+    assert_eq!(again.0, 200, "{}", again.1);
+    assert_eq!(again.1["data"]["id"], first.1["data"]["id"]);
+    // Another tenant has a quota of its own.
+    let other = create(&d, &beta, "one").await;
+    assert_eq!(other.0, 201, "{}", other.1);
+
+    let id = first.1["data"]["id"].as_str().unwrap().to_string();
+    let auth = format!("Bearer {}", hashed_signing_key(&alpha));
+    let (status, body) = d
+        .call_with(
+            "DELETE",
+            &format!("/v2/sandboxes/{id}"),
+            None,
+            &[("authorization", auth.as_str())],
+        )
+        .await;
+    assert!(status == 204 || status == 202, "{status} {body}");
+    // Its place is free once it is TERMINATED (a 202 answers before that).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let (_, got) = d
+            .call_with(
+                "GET",
+                &format!("/v2/sandboxes/{id}"),
+                None,
+                &[("authorization", auth.as_str())],
+            )
+            .await;
+        if got["data"]["status"] == "TERMINATED" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not TERMINATED: {got}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let freed = create(&d, &alpha, "three").await;
+    assert_eq!(freed.0, 201, "{}", freed.1);
+}
