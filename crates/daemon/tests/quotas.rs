@@ -11,17 +11,24 @@ use e2b_common::{assert_e2b_error, e2b, LEGACY_KEY};
 use sbx_api_types::signing_key::hashed_signing_key;
 use serde_json::{json, Value};
 
+/// A request of the inngest API with `key`.
+async fn call(
+    d: &Daemon,
+    key: &str,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let auth = format!("Bearer {}", hashed_signing_key(key));
+    let body = body.map(|b| b.to_string().into_bytes());
+    d.call_with(method, path, body, &[("authorization", auth.as_str())])
+        .await
+}
+
 /// `POST /v2/sandboxes` of the inngest API with `key`.
 async fn create(d: &Daemon, key: &str, name: &str) -> (u16, Value) {
-    let auth = format!("Bearer {}", hashed_signing_key(key));
     let body = json!({"name": name, "vcpu": 1, "memoryMb": 1024});
-    d.call_with(
-        "POST",
-        "/v2/sandboxes",
-        Some(body.to_string().into_bytes()),
-        &[("authorization", auth.as_str())],
-    )
-    .await
+    call(d, key, "POST", "/v2/sandboxes", Some(body)).await
 }
 
 #[tokio::test]
@@ -77,27 +84,12 @@ async fn a_tenant_at_its_quota_gets_429_on_both_faces_and_others_do_not() {
     assert_eq!(other.0, 201, "{}", other.1);
 
     let id = first.1["data"]["id"].as_str().unwrap().to_string();
-    let auth = format!("Bearer {}", hashed_signing_key(&alpha));
-    let (status, body) = d
-        .call_with(
-            "DELETE",
-            &format!("/v2/sandboxes/{id}"),
-            None,
-            &[("authorization", auth.as_str())],
-        )
-        .await;
+    let (status, body) = call(&d, &alpha, "DELETE", &format!("/v2/sandboxes/{id}"), None).await;
     assert!(status == 204 || status == 202, "{status} {body}");
     // Its place is free once it is TERMINATED (a 202 answers before that).
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
-        let (_, got) = d
-            .call_with(
-                "GET",
-                &format!("/v2/sandboxes/{id}"),
-                None,
-                &[("authorization", auth.as_str())],
-            )
-            .await;
+        let (_, got) = call(&d, &alpha, "GET", &format!("/v2/sandboxes/{id}"), None).await;
         if got["data"]["status"] == "TERMINATED" {
             break;
         }
