@@ -18,8 +18,13 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, oneshot, watch};
 
 mod doze;
+mod handles;
+mod kinds;
 mod port;
+
 pub use doze::Thaw;
+pub use handles::{AgentStream, Upload};
+use kinds::request_kind;
 pub use port::PortStream;
 
 /// Why a call to the agent failed.
@@ -546,92 +551,6 @@ impl AgentConn {
     }
 }
 
-/// An upload in progress (see [`AgentConn::begin_upload`]).
-pub struct Upload {
-    id: u64,
-    conn: AgentConn,
-    answer: Option<oneshot::Receiver<Result<Answer, AgentError>>>,
-}
-
-impl Upload {
-    /// Sends one chunk. Fails early if the agent already refused the upload.
-    pub async fn send(&mut self, bytes: Vec<u8>) -> Result<(), AgentCallError> {
-        if let Some(rx) = self.answer.as_mut() {
-            if let Ok(result) = rx.try_recv() {
-                self.answer = None;
-                return Err(match result {
-                    Ok((reply, _)) => AgentCallError::Unexpected(format!("{reply:?}")),
-                    Err(e) => AgentCallError::Agent(e),
-                });
-            }
-        }
-        self.conn
-            .send(self.id, Body::Request(Request::FileWriteData), bytes)
-            .await
-    }
-
-    /// Commits the upload and waits for the agent's answer (at most [`IO_CALL_TIMEOUT`]).
-    pub async fn finish(mut self) -> Result<Answer, AgentCallError> {
-        let rx = self.answer.take().ok_or(AgentCallError::Closed)?;
-        let end = Body::Request(Request::FileWriteEnd);
-        self.conn
-            .exchange(self.id, end, Vec::new(), rx, IO_CALL_TIMEOUT)
-            .await
-    }
-}
-
-impl Drop for Upload {
-    fn drop(&mut self) {
-        // Not finished: tell the agent to discard the temp file.
-        if self.answer.is_some() {
-            self.conn.pending().remove(&self.id);
-            let conn = self.conn.clone();
-            let id = self.id;
-            tokio::spawn(async move {
-                let _ = conn
-                    .send(id, Body::Request(Request::FileWriteAbort), Vec::new())
-                    .await;
-            });
-        }
-    }
-}
-
-/// Receiving side of a streaming request; cancels the request when dropped early.
-pub struct AgentStream {
-    id: u64,
-    rx: mpsc::Receiver<StreamItem>,
-    conn: AgentConn,
-    finished: bool,
-}
-
-impl AgentStream {
-    /// The request id of this stream.
-    pub fn id(&self) -> u64 {
-        self.id
-    }
-
-    /// Next item; `None` when the connection closed before the stream ended.
-    pub async fn next(&mut self) -> Option<StreamItem> {
-        let item = self.rx.recv().await;
-        if matches!(
-            item,
-            Some(StreamItem::End(..)) | Some(StreamItem::Failed(_)) | None
-        ) {
-            self.finished = true;
-        }
-        item
-    }
-}
-
-impl Drop for AgentStream {
-    fn drop(&mut self) {
-        if !self.finished {
-            self.conn.pending().remove(&self.id);
-            self.conn.cancel_later(self.id);
-        }
-    }
-}
-
 async fn read_loop<R: AsyncRead + Unpin>(mut reader: R, inner: Arc<Inner>) {
     loop {
         let frame = match read_frame(&mut reader).await {
@@ -698,50 +617,6 @@ async fn read_loop<R: AsyncRead + Unpin>(mut reader: R, inner: Arc<Inner>) {
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .clear();
-}
-
-/// A request's kind for metrics: its `op` word (a fixed set).
-fn request_kind(request: &Request) -> &'static str {
-    match request {
-        Request::Ping => "ping",
-        Request::Hello => "hello",
-        Request::Configure { .. } => "configure",
-        Request::Exec { .. } => "exec",
-        Request::ProcessStart { .. } => "process_start",
-        Request::ProcessInput { .. } => "process_input",
-        Request::ProcessCloseStdin { .. } => "process_close_stdin",
-        Request::ProcessResize { .. } => "process_resize",
-        Request::ProcessList => "process_list",
-        Request::ProcessGet { .. } => "process_get",
-        Request::ProcessSignal { .. } => "process_signal",
-        Request::ProcessWait { .. } => "process_wait",
-        Request::ProcessOutput { .. } => "process_output",
-        Request::ProcessStream { .. } => "process_stream",
-        Request::FileWriteBegin { .. } => "file_write_begin",
-        Request::FileWriteData => "file_write_data",
-        Request::FileWriteEnd => "file_write_end",
-        Request::FileWriteAbort => "file_write_abort",
-        Request::FileRead { .. } => "file_read",
-        Request::Stat { .. } => "stat",
-        Request::ListDir { .. } => "list_dir",
-        Request::Mkdir { .. } => "mkdir",
-        Request::Remove { .. } => "remove",
-        Request::Rename { .. } => "rename",
-        Request::Watch { .. } => "watch",
-        Request::Sync => "sync",
-        Request::GuestProcesses => "guest_processes",
-        Request::Quiesce => "quiesce",
-        Request::NetServe => "net_serve",
-        Request::NetDialResult { .. } => "net_dial_result",
-        Request::NetData { .. } => "net_data",
-        Request::NetAck { .. } => "net_ack",
-        Request::NetClose { .. } => "net_close",
-        Request::NetResolveResult { .. } => "net_resolve_result",
-        Request::PortOpen { .. } => "port_open",
-        Request::PortData => "port_data",
-        Request::PortAck { .. } => "port_ack",
-        Request::PortClose { .. } => "port_close",
-    }
 }
 
 #[cfg(test)]
