@@ -59,6 +59,15 @@ page.on("pageerror", (e) => consoleErrors.push(`pageerror: ${e.message}`));
 page.on("console", (m) => {
   if (m.type() === "error") consoleErrors.push(`console: ${m.text()}`);
 });
+// The API's refusals, printed with a failed step: a badge that never shows
+// is then a 503 with its message, not only a timeout.
+const refusals = [];
+page.on("response", async (r) => {
+  if (r.status() < 400) return;
+  const body = await r.text().catch(() => "");
+  refusals.push(`${r.request().method()} ${new URL(r.url()).pathname} -> ${r.status()} ${body.slice(0, 300)}`);
+  if (refusals.length > 5) refusals.shift();
+});
 
 let passed = 0;
 let failed = 0;
@@ -71,6 +80,7 @@ async function step(name, fn) {
   } catch (err) {
     failed += 1;
     console.log(`FAIL ${name}: ${err.stack || err}`);
+    if (refusals.length) console.log(`the last refusals of the API:\n  ${refusals.join("\n  ")}`);
     await page.screenshot({ path: join(shots, "failure.png"), fullPage: true }).catch(() => {});
   }
 }
