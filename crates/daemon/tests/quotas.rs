@@ -1,7 +1,8 @@
 //! Workspace quotas on real gVisor (`--workspace-max-sandboxes`): a tenant at
 //! its quota gets 429 on both faces (the inngest API's `rate_limited`, E2B's
-//! `{"code": 429}`), nothing boots for it, other tenants are not affected,
-//! and a sandbox that ends gives its place back.
+//! `{"code": 429}`), nothing boots for it and the warm member it would have
+//! taken stays in the pool, other tenants are not affected, and a sandbox
+//! that ends gives its place back.
 
 mod common;
 mod e2b_common;
@@ -25,6 +26,33 @@ async fn call(
         .await
 }
 
+/// `GET /v1/pool`'s (ready, starting) of the 1 vCPU / 1 GiB shape.
+async fn pool(d: &Daemon) -> (u64, u64) {
+    let (status, body) = call(d, LEGACY_KEY, "GET", "/v1/pool", None).await;
+    assert_eq!(status, 200, "{body}");
+    let shape = body["data"]
+        .as_array()
+        .and_then(|shapes| shapes.iter().find(|s| s["shape"] == "1x1024"))
+        .unwrap_or_else(|| panic!("no 1x1024 pool: {body}"))
+        .clone();
+    (
+        shape["ready"].as_u64().unwrap_or_default(),
+        shape["starting"].as_u64().unwrap_or_default(),
+    )
+}
+
+/// Polls until the pool has its one member ready.
+async fn pool_ready(d: &Daemon) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    while pool(d).await != (1, 0) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the pool never refilled"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 /// `POST /v2/sandboxes` of the inngest API with `key`.
 async fn create(d: &Daemon, key: &str, name: &str) -> (u16, Value) {
     let body = json!({"name": name, "vcpu": 1, "memoryMb": 1024});
@@ -39,12 +67,15 @@ async fn a_tenant_at_its_quota_gets_429_on_both_faces_and_others_do_not() {
         LEGACY_KEY,
         "--workspace-max-sandboxes",
         "2",
+        "--warm-pool",
+        "1x1024=1",
     ])
     .await;
     let _leftovers = KillLeftovers::of(&d);
     let alpha = d.create_key("alpha", None);
     let beta = d.create_key("beta", None);
 
+    pool_ready(&d).await;
     let first = create(&d, &alpha, "one").await;
     assert_eq!(first.0, 201, "{}", first.1);
     let (status, e2b_created, _) = e2b(
@@ -57,6 +88,8 @@ async fn a_tenant_at_its_quota_gets_429_on_both_faces_and_others_do_not() {
     .await;
     assert_eq!(status, 201, "{e2b_created}");
 
+    // A ready member the refused create would have taken.
+    pool_ready(&d).await;
     let containers = d.runsc_containers().len();
     let refused = create(&d, &alpha, "three").await;
     assert_error(&refused, 429, "rate_limited");
@@ -74,6 +107,11 @@ async fn a_tenant_at_its_quota_gets_429_on_both_faces_and_others_do_not() {
     .await;
     assert_e2b_error(&refused, 429, "E2B create past the quota");
     assert_eq!(d.runsc_containers().len(), containers, "nothing booted");
+    assert_eq!(
+        pool(&d).await,
+        (1, 0),
+        "the warm member went back to the pool"
+    );
 
     // A repeat of the create that worked answers with its sandbox (idempotent by name).
     let again = create(&d, &alpha, "one").await;
