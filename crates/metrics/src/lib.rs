@@ -161,7 +161,7 @@ impl Metrics {
         );
         r.register(
             "admission_refusals",
-            "Sandbox starts refused by admission control, by reason (cpu, memory, disk)",
+            "Sandbox starts refused by admission control, by reason (cpu, memory, disk; quota: a workspace quota)",
             m.admission_refusals.clone(),
         );
         r.register_with_unit(
@@ -307,7 +307,7 @@ impl Metrics {
             .inc();
     }
 
-    /// Admission refused a start for `reason` (`cpu`, `memory`, `disk`).
+    /// Admission refused a start for `reason` (`cpu`, `memory`, `disk`, `quota`).
     pub fn admission_refused(&self, reason: &'static str) {
         self.admission_refusals
             .get_or_create(&vec![("reason", reason.to_string())])

@@ -431,6 +431,7 @@ impl Service {
                 if let Some(member) = warm {
                     self.return_member(shape, member);
                 }
+                sbx_metrics::global().admission_refused("quota");
                 Err(ServiceError::WorkspaceQuota(quota_text(
                     &self.config.limits.workspace_quota,
                     &used,

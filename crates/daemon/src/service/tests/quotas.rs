@@ -27,6 +27,11 @@ async fn a_workspace_at_its_quota_is_refused_until_a_sandbox_ends() {
         starts,
         "nothing booted"
     );
+    let metrics = sbx_metrics::global().encode();
+    assert!(
+        metrics.contains(r#"sbx_admission_refusals_total{reason="quota"} "#),
+        "{metrics}"
+    );
     // A repeat of a create that worked still answers with its sandbox.
     match h.service.create(WS, request("a")).await {
         Ok(CreateOutcome::Existing(s)) => assert_eq!(s.id, a.id),
