@@ -106,6 +106,19 @@ const termText = () =>
   page.evaluate(() => (document.querySelector(".xterm-box .xterm-rows")?.textContent || "").replace(/\u00a0/g, " "));
 /** Waits until the Terminal tab's shell is connected. */
 const termConnected = () => page.locator('.term-state[data-state="connected"]').waitFor({ timeout: 30_000 });
+/** Waits for a new shell's prompt: keys typed before it are lost when the
+ * shell's line editor sets up the terminal (it flushes pending input). */
+async function termPrompt() {
+  try {
+    await page.waitForFunction(
+      () => /@sandbox:.*[#$] /.test((document.querySelector(".xterm-box .xterm-rows")?.textContent || "").replace(/\u00a0/g, " ")),
+      null,
+      { timeout: 30_000 },
+    );
+  } catch (err) {
+    throw new Error(`the shell never showed its prompt: ${await termText()}`);
+  }
+}
 /** Types `line` and Enter into the terminal; waits until its screen shows `want`. */
 async function termRun(line, want) {
   await page.locator(".xterm-box").click();
@@ -265,6 +278,7 @@ await step("create a sandbox (shape, secret, network) with progress", async () =
 
 await step("the terminal: a shell in the sandbox, resized, reattached after a reload", async () => {
   await termConnected();
+  await termPrompt();
   await termRun("echo hello-$((6*7)) $CONSOLE_TOKEN", "hello-42 s3cret-from-console");
   // A smaller window: the terminal fits it, and the shell sees the new size.
   const before = await page.locator(".xterm-box").getAttribute("data-size");
