@@ -461,7 +461,7 @@ impl Service {
 }
 
 /// What a workspace holds against its quota, for the error message: the
-/// limits that are set, e.g. `3 of 3 sandboxes, 4 of 8 vCPUs`.
+/// limits that are set, e.g. `3 of 3 sandboxes in use, 4 of 8 vCPUs in use`.
 fn quota_text(quota: &sbx_store::WorkspaceQuota, used: &sbx_store::WorkspaceUsage) -> String {
     [
         (quota.sandboxes, used.sandboxes, "sandboxes"),

@@ -26,7 +26,7 @@ use std::time::Duration;
 use uuid::Uuid;
 
 /// How long the agent gets to count its processes.
-const LIST_WAIT: Duration = Duration::from_secs(1);
+const COUNT_WAIT: Duration = Duration::from_secs(1);
 
 /// How many sandboxes one round asks and freezes at once.
 const FREEZE_CONCURRENCY: usize = 8;
@@ -34,7 +34,7 @@ const FREEZE_CONCURRENCY: usize = 8;
 /// The number of processes in the guest, PID 1 included and sbxd's relays
 /// not, asked quietly: `Asleep` when the sandbox sleeps (it was not woken).
 pub(super) async fn guest_processes(conn: &AgentConn) -> Result<u64, AgentCallError> {
-    match conn.call_quietly(Request::GuestProcesses, LIST_WAIT).await {
+    match conn.call_quietly(Request::GuestProcesses, COUNT_WAIT).await {
         Ok((Reply::GuestProcesses { count }, _)) => Ok(count),
         Ok((other, _)) => Err(AgentCallError::Unexpected(format!("{other:?}"))),
         // An agent older than `guest_processes` (a sandbox booted before an
@@ -51,7 +51,7 @@ async fn proc_entries(conn: &AgentConn) -> Result<u64, AgentCallError> {
         path: "/proc".into(),
         depth: 1,
     };
-    match conn.call_quietly(request, LIST_WAIT).await? {
+    match conn.call_quietly(request, COUNT_WAIT).await? {
         (Reply::Dir { entries }, _) => Ok(entries
             .iter()
             .filter(|e| !e.name.is_empty() && e.name.bytes().all(|b| b.is_ascii_digit()))
